@@ -1,0 +1,108 @@
+//! The one error type of the core and of the drivers' public API.
+//!
+//! Every variant says what happened and, through [`Error::outcome_unknown`], whether the
+//! request may have run: a caller can retry an error whose outcome is known not to have run, and
+//! must reconcile one whose outcome is unknown.
+
+use crate::keys::Key;
+use crate::layout::KeyError;
+use crate::value::ServerError;
+
+/// Everything that can go wrong between building a request and reading its reply.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Error {
+    /// A prefix or name was refused before anything was built.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// A script call or multi-key command would touch more than one slot; nothing was sent.
+    #[error("keys of one call hash to different slots: {first} (slot {}) and {other} (slot {})", first.slot(), other.slot())]
+    CrossSlot {
+        /// The first declared key.
+        first: Key,
+        /// The first key in another slot.
+        other: Key,
+    },
+    /// A configuration mistake (layout, options), found at construction.
+    #[error("configuration error: {0}")]
+    Config(String),
+    /// Redis answered with an error reply. The request ran (and failed) or was refused.
+    #[error("server error: {0}")]
+    Server(ServerError),
+    /// The request was written but the connection died or timed out before its reply: it may
+    /// or may not have run. Writes are never re-sent after this.
+    #[error("reply lost from {addr} after the request was sent ({reason}); the outcome is unknown")]
+    ReplyLost {
+        /// The node the request was written to.
+        addr: String,
+        /// Why the reply never came.
+        reason: String,
+    },
+    /// The request was never written: no connection could be made, or the client closed.
+    #[error("not sent: {reason}")]
+    NotSent {
+        /// Why.
+        reason: String,
+    },
+    /// Retryable replies (`TRYAGAIN`, `CLUSTERDOWN`, `LOADING`, `MASTERDOWN`, `READONLY`) kept
+    /// coming until the attempts ran out. Those replies come before anything runs.
+    #[error("gave up after {attempts} attempts; last reply: {last}")]
+    RetriesExhausted {
+        /// Attempts made.
+        attempts: u32,
+        /// The last retryable reply.
+        last: ServerError,
+    },
+    /// `MOVED`/`ASK` kept coming past the redirection limit. The request never ran.
+    #[error("gave up after {count} redirections; last: {last}")]
+    TooManyRedirections {
+        /// Redirections followed.
+        count: u32,
+        /// The last redirect.
+        last: ServerError,
+    },
+    /// The request's overall deadline passed.
+    #[error("request timed out ({})", if *outcome_unknown { "it was sent; the outcome is unknown" } else { "it was never sent" })]
+    Timeout {
+        /// Whether a write attempt of this request was sent without a reply.
+        outcome_unknown: bool,
+    },
+    /// A node sent bytes that are not RESP; its connection was dropped.
+    #[error("protocol error from {addr}: {detail}")]
+    Protocol {
+        /// The node.
+        addr: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// A reply had a shape the operation does not accept.
+    #[error("unexpected reply: {detail}")]
+    UnexpectedReply {
+        /// What was wanted and what came.
+        detail: String,
+    },
+    /// The client was closed before the request completed.
+    #[error("the client is closed")]
+    Closed,
+}
+
+impl Error {
+    /// Whether the request may have run. `false` means it certainly did not run, or ran and
+    /// answered (a server error); retrying is then the caller's free choice.
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(
+            self,
+            Error::ReplyLost { .. }
+                | Error::Timeout {
+                    outcome_unknown: true
+                }
+        )
+    }
+
+    /// The server error, when Redis answered with one.
+    pub fn server(&self) -> Option<&ServerError> {
+        match self {
+            Error::Server(e) => Some(e),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,421 @@
+//! The two key layouts, `legacy` and `cluster:v1`, and every key of every namespace in each.
+//!
+//! One method per datum, with both layouts side by side, so the whole contract of
+//! `docs/key-layout.md` can be read (and reviewed) in one place. Nothing outside this module
+//! formats a key name.
+
+use crate::keys::{bucket, enc, Key, BUCKET_COUNT};
+use std::fmt;
+
+/// The value of the layout marker key in the cluster layout.
+pub const CLUSTER_V1: &str = "cluster:v1";
+
+/// A key layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Layout {
+    /// The historical single-node layout: raw segments, `SCAN` listings, `MULTI`.
+    Legacy,
+    /// The `cluster:v1` layout: hash tags, encoded segments, bucket indexes, a layout marker.
+    Cluster,
+}
+
+impl Layout {
+    /// The name users write in configuration (`legacy`, `cluster`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Legacy => "legacy",
+            Layout::Cluster => "cluster",
+        }
+    }
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A configuration mistake in a prefix or a name, found before anything is sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// The prefix is empty: every key must carry the bot's prefix.
+    #[error("the key prefix is empty")]
+    EmptyPrefix,
+    /// A `{` or `}` in a cluster-layout prefix would become or break a hash tag.
+    #[error("the prefix {prefix:?} contains {{ or }}, which the cluster layout reserves for hash tags")]
+    BraceInClusterPrefix {
+        /// The refused prefix.
+        prefix: String,
+    },
+    /// A durability table name must be non-empty and free of braces, since it is the hash tag.
+    #[error("the durability table name {table:?} is empty or contains {{ or }}")]
+    BadTableName {
+        /// The refused table name.
+        table: String,
+    },
+}
+
+/// The kinds of record kept in 32 bucket indexes in the cluster layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RecordKind {
+    /// Chat records (`ch`).
+    Chat,
+    /// Contact records (`ct`).
+    Contact,
+    /// Checkpoints (`cp`), which expire.
+    Checkpoint,
+    /// Schedules (`sc`), which carry a fencing token.
+    Schedule,
+}
+
+impl RecordKind {
+    /// Every record kind, in contract order.
+    pub const ALL: [RecordKind; 4] = [
+        RecordKind::Chat,
+        RecordKind::Contact,
+        RecordKind::Checkpoint,
+        RecordKind::Schedule,
+    ];
+
+    /// The tag word of the cluster layout (`ch`, `ct`, `cp`, `sc`).
+    pub fn tag(self) -> &'static str {
+        match self {
+            RecordKind::Chat => "ch",
+            RecordKind::Contact => "ct",
+            RecordKind::Checkpoint => "cp",
+            RecordKind::Schedule => "sc",
+        }
+    }
+
+    /// The namespace word of the legacy layout.
+    pub fn legacy_name(self) -> &'static str {
+        match self {
+            RecordKind::Chat => "chat",
+            RecordKind::Contact => "contact",
+            RecordKind::Checkpoint => "checkpoint",
+            RecordKind::Schedule => "schedule",
+        }
+    }
+}
+
+/// The keys of a per-chat turn queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TurnPart {
+    /// The ticket counter.
+    Seq,
+    /// The queue of waiting tickets.
+    Tix,
+    /// The ticket being served.
+    Serving,
+    /// The holder, with a TTL.
+    Owner,
+    /// The last holder, reported to a waiter that may skip it.
+    Last,
+}
+
+impl TurnPart {
+    /// Every part, in contract order.
+    pub const ALL: [TurnPart; 5] = [
+        TurnPart::Seq,
+        TurnPart::Tix,
+        TurnPart::Serving,
+        TurnPart::Owner,
+        TurnPart::Last,
+    ];
+
+    /// The key suffix.
+    pub fn name(self) -> &'static str {
+        match self {
+            TurnPart::Seq => "seq",
+            TurnPart::Tix => "tix",
+            TurnPart::Serving => "serving",
+            TurnPart::Owner => "owner",
+            TurnPart::Last => "last",
+        }
+    }
+}
+
+/// A validated prefix in a chosen layout: the source of every key the store uses.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Keyspace {
+    layout: Layout,
+    prefix: String,
+}
+
+impl Keyspace {
+    /// Validates `prefix` for `layout`.
+    pub fn new(layout: Layout, prefix: impl Into<String>) -> Result<Self, KeyError> {
+        let prefix = prefix.into();
+        if prefix.is_empty() {
+            return Err(KeyError::EmptyPrefix);
+        }
+        if layout == Layout::Cluster && prefix.contains(['{', '}']) {
+            return Err(KeyError::BraceInClusterPrefix { prefix });
+        }
+        Ok(Keyspace { layout, prefix })
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// The prefix, as configured.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn key(&self, rest: std::fmt::Arguments<'_>) -> Key {
+        Key::new(format!("{}:{}", self.prefix, rest).into_bytes())
+    }
+
+    fn is_cluster(&self) -> bool {
+        self.layout == Layout::Cluster
+    }
+
+    // --- messages -------------------------------------------------------------------------
+
+    /// The message log of a chat: a sorted set, member = message id, score = time in ms.
+    pub fn message_log(&self, chat: &str) -> Key {
+        match self.layout {
+            Layout::Legacy => self.key(format_args!("msgs:{chat}")),
+            Layout::Cluster => self.key(format_args!("{{m:{}}}:z", enc(chat))),
+        }
+    }
+
+    /// A chat's log while `delete_chat` drains it, in the log's slot.
+    pub fn message_drain(&self, chat: &str) -> Key {
+        match self.layout {
+            Layout::Legacy => self.key(format_args!("msgs-deleting:{chat}")),
+            Layout::Cluster => self.key(format_args!("{{m:{}}}:d", enc(chat))),
+        }
+    }
+
+    /// One message's item.
+    pub fn message_item(&self, chat: &str, id: &str) -> Key {
+        match self.layout {
+            Layout::Legacy => self.key(format_args!("msg:{chat}:{id}")),
+            Layout::Cluster => self.key(format_args!("{{m:{}}}:i:{}", enc(chat), enc(id))),
+        }
+    }
+
+    // --- records: chats, contacts, checkpoints, schedules ---------------------------------
+
+    /// A record of `kind`.
+    pub fn record(&self, kind: RecordKind, id: &str) -> Key {
+        match self.layout {
+            Layout::Legacy => self.key(format_args!("{}:{id}", kind.legacy_name())),
+            Layout::Cluster => {
+                self.key(format_args!("{{{}:{}}}:r:{}", kind.tag(), bucket(id), enc(id)))
+            }
+        }
+    }
+
+    /// The index of the bucket that holds `id`, in the record's slot (cluster layout only).
+    pub fn record_index_of(&self, kind: RecordKind, id: &str) -> Option<Key> {
+        self.record_index(kind, bucket(id))
+    }
+
+    /// The index of bucket `b` of `kind` (cluster layout only; `None` in legacy or out of range).
+    pub fn record_index(&self, kind: RecordKind, b: u8) -> Option<Key> {
+        (self.is_cluster() && b < BUCKET_COUNT)
+            .then(|| self.key(format_args!("{{{}:{b}}}:idx", kind.tag())))
+    }
+
+    /// All bucket indexes of `kind`, in bucket order (empty in the legacy layout).
+    pub fn record_indexes(&self, kind: RecordKind) -> Vec<Key> {
+        (0..BUCKET_COUNT)
+            .filter_map(|b| self.record_index(kind, b))
+            .collect()
+    }
+
+    /// The `SCAN MATCH` pattern for records of `kind` (legacy layout only).
+    pub fn record_pattern(&self, kind: RecordKind) -> Option<String> {
+        (!self.is_cluster()).then(|| {
+            format!(
+                "{}:{}:*",
+                crate::keys::glob_escape(&self.prefix),
+                kind.legacy_name()
+            )
+        })
+    }
+
+    // --- user data ------------------------------------------------------------------------
+
+    /// One user-data entry (`ctx.user`).
+    pub fn user_entry(&self, user: &str, ns: &str, key: &str) -> Key {
+        match self.layout {
+            Layout::Legacy => self.key(format_args!("user:{user}:{ns}:{key}")),
+            Layout::Cluster => self.key(format_args!(
+                "{{ud:{}}}:e:{}:{}",
+                enc(user),
+                enc(ns),
+                enc(key)
+            )),
+        }
+    }
+
+    /// A user's entry index, scored by expiry (cluster layout only).
+    pub fn user_index(&self, user: &str) -> Option<Key> {
+        self.is_cluster()
+            .then(|| self.key(format_args!("{{ud:{}}}:idx", enc(user))))
+    }
+
+    /// The `SCAN MATCH` pattern for a user's entries, optionally in one namespace (legacy only).
+    pub fn user_pattern(&self, user: &str, ns: Option<&str>) -> Option<String> {
+        use crate::keys::glob_escape as g;
+        (!self.is_cluster()).then(|| match ns {
+            Some(ns) => format!("{}:user:{}:{}:*", g(&self.prefix), g(user), g(ns)),
+            None => format!("{}:user:{}:*", g(&self.prefix), g(user)),
+        })
+    }
+
+    // --- coordination ---------------------------------------------------------------------
+
+    /// A lock's holder key.
+    pub fn lock(&self, key: &str) -> Key {
+        match self.layout {
+            Layout::Legacy => self.key(format_args!("lock:{key}")),
+            Layout::Cluster => self.key(format_args!("{{lk:{}}}:l", enc(key))),
+        }
+    }
+
+    /// A lock's fence counter, which is never deleted.
+    pub fn lock_fence(&self, key: &str) -> Key {
+        match self.layout {
+            Layout::Legacy => self.key(format_args!("fence:{key}")),
+            Layout::Cluster => self.key(format_args!("{{lk:{}}}:f", enc(key))),
+        }
+    }
+
+    /// One key of a chat's turn queue.
+    pub fn turn(&self, chat: &str, part: TurnPart) -> Key {
+        match self.layout {
+            Layout::Legacy => self.key(format_args!("co:turn:{chat}:{}", part.name())),
+            Layout::Cluster => self.key(format_args!("co:{{t:{}}}:{}", enc(chat), part.name())),
+        }
+    }
+
+    /// A leadership's holder key.
+    pub fn leader(&self, name: &str) -> Key {
+        match self.layout {
+            Layout::Legacy => self.key(format_args!("co:leader:{name}")),
+            Layout::Cluster => self.key(format_args!("co:{{ld:{}}}", enc(name))),
+        }
+    }
+
+    /// A leadership's term counter, which is never deleted.
+    pub fn leader_term(&self, name: &str) -> Key {
+        match self.layout {
+            Layout::Legacy => self.key(format_args!("co:term:{name}")),
+            Layout::Cluster => self.key(format_args!("co:{{ld:{}}}:term", enc(name))),
+        }
+    }
+
+    // --- unchanged between layouts --------------------------------------------------------
+
+    /// A replica's heartbeat (same name in both layouts).
+    pub fn heartbeat(&self, replica: &str) -> Key {
+        self.key(format_args!("co:rep:{replica}"))
+    }
+
+    /// The `SCAN MATCH` pattern of every heartbeat.
+    pub fn heartbeat_pattern(&self) -> String {
+        format!("{}:co:rep:*", crate::keys::glob_escape(&self.prefix))
+    }
+
+    /// A chat's conversation state (same name in both layouts).
+    pub fn conversation(&self, chat: &str) -> Key {
+        self.key(format_args!("conv:{chat}"))
+    }
+
+    /// A named cursor (same name in both layouts).
+    pub fn cursor(&self, name: &str) -> Key {
+        self.key(format_args!("cursor:{name}"))
+    }
+
+    /// A named lease (same name in both layouts).
+    pub fn lease(&self, name: &str) -> Key {
+        self.key(format_args!("lease:{name}"))
+    }
+
+    /// One key of a durability table; the table name is the hash tag in both layouts.
+    pub fn durable(&self, table: &str, part: &str) -> Result<Key, KeyError> {
+        if table.is_empty() || table.contains(['{', '}']) {
+            return Err(KeyError::BadTableName {
+                table: table.to_owned(),
+            });
+        }
+        Ok(self.key(format_args!("{{durable:{table}}}:{part}")))
+    }
+
+    /// The layout marker, `p:{meta}:layout`, whose value is [`CLUSTER_V1`].
+    pub fn marker(&self) -> Key {
+        self.key(format_args!("{{meta}}:layout"))
+    }
+
+    /// The `SCAN MATCH` pattern of every key under the prefix.
+    pub fn prefix_pattern(&self) -> String {
+        format!("{}:*", crate::keys::glob_escape(&self.prefix))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_rules() {
+        assert_eq!(Keyspace::new(Layout::Legacy, ""), Err(KeyError::EmptyPrefix));
+        assert_eq!(Keyspace::new(Layout::Cluster, ""), Err(KeyError::EmptyPrefix));
+        assert_eq!(
+            Keyspace::new(Layout::Cluster, "a{b"),
+            Err(KeyError::BraceInClusterPrefix {
+                prefix: "a{b".into()
+            })
+        );
+        assert!(Keyspace::new(Layout::Cluster, "a}").is_err());
+        assert!(Keyspace::new(Layout::Legacy, "a{b}").is_ok());
+    }
+
+    #[test]
+    fn cluster_keys_share_their_group_slot() {
+        let ks = Keyspace::new(Layout::Cluster, "bot").unwrap();
+        assert_eq!(ks.message_log("c1").to_string(), "bot:{m:c1}:z");
+        assert_eq!(
+            ks.message_item("c1", "m1").slot(),
+            ks.message_log("c1").slot()
+        );
+        let rec = ks.record(RecordKind::Chat, "chat-1");
+        assert_eq!(rec.to_string(), "bot:{ch:25}:r:chat-1");
+        assert_eq!(
+            ks.record_index_of(RecordKind::Chat, "chat-1")
+                .unwrap()
+                .to_string(),
+            "bot:{ch:25}:idx"
+        );
+        assert_eq!(ks.marker().to_string(), "bot:{meta}:layout");
+    }
+
+    #[test]
+    fn legacy_has_no_indexes() {
+        let ks = Keyspace::new(Layout::Legacy, "bot").unwrap();
+        assert!(ks.record_indexes(RecordKind::Chat).is_empty());
+        assert_eq!(ks.user_index("u"), None);
+        assert_eq!(
+            ks.record_pattern(RecordKind::Chat).as_deref(),
+            Some("bot:chat:*")
+        );
+    }
+
+    #[test]
+    fn durable_table_names_are_checked() {
+        let ks = Keyspace::new(Layout::Cluster, "bot").unwrap();
+        assert_eq!(
+            ks.durable("in", "journal").unwrap().to_string(),
+            "bot:{durable:in}:journal"
+        );
+        assert!(ks.durable("", "x").is_err());
+        assert!(ks.durable("a}b", "x").is_err());
+    }
+}

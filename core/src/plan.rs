@@ -1,0 +1,170 @@
+//! Plans: one state machine per store operation.
+//!
+//! A plan emits batches of independent requests and consumes their replies until it yields its
+//! result. It never touches a socket or a clock: when it must poll (a turn that is not yet
+//! served), it asks for a [`Step::Wait`] and the session's timer resumes it.
+//!
+//! ```text
+//!            start()
+//!   ┌──────────────────────┐
+//!   ▼                      │
+//! Send(batch) ──replies──► resume(replies) ──► Done(result)
+//!   ▲                      │
+//!   └──── Wait(d) ◄────────┘   (resume(vec![]) after d)
+//! ```
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::Error;
+use crate::request::Request;
+use crate::value::Value;
+
+/// The outcome of one request: its value, or why there is none.
+pub type Reply = Result<Value, Error>;
+
+/// What a plan wants next.
+#[derive(Debug)]
+pub enum Step<T> {
+    /// Send these requests, in any order or in parallel, and resume with their replies in the
+    /// same order.
+    Send(Vec<Request>),
+    /// Resume with no replies after this long.
+    Wait(Duration),
+    /// The operation is over.
+    Done(Result<T, Error>),
+}
+
+/// One store operation as a state machine. See the module docs.
+pub trait Plan: Send + 'static {
+    /// What the operation yields.
+    type Output: Send + 'static;
+    /// The first step.
+    fn start(&mut self) -> Step<Self::Output>;
+    /// The next step, given the replies to the last batch (empty after a wait), in order.
+    fn resume(&mut self, replies: Vec<Reply>) -> Step<Self::Output>;
+}
+
+type Decode<T> = Box<dyn FnOnce(Value) -> Result<T, Error> + Send>;
+
+/// A plan of one request whose reply is decoded by a function: most operations are one script
+/// call.
+pub struct Single<T> {
+    request: Option<Request>,
+    decode: Option<Decode<T>>,
+}
+
+impl<T> fmt::Debug for Single<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Single")
+            .field("request", &self.request)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A one-request plan.
+pub fn single<T: Send + 'static>(
+    request: Request,
+    decode: impl FnOnce(Value) -> Result<T, Error> + Send + 'static,
+) -> Single<T> {
+    Single {
+        request: Some(request),
+        decode: Some(Box::new(decode)),
+    }
+}
+
+impl<T: Send + 'static> Plan for Single<T> {
+    type Output = T;
+
+    fn start(&mut self) -> Step<T> {
+        match self.request.take() {
+            Some(request) => Step::Send(vec![request]),
+            None => Step::Done(Err(misuse("Single::start called twice"))),
+        }
+    }
+
+    fn resume(&mut self, replies: Vec<Reply>) -> Step<T> {
+        let (Some(decode), Some(reply)) = (self.decode.take(), replies.into_iter().next()) else {
+            return Step::Done(Err(misuse("Single::resume without a reply")));
+        };
+        Step::Done(reply.and_then(decode))
+    }
+}
+
+/// An error for a plan driven out of order: a bug in a runner, reported instead of a panic.
+pub(crate) fn misuse(what: &str) -> Error {
+    Error::UnexpectedReply {
+        detail: format!("plan driven out of order: {what}"),
+    }
+}
+
+/// Renders a batch for logs and snapshots, one request per line.
+pub fn render_batch(batch: &[Request]) -> String {
+    batch
+        .iter()
+        .map(|r| format!("  {r}\n"))
+        .collect::<String>()
+}
+
+/// A deterministic runner that answers a plan's requests from a function, and records what
+/// happened: the tool behind the plan snapshots.
+#[cfg(any(test, feature = "testing"))]
+pub mod scripted {
+    use super::*;
+
+    /// The record of one run.
+    #[derive(Debug)]
+    pub struct Run<T> {
+        /// The plan's result.
+        pub output: Result<T, Error>,
+        /// Every step, rendered: requests with their replies, waits, and the result.
+        pub transcript: String,
+    }
+
+    /// Runs `plan` to completion, answering each request with `answer`. Gives up with an error
+    /// after `max_steps` steps, so a plan that never ends fails a test instead of hanging it.
+    pub fn run<P: Plan>(
+        mut plan: P,
+        max_steps: usize,
+        mut answer: impl FnMut(&Request) -> Reply,
+    ) -> Run<P::Output>
+    where
+        P::Output: fmt::Debug,
+    {
+        let mut transcript = String::new();
+        let mut step = plan.start();
+        for _ in 0..max_steps {
+            match step {
+                Step::Send(batch) => {
+                    transcript.push_str("send\n");
+                    let mut replies = Vec::with_capacity(batch.len());
+                    for request in &batch {
+                        let reply = answer(request);
+                        transcript.push_str(&format!("  {request}\n    -> "));
+                        match &reply {
+                            Ok(v) => transcript.push_str(&format!("{v:?}\n")),
+                            Err(e) => transcript.push_str(&format!("error: {e}\n")),
+                        }
+                        replies.push(reply);
+                    }
+                    step = plan.resume(replies);
+                }
+                Step::Wait(d) => {
+                    transcript.push_str(&format!("wait {}ms\n", d.as_millis()));
+                    step = plan.resume(Vec::new());
+                }
+                Step::Done(output) => {
+                    match &output {
+                        Ok(v) => transcript.push_str(&format!("done {v:?}\n")),
+                        Err(e) => transcript.push_str(&format!("done error: {e}\n")),
+                    }
+                    return Run { output, transcript };
+                }
+            }
+        }
+        Run {
+            output: Err(misuse("plan did not finish within max_steps")),
+            transcript,
+        }
+    }
+}

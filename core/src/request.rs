@@ -1,0 +1,357 @@
+//! Requests: one RESP command or script call, with its declared keys, its route, and whether it
+//! reads or writes. A request whose keys span slots cannot be built.
+
+use bytes::Bytes;
+use std::fmt;
+
+use crate::error::Error;
+use crate::keys::Key;
+use crate::script::Script;
+
+/// Whether a request changes data. Decides what happens when its reply is lost: a read may be
+/// retried, a write never is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// Only reads.
+    Read,
+    /// May write.
+    Write,
+}
+
+/// Where a request must go.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Route {
+    /// The master of this slot.
+    Slot(u16),
+    /// Any master (keyless commands such as `TIME`).
+    AnyMaster,
+    /// One node by its cluster address (`SCAN` on every master, one at a time).
+    Node(String),
+}
+
+/// What is sent.
+#[derive(Clone, Debug)]
+pub(crate) enum Body {
+    /// A plain command: its full argument vector, name first.
+    Command(Vec<Bytes>),
+    /// A script call: `EVALSHA sha numkeys keys... args...`, or `EVAL` after `NOSCRIPT`.
+    Script {
+        script: &'static Script,
+        args: Vec<Bytes>,
+    },
+}
+
+/// One request of a plan step.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub(crate) body: Body,
+    keys: Vec<Key>,
+    route: Route,
+    access: Access,
+}
+
+/// A value that can be a command argument.
+pub trait Arg {
+    /// The argument's bytes.
+    fn into_arg(self) -> Bytes;
+}
+
+impl Arg for Bytes {
+    fn into_arg(self) -> Bytes {
+        self
+    }
+}
+impl Arg for &Bytes {
+    fn into_arg(self) -> Bytes {
+        self.clone()
+    }
+}
+impl Arg for &[u8] {
+    fn into_arg(self) -> Bytes {
+        Bytes::copy_from_slice(self)
+    }
+}
+impl Arg for Vec<u8> {
+    fn into_arg(self) -> Bytes {
+        Bytes::from(self)
+    }
+}
+impl Arg for &str {
+    fn into_arg(self) -> Bytes {
+        Bytes::copy_from_slice(self.as_bytes())
+    }
+}
+impl Arg for String {
+    fn into_arg(self) -> Bytes {
+        Bytes::from(self)
+    }
+}
+impl Arg for &String {
+    fn into_arg(self) -> Bytes {
+        Bytes::copy_from_slice(self.as_bytes())
+    }
+}
+impl Arg for &Key {
+    fn into_arg(self) -> Bytes {
+        self.to_bytes()
+    }
+}
+macro_rules! int_arg {
+    ($($t:ty),*) => {$(
+        impl Arg for $t {
+            fn into_arg(self) -> Bytes {
+                Bytes::from(self.to_string())
+            }
+        }
+    )*};
+}
+int_arg!(i64, u64, u32, usize, i32, u8, u16);
+
+/// Builds a plain command; keys added with [`CommandBuilder::key`] are declared and checked.
+#[derive(Debug)]
+pub struct CommandBuilder {
+    args: Vec<Bytes>,
+    keys: Vec<Key>,
+    access: Access,
+    route: Option<Route>,
+}
+
+impl CommandBuilder {
+    /// Appends a key argument and declares it.
+    pub fn key(mut self, key: &Key) -> Self {
+        self.args.push(key.to_bytes());
+        self.keys.push(key.clone());
+        self
+    }
+
+    /// Appends a non-key argument.
+    pub fn arg(mut self, arg: impl Arg) -> Self {
+        self.args.push(arg.into_arg());
+        self
+    }
+
+    /// Sends a keyless command to one node.
+    pub fn to_node(mut self, addr: impl Into<String>) -> Self {
+        self.route = Some(Route::Node(addr.into()));
+        self
+    }
+
+    /// Checks that every key shares one slot and builds the request.
+    pub fn build(self) -> Result<Request, Error> {
+        let route = match self.route {
+            Some(route) => route,
+            None => route_of(&self.keys)?,
+        };
+        Ok(Request {
+            body: Body::Command(self.args),
+            keys: self.keys,
+            route,
+            access: self.access,
+        })
+    }
+}
+
+fn route_of(keys: &[Key]) -> Result<Route, Error> {
+    let Some(first) = keys.first() else {
+        return Ok(Route::AnyMaster);
+    };
+    if let Some(other) = keys.iter().find(|k| k.slot() != first.slot()) {
+        return Err(Error::CrossSlot {
+            first: first.clone(),
+            other: other.clone(),
+        });
+    }
+    Ok(Route::Slot(first.slot()))
+}
+
+impl Request {
+    /// Starts a plain command named `name` (`GET`, `ZADD`, ...).
+    pub fn cmd(access: Access, name: &'static str) -> CommandBuilder {
+        CommandBuilder {
+            args: vec![Bytes::from_static(name.as_bytes())],
+            keys: Vec::new(),
+            access,
+            route: None,
+        }
+    }
+
+    /// A script call. Every key the script touches is in `keys`, all in one slot; the call is
+    /// routed by the first key.
+    pub fn script(
+        script: &'static Script,
+        access: Access,
+        keys: Vec<Key>,
+        args: Vec<Bytes>,
+    ) -> Result<Request, Error> {
+        let route = route_of(&keys)?;
+        Ok(Request {
+            body: Body::Script { script, args },
+            keys,
+            route,
+            access,
+        })
+    }
+
+    /// The declared keys.
+    pub fn keys(&self) -> &[Key] {
+        &self.keys
+    }
+
+    /// The route.
+    pub fn route(&self) -> &Route {
+        &self.route
+    }
+
+    /// Read or write.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    /// The slot, for slot-routed requests.
+    pub fn slot(&self) -> Option<u16> {
+        match self.route {
+            Route::Slot(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The script, for script calls.
+    pub fn script_ref(&self) -> Option<&'static Script> {
+        match &self.body {
+            Body::Script { script, .. } => Some(script),
+            Body::Command(_) => None,
+        }
+    }
+
+    /// The RESP argument vector as sent: `EVALSHA` for scripts, or `EVAL` with the source when
+    /// `with_source` (the `NOSCRIPT` fallback).
+    pub fn wire_args(&self, with_source: bool) -> Vec<Bytes> {
+        match &self.body {
+            Body::Command(args) => args.clone(),
+            Body::Script { script, args } => {
+                let mut out = Vec::with_capacity(3 + self.keys.len() + args.len());
+                if with_source {
+                    out.push(Bytes::from_static(b"EVAL"));
+                    out.push(Bytes::from_static(script.source().as_bytes()));
+                } else {
+                    out.push(Bytes::from_static(b"EVALSHA"));
+                    out.push(script.sha1().clone());
+                }
+                out.push(Bytes::from(self.keys.len().to_string()));
+                out.extend(self.keys.iter().map(Key::to_bytes));
+                out.extend(args.iter().cloned());
+                out
+            }
+        }
+    }
+
+    /// Appends the RESP2 encoding of this request to `buf`.
+    pub fn encode(&self, with_source: bool, buf: &mut bytes::BytesMut) {
+        encode_args(self.wire_args(with_source), buf);
+    }
+}
+
+/// Appends one command as a RESP2 array of bulk strings.
+pub fn encode_args(args: Vec<Bytes>, buf: &mut bytes::BytesMut) {
+    use redis_protocol::resp2::types::BytesFrame;
+    let frame = BytesFrame::Array(args.into_iter().map(BytesFrame::BulkString).collect());
+    // Encoding an array of bulk strings into a growable buffer has no failure mode: the
+    // buffer is extended to the exact length first.
+    let _ = redis_protocol::resp2::encode::extend_encode(buf, &frame, false);
+}
+
+/// Renders bytes for humans: printable ASCII as is, everything else escaped, long values cut.
+pub(crate) fn render_bytes(b: &[u8], out: &mut String) {
+    const MAX: usize = 80;
+    let shown = &b[..b.len().min(MAX)];
+    out.push_str(&shown.escape_ascii().to_string());
+    if b.len() > MAX {
+        out.push_str(&format!("…(+{} bytes)", b.len() - MAX));
+    }
+}
+
+impl fmt::Display for Request {
+    /// `EVALSHA save_message slot=4211 keys=[a b] args=[x y]` or `GET slot=1 keys=[a] args=[]`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = String::new();
+        let (head, args): (String, Vec<Bytes>) = match &self.body {
+            Body::Script { script, args } => (format!("EVALSHA {}", script.name()), args.clone()),
+            Body::Command(args) => {
+                let name = String::from_utf8_lossy(args.first().map(|b| b.as_ref()).unwrap_or(b""))
+                    .into_owned();
+                // Show the arguments that are not declared keys, in order.
+                let mut rest = Vec::new();
+                let mut keys = self.keys.iter().peekable();
+                for arg in args.iter().skip(1) {
+                    if keys.peek().is_some_and(|k| k.as_bytes() == arg.as_ref()) {
+                        keys.next();
+                    } else {
+                        rest.push(arg.clone());
+                    }
+                }
+                (name, rest)
+            }
+        };
+        out.push_str(&head);
+        match &self.route {
+            Route::Slot(s) => out.push_str(&format!(" slot={s}")),
+            Route::AnyMaster => out.push_str(" any-master"),
+            Route::Node(addr) => out.push_str(&format!(" node={addr}")),
+        }
+        if self.access == Access::Read {
+            out.push_str(" read");
+        }
+        out.push_str(" keys=[");
+        for (i, k) in self.keys.iter().enumerate() {
+            if i > 0 {
+                out.push(' ');
+            }
+            render_bytes(k.as_bytes(), &mut out);
+        }
+        out.push_str("] args=[");
+        for (i, a) in args.iter().enumerate() {
+            if i > 0 {
+                out.push(' ');
+            }
+            render_bytes(a, &mut out);
+        }
+        out.push(']');
+        f.write_str(&out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cross_slot_commands_are_refused() {
+        let a = Key::new(&b"{a}x"[..]);
+        let b = Key::new(&b"{b}x"[..]);
+        let err = Request::cmd(Access::Read, "MGET")
+            .key(&a)
+            .key(&b)
+            .build()
+            .unwrap_err();
+        assert!(matches!(err, Error::CrossSlot { .. }), "{err:?}");
+        let ok = Request::cmd(Access::Read, "MGET")
+            .key(&a)
+            .key(&Key::new(&b"{a}y"[..]))
+            .build()
+            .unwrap();
+        assert_eq!(ok.slot(), Some(a.slot()));
+    }
+
+    #[test]
+    fn encoding_is_resp2_bulk_array() {
+        let req = Request::cmd(Access::Write, "SET")
+            .key(&Key::new(&b"k"[..]))
+            .arg("v")
+            .build()
+            .unwrap();
+        let mut buf = bytes::BytesMut::new();
+        req.encode(false, &mut buf);
+        assert_eq!(&buf[..], b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n");
+        assert_eq!(req.to_string(), "SET slot=7629 keys=[k] args=[v]");
+    }
+}

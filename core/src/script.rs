@@ -1,0 +1,93 @@
+//! Lua scripts: each `lua/*.lua` file is embedded at build time and hashed once.
+//!
+//! Calls go out as `EVALSHA`; a `NOSCRIPT` reply (after a failover, restart or `SCRIPT FLUSH`)
+//! makes the session resend the call as `EVAL` with the source on the node that said it, which
+//! also loads the script there.
+
+use bytes::Bytes;
+use std::sync::OnceLock;
+
+/// A Lua script of the `lua/` folder.
+#[derive(Debug)]
+pub struct Script {
+    name: &'static str,
+    source: &'static str,
+    sha1: OnceLock<Bytes>,
+}
+
+impl Script {
+    /// Declares a script; see [`lua_script!`](crate::lua_script).
+    pub const fn new(name: &'static str, source: &'static str) -> Self {
+        Script {
+            name,
+            source,
+            sha1: OnceLock::new(),
+        }
+    }
+
+    /// The file stem, e.g. `save_message`.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The Lua source.
+    pub fn source(&self) -> &'static str {
+        self.source
+    }
+
+    /// The SHA1 of the source in lowercase hex, as `EVALSHA` wants it; computed once.
+    pub fn sha1(&self) -> &Bytes {
+        self.sha1
+            .get_or_init(|| Bytes::from(sha1_smol::Sha1::from(self.source).digest().to_string()))
+    }
+}
+
+/// Declares a `static` [`Script`] from `lua/<name>.lua`.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! lua_script {
+    ($(#[$meta:meta])* $vis:vis $ident:ident = $name:literal) => {
+        $(#[$meta])*
+        $vis static $ident: $crate::script::Script = $crate::script::Script::new(
+            $name,
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../lua/", $name, ".lua")),
+        );
+    };
+}
+
+/// Every script the core uses, for tests and for preloading.
+pub fn all() -> Vec<&'static Script> {
+    let mut all: Vec<&'static Script> = Vec::new();
+    all.extend_from_slice(crate::store::SCRIPTS);
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha1_is_lowercase_hex_of_the_source() {
+        let script = Script::new("t", "return 1");
+        assert_eq!(
+            script.sha1().as_ref(),
+            b"e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
+        );
+    }
+
+    #[test]
+    fn every_lua_file_is_registered_once() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../lua");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().into_string().unwrap();
+                name.strip_suffix(".lua").map(str::to_owned)
+            })
+            .collect();
+        files.sort();
+        let mut registered: Vec<String> = all().iter().map(|s| s.name().to_owned()).collect();
+        registered.sort();
+        assert_eq!(files, registered);
+    }
+}

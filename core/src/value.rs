@@ -1,0 +1,166 @@
+//! Replies: the core's own value type, decoded from RESP2 frames, and typed accessors that turn
+//! a surprising reply into an error instead of a panic.
+
+use bytes::Bytes;
+use redis_protocol::resp2::types::BytesFrame;
+use std::fmt;
+
+use crate::error::Error;
+
+/// A successful reply.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Value {
+    /// A nil bulk string or nil array.
+    Nil,
+    /// An integer reply.
+    Int(i64),
+    /// A bulk string.
+    Bulk(Bytes),
+    /// A simple-string (status) reply such as `OK`.
+    Status(Bytes),
+    /// An array reply.
+    Array(Vec<Value>),
+}
+
+/// An error reply (`-CODE message`), split at the first space so that decisions match the code
+/// word only: error texts differ between Redis 6.2, 7.x and Valkey.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ServerError {
+    text: String,
+}
+
+impl ServerError {
+    /// Wraps the error text as decoded (no leading `-`, no CRLF).
+    pub fn new(text: impl Into<String>) -> Self {
+        ServerError { text: text.into() }
+    }
+
+    /// The leading code word, e.g. `MOVED`, `ERR`, `NOSCRIPT`.
+    pub fn code(&self) -> &str {
+        self.text.split(' ').next().unwrap_or("")
+    }
+
+    /// The whole text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+impl fmt::Display for ServerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// One decoded reply: a value or an error reply.
+pub type Frame = Result<Value, ServerError>;
+
+/// Converts a decoded RESP2 frame.
+pub fn from_frame(frame: BytesFrame) -> Frame {
+    match frame {
+        BytesFrame::Error(text) => Err(ServerError::new(text.to_string())),
+        other => Ok(value_of(other)),
+    }
+}
+
+fn value_of(frame: BytesFrame) -> Value {
+    match frame {
+        BytesFrame::Null => Value::Nil,
+        BytesFrame::Integer(i) => Value::Int(i),
+        BytesFrame::BulkString(b) => Value::Bulk(b),
+        BytesFrame::SimpleString(b) => Value::Status(b),
+        // An error nested in an array (a MULTI/EXEC reply) stays visible as a status-like value
+        // that no accessor mistakes for data.
+        BytesFrame::Error(text) => {
+            Value::Status(Bytes::from(format!("-{}", text.as_bytes().escape_ascii())))
+        }
+        BytesFrame::Array(items) => Value::Array(items.into_iter().map(value_of).collect()),
+    }
+}
+
+impl Value {
+    fn unexpected(&self, wanted: &str) -> Error {
+        Error::UnexpectedReply {
+            detail: format!("wanted {wanted}, got {self:?}"),
+        }
+    }
+
+    /// An integer, also from a bulk string of digits (Lua numbers arrive as integers, `INCR`
+    /// results and stored counters as either).
+    pub fn as_i64(&self) -> Result<i64, Error> {
+        match self {
+            Value::Int(i) => Ok(*i),
+            Value::Bulk(b) | Value::Status(b) => std::str::from_utf8(b)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| self.unexpected("an integer")),
+            _ => Err(self.unexpected("an integer")),
+        }
+    }
+
+    /// Bytes of a bulk or status reply, `None` for nil.
+    pub fn into_opt_bytes(self) -> Result<Option<Bytes>, Error> {
+        match self {
+            Value::Nil => Ok(None),
+            Value::Bulk(b) | Value::Status(b) => Ok(Some(b)),
+            other => Err(other.unexpected("a string or nil")),
+        }
+    }
+
+    /// Bytes of a bulk or status reply.
+    pub fn into_bytes(self) -> Result<Bytes, Error> {
+        match self {
+            Value::Bulk(b) | Value::Status(b) => Ok(b),
+            other => Err(other.unexpected("a string")),
+        }
+    }
+
+    /// A UTF-8 string.
+    pub fn into_string(self) -> Result<String, Error> {
+        let bytes = self.into_bytes()?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| Error::UnexpectedReply {
+            detail: "wanted UTF-8 text".into(),
+        })
+    }
+
+    /// The items of an array reply (nil counts as empty).
+    pub fn into_array(self) -> Result<Vec<Value>, Error> {
+        match self {
+            Value::Array(items) => Ok(items),
+            Value::Nil => Ok(Vec::new()),
+            other => Err(other.unexpected("an array")),
+        }
+    }
+
+    /// Checks for a status reply of exactly `OK`.
+    pub fn expect_ok(&self) -> Result<(), Error> {
+        match self {
+            Value::Status(b) if b.as_ref() == b"OK" => Ok(()),
+            _ => Err(self.unexpected("OK")),
+        }
+    }
+}
+
+impl fmt::Debug for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Nil => f.write_str("nil"),
+            Value::Int(i) => write!(f, "{i}"),
+            Value::Bulk(b) => write!(f, "\"{}\"", b.escape_ascii()),
+            Value::Status(b) => write!(f, "+{}", b.escape_ascii()),
+            Value::Array(items) => f.debug_list().entries(items).finish(),
+        }
+    }
+}
+
+impl From<&str> for Value {
+    fn from(s: &str) -> Self {
+        Value::Bulk(Bytes::copy_from_slice(s.as_bytes()))
+    }
+}
+
+impl From<i64> for Value {
+    fn from(i: i64) -> Self {
+        Value::Int(i)
+    }
+}
