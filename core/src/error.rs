@@ -37,7 +37,23 @@ pub enum Error {
         /// Why the reply never came.
         reason: String,
     },
-    /// The request was never written: no connection could be made, or the client closed.
+    /// No connection could be made to a node; the request was never written.
+    #[error("could not connect to {addr}: {reason}")]
+    Connect {
+        /// The node, as dialled.
+        addr: String,
+        /// The I/O error or timeout.
+        reason: String,
+    },
+    /// The node refused the credentials (`AUTH`); the request was never written.
+    #[error("authentication failed at {addr}: {reason}")]
+    Auth {
+        /// The node.
+        addr: String,
+        /// The server's reply.
+        reason: String,
+    },
+    /// The request was never written, for the reason given.
     #[error("not sent: {reason}")]
     NotSent {
         /// Why.

@@ -38,8 +38,11 @@ pub mod keys;
 pub mod layout;
 pub mod plan;
 pub mod request;
+pub mod retry;
 pub mod script;
+pub mod session;
 pub mod store;
+pub mod topology;
 pub mod value;
 
 pub use error::Error;

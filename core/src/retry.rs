@@ -1,0 +1,170 @@
+//! What a reply means for routing: pure classification and backoff, written once for every
+//! driver (design.md section 6).
+
+use std::time::Duration;
+
+use crate::topology::{parse_redirect, NodeAddr, Redirect};
+use crate::value::ServerError;
+
+/// What to do with an error reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// A final answer: hand it to the plan.
+    Final,
+    /// `MOVED`: patch the slot, resend to `addr`, refresh the topology soon.
+    Moved {
+        /// The slot.
+        slot: u16,
+        /// Its new owner.
+        addr: NodeAddr,
+    },
+    /// `ASK`: send `ASKING` and the request to `addr`, once; the map stays.
+    Ask {
+        /// The importing node.
+        addr: NodeAddr,
+    },
+    /// Back off and resend; the reply came before anything ran.
+    Backoff {
+        /// Whether the topology is probably stale (`CLUSTERDOWN`, `READONLY`, ...).
+        refresh: bool,
+    },
+    /// `NOSCRIPT`: resend as `EVAL` with the source to the node that said it.
+    NoScript,
+}
+
+/// Classifies an error reply by its leading code word only: texts differ between Redis 6.2,
+/// 7.x and Valkey.
+pub fn classify(err: &ServerError, fallback_host: &str) -> Decision {
+    match err.code() {
+        "MOVED" | "ASK" => match parse_redirect(err, fallback_host) {
+            Some(Redirect::Moved { slot, addr }) => Decision::Moved { slot, addr },
+            Some(Redirect::Ask { addr, .. }) => Decision::Ask { addr },
+            // A redirect we cannot follow is an answer the caller must see.
+            None => Decision::Final,
+        },
+        "TRYAGAIN" => Decision::Backoff { refresh: false },
+        "CLUSTERDOWN" | "LOADING" | "MASTERDOWN" | "READONLY" => {
+            Decision::Backoff { refresh: true }
+        }
+        "NOSCRIPT" => Decision::NoScript,
+        // Redis 6 wraps the error of a write inside a script on a demoted master:
+        // `ERR Error running script ... -READONLY You can't write against a read only replica`.
+        "ERR" if err.text().contains("-READONLY ") => Decision::Backoff { refresh: true },
+        _ => Decision::Final,
+    }
+}
+
+/// How retryable replies and unreachable nodes are retried (the seed's `withClusterRetry`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts after the first send, before giving up (default 10).
+    pub attempts: u32,
+    /// The first delay (default 10 ms); each next one doubles.
+    pub base: Duration,
+    /// The longest delay (default 500 ms).
+    pub cap: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// 10 attempts: 10, 20, 40, ... ms capped at 500 ms, about 2.6 s in total.
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 10,
+            base: Duration::from_millis(10),
+            cap: Duration::from_millis(500),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The delay before attempt `attempt` (1-based), scaled by `jitter` in `[0.75, 1.25)` so
+    /// that replicas retrying one failover do not retry in lockstep.
+    pub fn delay(&self, attempt: u32, jitter: f64) -> Duration {
+        let doublings = attempt.saturating_sub(1).min(20);
+        let raw = self.base.saturating_mul(1u32 << doublings).min(self.cap);
+        raw.mul_f64(jitter.clamp(0.75, 1.25))
+    }
+}
+
+/// A small seeded generator (SplitMix64) for jitter: the core draws no randomness of its own.
+#[derive(Clone, Debug)]
+pub struct Jitter(u64);
+
+impl Jitter {
+    /// Seeds the generator; the driver passes a random seed, tests a fixed one.
+    pub fn new(seed: u64) -> Self {
+        Jitter(seed)
+    }
+
+    /// The next factor in `[0.75, 1.25)`.
+    pub fn next_factor(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        // 53 random bits as a fraction in [0, 1).
+        0.75 + (z >> 11) as f64 / (1u64 << 53) as f64 * 0.5
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(text: &str) -> Decision {
+        classify(&ServerError::new(text), "h")
+    }
+
+    #[test]
+    fn the_retry_table() {
+        assert_eq!(
+            c("MOVED 1 a:1"),
+            Decision::Moved {
+                slot: 1,
+                addr: NodeAddr::new("a", 1)
+            }
+        );
+        assert_eq!(
+            c("ASK 1 :2"),
+            Decision::Ask {
+                addr: NodeAddr::new("h", 2)
+            }
+        );
+        assert_eq!(
+            c("TRYAGAIN Multiple keys request during rehashing of slot"),
+            Decision::Backoff { refresh: false }
+        );
+        for code in ["CLUSTERDOWN The cluster is down", "LOADING x", "MASTERDOWN x", "READONLY x"] {
+            assert_eq!(c(code), Decision::Backoff { refresh: true }, "{code}");
+        }
+        assert_eq!(
+            c("ERR Error running script (call to f_1): @user_script:1: -READONLY You can't write"),
+            Decision::Backoff { refresh: true }
+        );
+        assert_eq!(c("NOSCRIPT No matching script"), Decision::NoScript);
+        assert_eq!(c("ERR wrong number of arguments"), Decision::Final);
+        assert_eq!(c("CROSSSLOT Keys in request"), Decision::Final);
+        assert_eq!(c("MOVED nonsense"), Decision::Final);
+    }
+
+    #[test]
+    fn default_backoff_totals_about_two_and_a_half_seconds() {
+        let policy = RetryPolicy::default();
+        let total: Duration = (1..=policy.attempts).map(|a| policy.delay(a, 1.0)).sum();
+        assert_eq!(total, Duration::from_millis(2630));
+        assert_eq!(policy.delay(1, 0.0), Duration::from_micros(7500));
+        assert_eq!(policy.delay(30, 1.25), Duration::from_millis(625));
+    }
+
+    #[test]
+    fn jitter_is_seeded_and_bounded() {
+        let mut a = Jitter::new(7);
+        let mut b = Jitter::new(7);
+        for _ in 0..1000 {
+            let x = a.next_factor();
+            assert_eq!(x, b.next_factor());
+            assert!((0.75..1.25).contains(&x));
+        }
+    }
+}

@@ -1,0 +1,410 @@
+//! Cluster topology: node addresses, `CLUSTER SLOTS` / `CLUSTER SHARDS` replies, and `MOVED` /
+//! `ASK` redirects, all parsed defensively: a reply of the wrong shape is an error, never a
+//! panic, and an unusable endpoint (`?`, `NULL`, empty host) is resolved or skipped.
+
+use std::fmt;
+
+use crate::keys::SLOT_COUNT;
+use crate::value::{ServerError, Value};
+
+/// A node's address as the cluster announces it: its identity in the slot map. Remapping (for
+/// NAT or Docker) applies only when connecting, never to this identity.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeAddr {
+    /// Host name or IP (IPv6 without brackets).
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+}
+
+impl NodeAddr {
+    /// A node address.
+    pub fn new(host: impl Into<String>, port: u16) -> Self {
+        NodeAddr {
+            host: host.into(),
+            port,
+        }
+    }
+
+    /// Parses `host:port`, `[v6]:port` or `:port` (empty host: `fallback_host`, the host of the
+    /// node that sent it). Splits on the last `:`, since an IPv6 host has colons of its own.
+    pub fn parse(text: &str, fallback_host: &str) -> Option<NodeAddr> {
+        let (host, port) = text.rsplit_once(':')?;
+        let port: u16 = port.parse().ok()?;
+        if port == 0 {
+            return None;
+        }
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let host = match host {
+            "" => fallback_host,
+            "?" => return None,
+            h => h,
+        };
+        (!host.is_empty()).then(|| NodeAddr::new(host, port))
+    }
+}
+
+impl fmt::Display for NodeAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// A redirect reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Redirect {
+    /// `MOVED slot addr`: the slot lives elsewhere now.
+    Moved {
+        /// The slot.
+        slot: u16,
+        /// Its owner.
+        addr: NodeAddr,
+    },
+    /// `ASK slot addr`: this one key is being imported by `addr`.
+    Ask {
+        /// The slot.
+        slot: u16,
+        /// The importing node.
+        addr: NodeAddr,
+    },
+}
+
+/// Parses `MOVED 3999 127.0.0.1:6381` or `ASK 3999 :6380`; `None` for anything else, including
+/// a redirect whose slot or address cannot be used.
+pub fn parse_redirect(err: &ServerError, fallback_host: &str) -> Option<Redirect> {
+    let mut words = err.text().split_ascii_whitespace();
+    let code = words.next()?;
+    let slot: u16 = words.next()?.parse().ok()?;
+    if slot >= SLOT_COUNT {
+        return None;
+    }
+    let addr = NodeAddr::parse(words.next()?, fallback_host)?;
+    match code {
+        "MOVED" => Some(Redirect::Moved { slot, addr }),
+        "ASK" => Some(Redirect::Ask { slot, addr }),
+        _ => None,
+    }
+}
+
+/// One master and the slot ranges it serves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shard {
+    /// The master.
+    pub master: NodeAddr,
+    /// Inclusive slot ranges.
+    pub ranges: Vec<(u16, u16)>,
+}
+
+/// A topology answer: masters and their slots.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Topology {
+    /// The shards, in reply order.
+    pub shards: Vec<Shard>,
+}
+
+impl Topology {
+    /// How many slots the answer assigns (overlaps counted once).
+    pub fn coverage(&self) -> usize {
+        let mut seen = vec![false; usize::from(SLOT_COUNT)];
+        for shard in &self.shards {
+            for &(start, end) in &shard.ranges {
+                for s in start..=end {
+                    seen[usize::from(s)] = true;
+                }
+            }
+        }
+        seen.into_iter().filter(|&b| b).count()
+    }
+
+    /// Whether every slot has an owner.
+    pub fn is_complete(&self) -> bool {
+        self.coverage() == usize::from(SLOT_COUNT)
+    }
+}
+
+/// Why a topology reply was not usable.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unusable topology reply: {0}")]
+pub struct TopologyError(pub String);
+
+fn bad(what: &str) -> TopologyError {
+    TopologyError(what.to_owned())
+}
+
+fn int(v: &Value) -> Option<i64> {
+    v.as_i64().ok()
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::Bulk(b) | Value::Status(b) => std::str::from_utf8(b).ok().map(str::to_owned),
+        _ => None,
+    }
+}
+
+fn slot_of(v: &Value) -> Option<u16> {
+    int(v)
+        .and_then(|i| u16::try_from(i).ok())
+        .filter(|&s| s < SLOT_COUNT)
+}
+
+/// Resolves an announced endpoint: `NULL` or empty means "the host you asked", `?` means
+/// unknown (the node is skipped).
+fn endpoint(host: Option<&Value>, asked_host: &str) -> Option<String> {
+    match host {
+        None | Some(Value::Nil) => Some(asked_host.to_owned()),
+        Some(v) => match text(v)?.as_str() {
+            "" => Some(asked_host.to_owned()),
+            "?" => None,
+            h => Some(h.to_owned()),
+        },
+    }
+}
+
+/// Parses a `CLUSTER SLOTS` reply: `[[start, end, [host, port, id, ...], replicas...], ...]`.
+/// Entries with an unknown master endpoint are skipped, so the answer may cover fewer slots.
+pub fn parse_cluster_slots(reply: &Value, asked_host: &str) -> Result<Topology, TopologyError> {
+    let Value::Array(entries) = reply else {
+        return Err(bad("CLUSTER SLOTS did not answer an array"));
+    };
+    let mut topo = Topology::default();
+    for entry in entries {
+        let Value::Array(fields) = entry else {
+            return Err(bad("a CLUSTER SLOTS entry is not an array"));
+        };
+        let (Some(start), Some(end), Some(Value::Array(master))) = (
+            fields.first().and_then(slot_of),
+            fields.get(1).and_then(slot_of),
+            fields.get(2),
+        ) else {
+            return Err(bad("a CLUSTER SLOTS entry lacks its range or master"));
+        };
+        if start > end {
+            return Err(bad("a CLUSTER SLOTS range ends before it starts"));
+        }
+        let port = master
+            .get(1)
+            .and_then(int)
+            .and_then(|p| u16::try_from(p).ok())
+            .filter(|&p| p != 0);
+        let (Some(host), Some(port)) = (endpoint(master.first(), asked_host), port) else {
+            continue;
+        };
+        add_range(&mut topo, NodeAddr::new(host, port), (start, end));
+    }
+    Ok(topo)
+}
+
+fn add_range(topo: &mut Topology, master: NodeAddr, range: (u16, u16)) {
+    match topo.shards.iter_mut().find(|s| s.master == master) {
+        Some(shard) => shard.ranges.push(range),
+        None => topo.shards.push(Shard {
+            master,
+            ranges: vec![range],
+        }),
+    }
+}
+
+/// Reads a flat `[name, value, name, value, ...]` map.
+fn field<'a>(map: &'a [Value], name: &str) -> Option<&'a Value> {
+    map.chunks(2)
+        .find(|pair| text(&pair[0]).as_deref() == Some(name))
+        .and_then(|pair| pair.get(1))
+}
+
+/// Parses a `CLUSTER SHARDS` reply (Redis 7): per shard its `slots` (flat start/end pairs) and
+/// `nodes` (maps with `endpoint`/`ip`, `port`, `role`, `health`). Only an online master counts.
+pub fn parse_cluster_shards(reply: &Value, asked_host: &str) -> Result<Topology, TopologyError> {
+    let Value::Array(shards) = reply else {
+        return Err(bad("CLUSTER SHARDS did not answer an array"));
+    };
+    let mut topo = Topology::default();
+    for shard in shards {
+        let Value::Array(map) = shard else {
+            return Err(bad("a CLUSTER SHARDS entry is not a map"));
+        };
+        let (Some(Value::Array(slots)), Some(Value::Array(nodes))) =
+            (field(map, "slots"), field(map, "nodes"))
+        else {
+            return Err(bad("a CLUSTER SHARDS entry lacks slots or nodes"));
+        };
+        if slots.len() % 2 != 0 {
+            return Err(bad("CLUSTER SHARDS slots are not start/end pairs"));
+        }
+        let master = nodes.iter().find_map(|node| {
+            let Value::Array(node) = node else {
+                return None;
+            };
+            let is_master = field(node, "role").and_then(text).as_deref() == Some("master");
+            let online = field(node, "health")
+                .and_then(text)
+                .is_none_or(|h| h == "online");
+            if !is_master || !online {
+                return None;
+            }
+            let host = match field(node, "endpoint") {
+                Some(v) if text(v).is_some_and(|h| !h.is_empty() && h != "?") => {
+                    endpoint(Some(v), asked_host)
+                }
+                _ => endpoint(field(node, "ip"), asked_host),
+            }?;
+            let port = field(node, "port")
+                .or_else(|| field(node, "tls-port"))
+                .and_then(int)
+                .and_then(|p| u16::try_from(p).ok())
+                .filter(|&p| p != 0)?;
+            Some(NodeAddr::new(host, port))
+        });
+        let Some(master) = master else {
+            continue;
+        };
+        for pair in slots.chunks(2) {
+            let (Some(start), Some(end)) = (slot_of(&pair[0]), slot_of(&pair[1])) else {
+                return Err(bad("a CLUSTER SHARDS slot is out of range"));
+            };
+            if start > end {
+                return Err(bad("a CLUSTER SHARDS range ends before it starts"));
+            }
+            add_range(&mut topo, master.clone(), (start, end));
+        }
+    }
+    Ok(topo)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(s: &str) -> Value {
+        Value::from(s)
+    }
+
+    #[test]
+    fn endpoints_are_parsed_defensively() {
+        assert_eq!(
+            NodeAddr::parse("127.0.0.1:6381", "x"),
+            Some(NodeAddr::new("127.0.0.1", 6381))
+        );
+        assert_eq!(
+            NodeAddr::parse(":6380", "10.0.0.1"),
+            Some(NodeAddr::new("10.0.0.1", 6380))
+        );
+        assert_eq!(
+            NodeAddr::parse("[::1]:7000", "x"),
+            Some(NodeAddr::new("::1", 7000))
+        );
+        assert_eq!(NodeAddr::parse("?:7000", "x"), None);
+        assert_eq!(NodeAddr::parse("host", "x"), None);
+        assert_eq!(NodeAddr::parse("host:0", "x"), None);
+        assert_eq!(NodeAddr::parse("host:99999", "x"), None);
+        assert_eq!(NodeAddr::new("::1", 7000).to_string(), "[::1]:7000");
+    }
+
+    #[test]
+    fn redirects() {
+        let moved = ServerError::new("MOVED 3999 127.0.0.1:6381");
+        assert_eq!(
+            parse_redirect(&moved, "h"),
+            Some(Redirect::Moved {
+                slot: 3999,
+                addr: NodeAddr::new("127.0.0.1", 6381)
+            })
+        );
+        let ask = ServerError::new("ASK 3999 :6380");
+        assert_eq!(
+            parse_redirect(&ask, "h"),
+            Some(Redirect::Ask {
+                slot: 3999,
+                addr: NodeAddr::new("h", 6380)
+            })
+        );
+        assert_eq!(
+            parse_redirect(&ServerError::new("MOVED 16384 a:1"), "h"),
+            None
+        );
+        assert_eq!(parse_redirect(&ServerError::new("MOVED"), "h"), None);
+        assert_eq!(parse_redirect(&ServerError::new("ERR x"), "h"), None);
+    }
+
+    #[test]
+    fn cluster_slots_reply() {
+        let reply = Value::Array(vec![
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(5460),
+                Value::Array(vec![b("127.0.0.1"), Value::Int(7000), b("id1")]),
+                Value::Array(vec![b("127.0.0.1"), Value::Int(7003), b("id4")]),
+            ]),
+            Value::Array(vec![
+                Value::Int(5461),
+                Value::Int(16383),
+                Value::Array(vec![b(""), Value::Int(7001), b("id2")]),
+            ]),
+            Value::Array(vec![
+                Value::Int(1),
+                Value::Int(1),
+                Value::Array(vec![b("?"), Value::Int(7009), b("id9")]),
+            ]),
+        ]);
+        let topo = parse_cluster_slots(&reply, "10.0.0.9").unwrap();
+        assert_eq!(
+            topo.shards,
+            vec![
+                Shard {
+                    master: NodeAddr::new("127.0.0.1", 7000),
+                    ranges: vec![(0, 5460)]
+                },
+                Shard {
+                    master: NodeAddr::new("10.0.0.9", 7001),
+                    ranges: vec![(5461, 16383)]
+                },
+            ]
+        );
+        assert!(topo.is_complete());
+        assert!(parse_cluster_slots(&Value::Int(1), "h").is_err());
+        assert!(parse_cluster_slots(
+            &Value::Array(vec![Value::Array(vec![Value::Int(9), Value::Int(1)])]),
+            "h"
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn cluster_shards_reply() {
+        let node = |port: i64, role: &str| {
+            Value::Array(vec![
+                b("id"),
+                b("x"),
+                b("port"),
+                Value::Int(port),
+                b("ip"),
+                b("127.0.0.1"),
+                b("endpoint"),
+                b("127.0.0.1"),
+                b("role"),
+                b(role),
+                b("health"),
+                b("online"),
+            ])
+        };
+        let reply = Value::Array(vec![Value::Array(vec![
+            b("slots"),
+            Value::Array(vec![Value::Int(0), Value::Int(100), Value::Int(200), Value::Int(300)]),
+            b("nodes"),
+            Value::Array(vec![node(7003, "replica"), node(7000, "master")]),
+        ])]);
+        let topo = parse_cluster_shards(&reply, "h").unwrap();
+        assert_eq!(
+            topo.shards,
+            vec![Shard {
+                master: NodeAddr::new("127.0.0.1", 7000),
+                ranges: vec![(0, 100), (200, 300)]
+            }]
+        );
+        assert_eq!(topo.coverage(), 202);
+    }
+}
