@@ -1,0 +1,12 @@
+//! Integration-test support for botmesh-redis: a harness that runs real `redis-server`
+//! processes (single nodes and Redis Clusters on loopback) and a small blocking admin
+//! connection to inspect and steer them. See [`harness`].
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod harness;
+
+pub use harness::{
+    parse_cluster_slots, parse_info, poll_until, redis_server_path, shared_cluster, shared_single,
+    unique_prefix, AdminConn, ClusterOptions, Migration, RedisCluster, RedisServer, ServerOptions,
+    SingleNode, SlotRange, Value, MISSING_SERVER, SLOT_COUNT,
+};
