@@ -30,7 +30,9 @@ pub enum Error {
     Server(ServerError),
     /// The request was written but the connection died or timed out before its reply: it may
     /// or may not have run. Writes are never re-sent after this.
-    #[error("reply lost from {addr} after the request was sent ({reason}); the outcome is unknown")]
+    #[error(
+        "reply lost from {addr} after the request was sent ({reason}); the outcome is unknown"
+    )]
     ReplyLost {
         /// The node the request was written to.
         addr: String,

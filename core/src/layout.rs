@@ -42,7 +42,9 @@ pub enum KeyError {
     #[error("the key prefix is empty")]
     EmptyPrefix,
     /// A `{` or `}` in a cluster-layout prefix would become or break a hash tag.
-    #[error("the prefix {prefix:?} contains {{ or }}, which the cluster layout reserves for hash tags")]
+    #[error(
+        "the prefix {prefix:?} contains {{ or }}, which the cluster layout reserves for hash tags"
+    )]
     BraceInClusterPrefix {
         /// The refused prefix.
         prefix: String,
@@ -205,9 +207,12 @@ impl Keyspace {
     pub fn record(&self, kind: RecordKind, id: &str) -> Key {
         match self.layout {
             Layout::Legacy => self.key(format_args!("{}:{id}", kind.legacy_name())),
-            Layout::Cluster => {
-                self.key(format_args!("{{{}:{}}}:r:{}", kind.tag(), bucket(id), enc(id)))
-            }
+            Layout::Cluster => self.key(format_args!(
+                "{{{}:{}}}:r:{}",
+                kind.tag(),
+                bucket(id),
+                enc(id)
+            )),
         }
     }
 
@@ -366,8 +371,14 @@ mod tests {
 
     #[test]
     fn prefix_rules() {
-        assert_eq!(Keyspace::new(Layout::Legacy, ""), Err(KeyError::EmptyPrefix));
-        assert_eq!(Keyspace::new(Layout::Cluster, ""), Err(KeyError::EmptyPrefix));
+        assert_eq!(
+            Keyspace::new(Layout::Legacy, ""),
+            Err(KeyError::EmptyPrefix)
+        );
+        assert_eq!(
+            Keyspace::new(Layout::Cluster, ""),
+            Err(KeyError::EmptyPrefix)
+        );
         assert_eq!(
             Keyspace::new(Layout::Cluster, "a{b"),
             Err(KeyError::BraceInClusterPrefix {

@@ -34,8 +34,10 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod error;
+pub mod executor;
 pub mod keys;
 pub mod layout;
+pub mod options;
 pub mod plan;
 pub mod request;
 pub mod retry;
@@ -46,8 +48,11 @@ pub mod topology;
 pub mod value;
 
 pub use error::Error;
+pub use executor::Executor;
 pub use keys::Key;
 pub use layout::{Keyspace, Layout};
+pub use options::ClientOptions;
 pub use plan::{Plan, Reply, Step};
 pub use request::{Access, Request, Route};
+pub use topology::NodeAddr;
 pub use value::{ServerError, Value};

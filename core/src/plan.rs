@@ -100,10 +100,7 @@ pub(crate) fn misuse(what: &str) -> Error {
 
 /// Renders a batch for logs and snapshots, one request per line.
 pub fn render_batch(batch: &[Request]) -> String {
-    batch
-        .iter()
-        .map(|r| format!("  {r}\n"))
-        .collect::<String>()
+    batch.iter().map(|r| format!("  {r}\n")).collect::<String>()
 }
 
 /// A deterministic runner that answers a plan's requests from a function, and records what

@@ -1,0 +1,315 @@
+//! What a user configures when creating a client, shared by every driver: the URL or root
+//! nodes, credentials, the address map and the retry knobs, turned into a session
+//! [`Config`](crate::session::Config).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use percent_encoding::percent_decode_str;
+
+use crate::error::Error;
+use crate::retry::RetryPolicy;
+use crate::session::{Auth, Config};
+use crate::topology::NodeAddr;
+
+/// Client options: exactly one of [`ClientOptions::url`] (one node) or
+/// [`ClientOptions::cluster`] (root nodes of a cluster).
+#[derive(Clone, Default)]
+pub struct ClientOptions {
+    url: Option<String>,
+    root_nodes: Vec<String>,
+    username: Option<String>,
+    password: Option<String>,
+    address_map: Option<crate::session::AddressMap>,
+    max_redirections: Option<u32>,
+    retry: Option<RetryPolicy>,
+    connect_timeout: Option<Duration>,
+    request_timeout: Option<Duration>,
+    response_timeout: Option<Duration>,
+    refresh_interval: Option<Duration>,
+    seed: Option<u64>,
+}
+
+impl fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientOptions")
+            .field("url", &self.url.as_deref().map(redact_url))
+            .field("root_nodes", &self.root_nodes)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("address_map", &self.address_map.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+fn redact_url(url: &str) -> String {
+    match url.rsplit_once('@') {
+        Some((_, host)) => format!("redis://<credentials>@{host}"),
+        None => url.to_owned(),
+    }
+}
+
+impl ClientOptions {
+    /// One node: `redis://[user[:password]@]host:port`.
+    pub fn url(url: impl Into<String>) -> Self {
+        ClientOptions {
+            url: Some(url.into()),
+            ..Default::default()
+        }
+    }
+
+    /// A cluster, discovered from these root nodes (`host:port` or `redis://...`).
+    pub fn cluster<S: Into<String>>(root_nodes: impl IntoIterator<Item = S>) -> Self {
+        ClientOptions {
+            root_nodes: root_nodes.into_iter().map(Into::into).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Credentials for every node (the seed's `defaults`); a password in the URL also works.
+    pub fn credentials(mut self, username: Option<&str>, password: &str) -> Self {
+        self.username = username.map(str::to_owned);
+        self.password = Some(password.to_owned());
+        self
+    }
+
+    /// Maps each announced node address to the address to dial, for clusters that announce
+    /// addresses this process cannot reach (Docker, NAT). The announced address stays the
+    /// node's identity.
+    pub fn node_address_map(
+        mut self,
+        map: impl Fn(&NodeAddr) -> NodeAddr + Send + Sync + 'static,
+    ) -> Self {
+        self.address_map = Some(Arc::new(map));
+        self
+    }
+
+    /// `MOVED`/`ASK` redirections one request may follow (default 16).
+    pub fn max_command_redirections(mut self, n: u32) -> Self {
+        self.max_redirections = Some(n);
+        self
+    }
+
+    /// Retries of `TRYAGAIN`, `CLUSTERDOWN` and unreachable nodes (default 10 attempts from
+    /// 10 ms, doubling, capped at 500 ms: about 2.5 s). The seed's `withClusterRetry`.
+    pub fn cluster_retry(mut self, attempts: u32, base: Duration) -> Self {
+        let cap = RetryPolicy::default().cap.max(base);
+        self.retry = Some(RetryPolicy {
+            attempts,
+            base,
+            cap,
+        });
+        self
+    }
+
+    /// TCP connect plus `AUTH` deadline (default 2 s).
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = Some(d);
+        self
+    }
+
+    /// Overall deadline of one batch of requests (default 10 s).
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.request_timeout = Some(d);
+        self
+    }
+
+    /// A connection whose oldest request has had no reply this long is closed (default 5 s).
+    pub fn response_timeout(mut self, d: Duration) -> Self {
+        self.response_timeout = Some(d);
+        self
+    }
+
+    /// Periodic topology refresh (default 5 s).
+    pub fn refresh_interval(mut self, d: Duration) -> Self {
+        self.refresh_interval = Some(d);
+        self
+    }
+
+    /// Seed of the retry jitter (drivers pass a random one by default).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Whether these options name a cluster.
+    pub fn is_cluster(&self) -> bool {
+        !self.root_nodes.is_empty()
+    }
+
+    /// Checks the options and builds the session configuration. `seed` is used unless one was
+    /// set explicitly.
+    pub fn to_config(&self, seed: u64) -> Result<Config, Error> {
+        let mut auth = None;
+        let mut config = match (&self.url, self.root_nodes.is_empty()) {
+            (Some(_), false) => {
+                return Err(Error::Config(
+                    "`cluster` cannot be combined with `url`".into(),
+                ))
+            }
+            (None, true) => return Err(Error::Config("neither `url` nor `cluster` given".into())),
+            (Some(url), true) => {
+                let parsed = parse_url(url)?;
+                auth = parsed.auth;
+                Config::single(parsed.addr)
+            }
+            (None, false) => {
+                let mut roots = Vec::new();
+                for node in &self.root_nodes {
+                    let parsed = parse_url(node)?;
+                    if auth.is_none() {
+                        auth = parsed.auth;
+                    }
+                    roots.push(parsed.addr);
+                }
+                Config::cluster(roots)
+            }
+        };
+        if let Some(password) = &self.password {
+            auth = Some(Auth {
+                username: self.username.clone(),
+                password: password.clone(),
+            });
+        }
+        config.auth = auth;
+        config.address_map = self.address_map.clone();
+        if let Some(n) = self.max_redirections {
+            config.max_redirections = n;
+        }
+        if let Some(retry) = self.retry {
+            config.retry = retry;
+        }
+        if let Some(d) = self.connect_timeout {
+            config.connect_timeout = d;
+        }
+        if let Some(d) = self.request_timeout {
+            config.request_timeout = d;
+        }
+        if let Some(d) = self.response_timeout {
+            config.response_timeout = d;
+        }
+        if let Some(d) = self.refresh_interval {
+            config.refresh_interval = d;
+        }
+        config.seed = self.seed.unwrap_or(seed);
+        Ok(config)
+    }
+}
+
+/// A parsed `redis://` address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParsedUrl {
+    /// Host and port (default port 6379).
+    pub addr: NodeAddr,
+    /// Credentials from the user-info part.
+    pub auth: Option<Auth>,
+}
+
+/// Parses `redis://[user[:password]@]host[:port][/db]` or a bare `host:port`. User and password
+/// are percent-decoded. A database number other than 0 is refused: Redis Cluster has only 0.
+pub fn parse_url(url: &str) -> Result<ParsedUrl, Error> {
+    let bad = |why: &str| Error::Config(format!("bad redis URL {:?}: {why}", redact_url(url)));
+    let rest = match url.split_once("://") {
+        Some(("redis", rest)) => rest,
+        Some((scheme, _)) => return Err(bad(&format!("unsupported scheme {scheme:?}"))),
+        None => url,
+    };
+    let (authority, path) = match rest.split_once('/') {
+        Some((a, p)) => (a, p),
+        None => (rest, ""),
+    };
+    if !(path.is_empty() || path == "0") {
+        return Err(bad("only database 0 is supported"));
+    }
+    let (userinfo, hostport) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    let decode = |s: &str| {
+        percent_decode_str(s)
+            .decode_utf8()
+            .map(|c| c.into_owned())
+            .map_err(|_| bad("credentials are not UTF-8"))
+    };
+    let auth = match userinfo {
+        None => None,
+        Some(info) => {
+            let (user, password) = match info.split_once(':') {
+                Some((u, p)) => (decode(u)?, decode(p)?),
+                None => (String::new(), decode(info)?),
+            };
+            Some(Auth {
+                username: (!user.is_empty()).then_some(user),
+                password,
+            })
+        }
+    };
+    // The port is optional; a bracketed IPv6 host has colons of its own.
+    let has_port = match hostport.strip_prefix('[') {
+        Some(v6) => v6.contains("]:"),
+        None => hostport.contains(':'),
+    };
+    let hostport = if has_port {
+        hostport.to_owned()
+    } else {
+        format!("{hostport}:6379")
+    };
+    let addr = NodeAddr::parse(&hostport, "").ok_or_else(|| bad("no usable host:port"))?;
+    Ok(ParsedUrl { addr, auth })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let p = parse_url("redis://127.0.0.1:7000").unwrap();
+        assert_eq!(p.addr, NodeAddr::new("127.0.0.1", 7000));
+        assert_eq!(p.auth, None);
+        let p = parse_url("redis://bot:p%40ss@h:1/0").unwrap();
+        assert_eq!(
+            p.auth,
+            Some(Auth {
+                username: Some("bot".into()),
+                password: "p@ss".into()
+            })
+        );
+        let p = parse_url("redis://:secret@h").unwrap();
+        assert_eq!(p.addr, NodeAddr::new("h", 6379));
+        assert_eq!(p.auth.unwrap().username, None);
+        assert_eq!(parse_url("h:5").unwrap().addr, NodeAddr::new("h", 5));
+        assert_eq!(
+            parse_url("redis://[::1]:7000").unwrap().addr,
+            NodeAddr::new("::1", 7000)
+        );
+        assert!(parse_url("http://h:1").is_err());
+        assert!(parse_url("redis://h:1/3").is_err());
+        assert!(parse_url("redis://h:notaport").is_err());
+    }
+
+    #[test]
+    fn url_and_cluster_do_not_combine() {
+        let mut o = ClientOptions::url("redis://h:1");
+        o.root_nodes.push("h:2".into());
+        assert!(matches!(o.to_config(1), Err(Error::Config(_))));
+        assert!(ClientOptions::default().to_config(1).is_err());
+    }
+
+    #[test]
+    fn credentials_override_the_url() {
+        let c = ClientOptions::cluster(["redis://u:p@h:1", "h:2"])
+            .credentials(Some("acl"), "pw")
+            .to_config(9)
+            .unwrap();
+        assert_eq!(
+            c.auth,
+            Some(Auth {
+                username: Some("acl".into()),
+                password: "pw".into()
+            })
+        );
+        assert_eq!(c.seed, 9);
+    }
+}
