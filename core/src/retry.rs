@@ -79,10 +79,17 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// The delay before attempt `attempt` (1-based), scaled by `jitter` in `[0.75, 1.25)` so
     /// that replicas retrying one failover do not retry in lockstep.
+    /// A factor outside the range (or NaN) is clamped, and a delay too long to represent
+    /// stays unjittered, so no policy makes this panic.
     pub fn delay(&self, attempt: u32, jitter: f64) -> Duration {
         let doublings = attempt.saturating_sub(1).min(20);
         let raw = self.base.saturating_mul(1u32 << doublings).min(self.cap);
-        raw.mul_f64(jitter.clamp(0.75, 1.25))
+        let factor = if jitter.is_nan() {
+            1.0
+        } else {
+            jitter.clamp(0.75, 1.25)
+        };
+        Duration::try_from_secs_f64(raw.as_secs_f64() * factor).unwrap_or(raw)
     }
 }
 
@@ -135,7 +142,12 @@ mod tests {
             c("TRYAGAIN Multiple keys request during rehashing of slot"),
             Decision::Backoff { refresh: false }
         );
-        for code in ["CLUSTERDOWN The cluster is down", "LOADING x", "MASTERDOWN x", "READONLY x"] {
+        for code in [
+            "CLUSTERDOWN The cluster is down",
+            "LOADING x",
+            "MASTERDOWN x",
+            "READONLY x",
+        ] {
             assert_eq!(c(code), Decision::Backoff { refresh: true }, "{code}");
         }
         assert_eq!(
@@ -155,6 +167,27 @@ mod tests {
         assert_eq!(total, Duration::from_millis(2630));
         assert_eq!(policy.delay(1, 0.0), Duration::from_micros(7500));
         assert_eq!(policy.delay(30, 1.25), Duration::from_millis(625));
+    }
+
+    #[test]
+    fn extreme_policies_do_not_panic() {
+        let huge = RetryPolicy {
+            attempts: u32::MAX,
+            base: Duration::MAX,
+            cap: Duration::MAX,
+        };
+        assert_eq!(huge.delay(u32::MAX, 1.25), Duration::MAX);
+        assert_eq!(huge.delay(1, f64::NAN), Duration::MAX);
+        let zero = RetryPolicy {
+            attempts: 0,
+            base: Duration::ZERO,
+            cap: Duration::ZERO,
+        };
+        assert_eq!(zero.delay(1, 1.0), Duration::ZERO);
+        assert_eq!(
+            RetryPolicy::default().delay(1, f64::NAN),
+            Duration::from_millis(10)
+        );
     }
 
     #[test]

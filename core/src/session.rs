@@ -10,41 +10,51 @@
 //!
 //! - **inputs**: [`Session::submit`], [`Session::handle_connected`],
 //!   [`Session::handle_connect_failed`], [`Session::handle_read`], [`Session::handle_closed`],
-//!   [`Session::handle_timeout`], [`Session::close`]. Each takes `now`.
+//!   [`Session::handle_timeout`], [`Session::close`]. Each takes `now`, the driver's clock;
+//!   `now` must never go back.
 //! - **output**: [`Session::poll`] returns one [`Output`] at a time.
 //! - **getters**: [`Session::is_closed`], [`Session::slot_owner`], [`Session::in_flight`].
 //!
 //! **Drain rule:** after every input, call `poll` until it returns [`Output::Wait`]; then sleep
-//! until that deadline (or until the next input) and call `handle_timeout`. A `Wait` whose
-//! deadline has passed is never returned twice in a row for the same instant: after
-//! `handle_timeout(t)` the next deadline is later than `t`, so a driver cannot busy-loop.
+//! until that deadline (or until the next input) and call `handle_timeout`. A spurious or
+//! early `handle_timeout` is harmless. After `handle_timeout(t)` the next deadline is always
+//! later than `t` (every timer is at least a millisecond away when armed), so a driver cannot
+//! busy-loop.
 //!
-//! Writes for one connection are coalesced: every request routed to a connection between two
-//! drains leaves in one [`Output::Transmit`]. The driver must write transmits of one
-//! connection in the order they come, and report every byte read with `handle_read`.
+//! Requests are encoded when `poll` hands them out, not when they are routed: every request
+//! routed to a connection between two drains leaves in one [`Output::Transmit`], and a request
+//! that ended before the drain (its deadline passed) is never written. A request counts as
+//! *sent* from the moment its bytes are returned by `poll`. The driver must write the
+//! transmits of one connection in the order they come, report every byte read with
+//! `handle_read`, and report nothing more for a connection after [`Output::Close`].
 //!
 //! # A request's life
 //!
 //! ```text
-//!  submit ─► route ──no map yet──► wait for topology ─┐
-//!              │                                      │
-//!              ▼                                      │
-//!     connection ready? ─no─► queue on connection ◄───┘
-//!              │ yes                │ connected (+AUTH)
-//!              ▼                    ▼
-//!           encode into the connection's write buffer ─► Transmit (one write per drain)
-//!              │
-//!              ▼ reply (FIFO)
-//!   value / final error ─────────────────────────────► complete
-//!   MOVED  ─► patch slot, refresh soon, resend (≤ N redirections)
-//!   ASK    ─► ASKING + request, back to back, same write (≤ N redirections)
-//!   TRYAGAIN / CLUSTERDOWN / LOADING / MASTERDOWN / READONLY
-//!          ─► back off (seeded jitter), resend (≤ attempts) [refresh when stale]
-//!   NOSCRIPT ─► EVAL with the source, same node
-//!   connection lost ─► write sent: ReplyLost (never resent)
-//!                      read sent or not yet sent: back off, resend
-//!   deadline ─► Timeout (outcome unknown if a write was in flight)
+//!  submit ─► route ──no map yet──► wait for the topology ──┐
+//!              │                                           │
+//!              ▼                                           │
+//!      node's connection ──not open──► Connect, AUTH ──────┤
+//!              │ ready                                     │
+//!              ▼                                           ▼
+//!      outbox ──next poll──► Transmit (one write per connection per drain) ── sent
+//!              ▲                                           │
+//!              │                                           ▼ reply (FIFO)
+//!              │      value / final error ───────────────────────────────► complete
+//!              ├───── MOVED: patch the slot, refresh soon, resend (≤ N redirections)
+//!              ├───── ASK: ASKING + request, back to back, one write (≤ N redirections)
+//!              ├───── NOSCRIPT: EVAL with the source, to the node that said it
+//!    backoff ◄─┴───── TRYAGAIN / CLUSTERDOWN / LOADING / MASTERDOWN / READONLY
+//!   (seeded jitter,   (≤ attempts, then RetriesExhausted; refresh unless TRYAGAIN)
+//!    then re-route)
+//!
+//!   connection lost: a sent write ends as ReplyLost and is never resent; a sent read and
+//!                    an unsent request back off and are re-routed (the map is refreshed)
+//!   batch deadline:  Timeout, outcome unknown exactly when a write was sent unanswered
 //! ```
+//!
+//! Every reply is matched to the dispatch that caused it: a late reply to a request that was
+//! re-routed, timed out or belongs to an earlier batch of the plan is recognised and dropped.
 
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -93,6 +103,8 @@ pub enum Endpoints {
 }
 
 /// Session settings. [`Config::single`] and [`Config::cluster`] give the defaults.
+///
+/// Durations below one millisecond count as one millisecond (see the drain rule).
 #[derive(Clone)]
 pub struct Config {
     /// What to connect to.
@@ -306,15 +318,30 @@ impl<P: Plan> ErasedPlan for Erased<P> {
     }
 }
 
+/// The shortest timer: durations below it (zero in a config) count as one tick.
+const TICK: Duration = Duration::from_millis(1);
+
+/// The instant `d` after `t`, and at least a tick later: a timer armed while handling time
+/// `t` never falls due at `t` itself, so `handle_timeout` cannot chase its own tail (a connect
+/// timeout of zero would otherwise fail, refresh and reconnect forever within one call).
+/// `None` when the instant cannot be represented, which means never.
+fn after(t: Instant, d: Duration) -> Option<Instant> {
+    t.checked_add(d.max(TICK))
+}
+
 type NodeId = usize;
 type OpId = u64;
 
-/// A request of an op's current batch, at one dispatch: replies to older dispatches are stale.
+/// One dispatch of one request of an op's current batch.
+///
+/// `attempt` is unique in the whole session, so a reply, a timer or a queued write that belongs
+/// to an earlier dispatch, or to an earlier batch of the same op (whose requests reuse the same
+/// indexes), never matches the request as it is now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct ReqRef {
     op: OpId,
     idx: usize,
-    seq: u32,
+    attempt: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -338,11 +365,28 @@ impl Timer {
     }
 }
 
+/// Something written on a connection that awaits its reply; replies come in this order.
 #[derive(Debug)]
 enum Pending {
-    Request { req: ReqRef, asking: bool },
+    Request {
+        req: ReqRef,
+        asking: bool,
+    },
     Asking,
-    Auth,
+    /// `AUTH`, or `PING` without credentials: the connection is usable only once a node
+    /// answered, so a listener that never answers fails within the connect timeout.
+    Handshake,
+    Topology(u64),
+}
+
+/// Something routed to a connection and not yet handed to the driver.
+///
+/// Requests are encoded only when the driver drains [`Session::poll`], so a request that ends
+/// before that (its deadline passed in the same `handle_timeout`) is never written, and a
+/// request counts as sent exactly when its bytes were handed out.
+#[derive(Debug)]
+enum Queued {
+    Request { req: ReqRef, asking: bool },
     Topology(u64),
 }
 
@@ -358,30 +402,38 @@ struct Conn {
     node: NodeId,
     state: ConnState,
     opened: Instant,
-    write_buf: BytesMut,
     read_buf: BytesMut,
-    /// Requests written or buffered, in wire order; their replies come in this order.
+    /// Written and unanswered, in wire order, each with the time it was written.
     in_flight: VecDeque<(Pending, Instant)>,
-    /// How many entries at the back of `in_flight` are still in `write_buf`.
-    unsent: usize,
-    /// Requests routed here before the connection was ready.
-    waiting: Vec<(ReqRef, bool)>,
-    /// A topology query routed here before the connection was ready.
-    waiting_topology: Option<u64>,
+    /// Routed here and not yet written: written at the next drain once the connection is ready.
+    outbox: Vec<Queued>,
     check_at: Option<Instant>,
+}
+
+/// Why a connection is dropped; decides what its requests become.
+#[derive(Debug)]
+enum Loss {
+    /// The TCP connect failed or timed out.
+    Connect(String),
+    /// The server refused `AUTH`: no request can succeed on this node, so none is retried.
+    Auth(String),
+    /// An open connection died: closed by the peer, a protocol error, a response timeout.
+    Lost(String),
 }
 
 #[derive(Debug)]
 struct ReqState {
     request: Request,
     reply: Option<Reply>,
-    seq: u32,
-    attempts: u32,
+    /// The current dispatch (see [`ReqRef`]).
+    attempt: u64,
+    retries: u32,
     redirects: u32,
     ask: Option<NodeId>,
     pinned: Option<NodeId>,
     with_source: bool,
-    in_flight: bool,
+    /// Handed to the driver and not answered: a write in this state may have run.
+    sent: bool,
 }
 
 struct Op {
@@ -399,6 +451,7 @@ struct Refresh {
     best: Option<Topology>,
     running: bool,
     last_started: Option<Instant>,
+    /// The map was found stale while a round was running: run another one after it.
     again: bool,
     failures: u32,
     last_error: Option<Error>,
@@ -408,6 +461,8 @@ struct Refresh {
 pub struct Session {
     config: Config,
     cluster: bool,
+    /// The time of the latest input; outputs are stamped with it.
+    now: Instant,
     nodes: Vec<NodeAddr>,
     node_ids: BTreeMap<NodeAddr, NodeId>,
     node_conn: BTreeMap<NodeId, ConnId>,
@@ -417,6 +472,7 @@ pub struct Session {
     next_conn: u64,
     ops: BTreeMap<OpId, Op>,
     next_op: OpId,
+    next_attempt: u64,
     unrouted: Vec<ReqRef>,
     to_dispatch: VecDeque<ReqRef>,
     to_advance: VecDeque<OpId>,
@@ -448,6 +504,7 @@ impl Session {
             jitter: Jitter::new(config.seed),
             config,
             cluster,
+            now,
             nodes: Vec::new(),
             node_ids: BTreeMap::new(),
             node_conn: BTreeMap::new(),
@@ -457,6 +514,7 @@ impl Session {
             next_conn: 1,
             ops: BTreeMap::new(),
             next_op: 1,
+            next_attempt: 1,
             unrouted: Vec::new(),
             to_dispatch: VecDeque::new(),
             to_advance: VecDeque::new(),
@@ -510,11 +568,12 @@ impl Session {
 
     /// Submits a plan; its result comes back as [`Output::Complete`] with `token`.
     pub fn submit<P: Plan>(&mut self, now: Instant, token: Token, plan: P) {
+        self.now = now;
         let plan: Box<dyn ErasedPlan> = Box::new(Erased { plan, output: None });
         if self.closed {
             self.outputs.push_back(Output::Complete {
                 token,
-                result: Completion(Box::new(Err::<P::Output, Error>(Error::Closed))),
+                result: plan.fail(Error::Closed),
             });
             return;
         }
@@ -536,6 +595,7 @@ impl Session {
 
     /// The TCP connection `conn` is open.
     pub fn handle_connected(&mut self, now: Instant, conn: ConnId) {
+        self.now = now;
         let auth = self.config.auth.clone();
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
@@ -543,62 +603,66 @@ impl Session {
         if c.state != ConnState::Connecting {
             return;
         }
-        match auth {
+        let args = match auth {
             Some(auth) => {
                 let mut args = vec![Bytes::from_static(b"AUTH")];
                 if let Some(user) = auth.username {
                     args.push(Bytes::from(user));
                 }
                 args.push(Bytes::from(auth.password));
-                encode_args(args, &mut c.write_buf);
-                c.in_flight.push_back((Pending::Auth, now));
-                c.unsent += 1;
-                c.state = ConnState::Handshaking;
-                self.dirty.insert(conn);
+                args
             }
-            None => self.become_ready(now, conn),
-        }
+            None => vec![Bytes::from_static(b"PING")],
+        };
+        let mut buf = BytesMut::new();
+        encode_args(args, &mut buf);
+        c.in_flight.push_back((Pending::Handshake, now));
+        c.state = ConnState::Handshaking;
+        // Nothing else is written on a connection before it is ready, so the handshake can
+        // skip the outbox. The connect deadline also covers its reply.
+        self.outputs.push_back(Output::Transmit {
+            conn,
+            bytes: buf.freeze(),
+        });
         self.pump(now);
     }
 
     /// The TCP connect of `conn` failed.
     pub fn handle_connect_failed(&mut self, now: Instant, conn: ConnId, reason: &str) {
-        let error = self.conns.get(&conn).map(|c| Error::Connect {
-            addr: self.dial_addr(c.node).to_string(),
-            reason: reason.to_owned(),
-        });
-        if let Some(error) = error {
-            self.drop_conn(now, conn, error, false);
-        }
+        self.now = now;
+        self.drop_conn(now, conn, Loss::Connect(reason.to_owned()));
         self.pump(now);
     }
 
     /// Bytes arrived on `conn`.
     pub fn handle_read(&mut self, now: Instant, conn: ConnId, data: &[u8]) {
+        self.now = now;
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
         c.read_buf.extend_from_slice(data);
-        loop {
-            let Some(c) = self.conns.get_mut(&conn) else {
-                break;
-            };
+        // Every complete frame is handled; a frame may drop the connection (a refused AUTH).
+        while let Some(c) = self.conns.get_mut(&conn) {
+            let cap = self.config.max_read_buffer;
+            let too_big = || format!("a reply exceeds the {cap} byte read buffer cap");
             match redis_protocol::resp2::decode::decode_bytes_mut(&mut c.read_buf) {
+                // The cap holds however the bytes were cut: a reply that arrived whole in one
+                // read is refused like one that grew past the cap.
+                Ok(Some((_, len, _))) if len > cap => {
+                    self.protocol_failure(now, conn, too_big());
+                    break;
+                }
                 Ok(Some((frame, _, _))) => self.on_frame(now, conn, from_frame(frame)),
                 Ok(None) => {
-                    if c.read_buf.len() > self.config.max_read_buffer {
-                        let addr = self.nodes[c.node].to_string();
-                        let detail = format!(
-                            "a reply exceeds the {} byte read buffer cap",
-                            self.config.max_read_buffer
-                        );
-                        self.protocol_failure(now, conn, addr, detail);
+                    if c.read_buf.len() > cap {
+                        self.protocol_failure(now, conn, too_big());
                     }
                     break;
                 }
                 Err(e) => {
-                    let addr = self.nodes[c.node].to_string();
-                    self.protocol_failure(now, conn, addr, e.to_string());
+                    // The decoder leaves a malformed buffer as it was: nothing after it can be
+                    // framed, so the connection is useless.
+                    self.protocol_failure(now, conn, e.to_string());
                     break;
                 }
             }
@@ -608,19 +672,14 @@ impl Session {
 
     /// `conn` was closed by the peer or failed; `reason` says how.
     pub fn handle_closed(&mut self, now: Instant, conn: ConnId, reason: &str) {
-        if let Some(c) = self.conns.get(&conn) {
-            let addr = self.nodes[c.node].to_string();
-            let error = Error::ReplyLost {
-                addr,
-                reason: reason.to_owned(),
-            };
-            self.drop_conn(now, conn, error, false);
-        }
+        self.now = now;
+        self.drop_conn(now, conn, Loss::Lost(reason.to_owned()));
         self.pump(now);
     }
 
     /// Time has come to `now`: fires every due timer.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.now = now;
         while let Some(&(at, timer)) = self.timers.first() {
             if at > now {
                 break;
@@ -629,12 +688,12 @@ impl Session {
             self.fire(now, timer);
             self.pump(now);
         }
-        self.pump(now);
     }
 
-    /// Ends every plan (writes in flight as [`Error::ReplyLost`], the rest as
-    /// [`Error::Closed`]) and closes every connection.
-    pub fn close(&mut self, _now: Instant) {
+    /// Ends every plan (one with a write sent and unanswered as [`Error::ReplyLost`], the rest
+    /// as [`Error::Closed`]) and closes every connection.
+    pub fn close(&mut self, now: Instant) {
+        self.now = now;
         if self.closed {
             return;
         }
@@ -652,9 +711,10 @@ impl Session {
         self.to_advance.clear();
         let ops = std::mem::take(&mut self.ops);
         for (_, op) in ops {
-            let unknown = op.reqs.iter().any(|r| {
-                r.reply.is_none() && r.in_flight && r.request.access() == Access::Write
-            });
+            let unknown = op
+                .reqs
+                .iter()
+                .any(|r| r.reply.is_none() && r.sent && r.request.access() == Access::Write);
             let error = if unknown {
                 Error::ReplyLost {
                     addr: "(client)".into(),
@@ -678,14 +738,8 @@ impl Session {
             return out;
         }
         while let Some(conn) = self.dirty.pop_first() {
-            if let Some(c) = self.conns.get_mut(&conn) {
-                if !c.write_buf.is_empty() {
-                    c.unsent = 0;
-                    return Output::Transmit {
-                        conn,
-                        bytes: c.write_buf.split().freeze(),
-                    };
-                }
+            if let Some(bytes) = self.flush(conn) {
+                return Output::Transmit { conn, bytes };
             }
         }
         match self.timers.first() {
@@ -698,6 +752,62 @@ impl Session {
                 reason: TimerReason::Idle,
             },
         }
+    }
+
+    /// Encodes a ready connection's outbox into one write; `None` when nothing is left to
+    /// write (every queued request ended meanwhile).
+    fn flush(&mut self, conn: ConnId) -> Option<Bytes> {
+        let now = self.now;
+        let c = self.conns.get_mut(&conn)?;
+        if c.state != ConnState::Ready {
+            return None;
+        }
+        let was_idle = c.in_flight.is_empty();
+        let mut buf = BytesMut::new();
+        for queued in std::mem::take(&mut c.outbox) {
+            match queued {
+                Queued::Request { req, asking } => {
+                    let Some(state) = self
+                        .ops
+                        .get_mut(&req.op)
+                        .and_then(|op| op.reqs.get_mut(req.idx))
+                        .filter(|s| s.attempt == req.attempt && s.reply.is_none())
+                    else {
+                        continue;
+                    };
+                    // ASKING and its request go out in one write, back to back: nothing can
+                    // come between them on the wire.
+                    if asking {
+                        encode_args(vec![Bytes::from_static(b"ASKING")], &mut buf);
+                        c.in_flight.push_back((Pending::Asking, now));
+                    }
+                    state.request.encode(state.with_source, &mut buf);
+                    state.sent = true;
+                    c.in_flight
+                        .push_back((Pending::Request { req, asking }, now));
+                }
+                Queued::Topology(round) => {
+                    // A round that ended while this query waited needs no answer.
+                    if round != self.refresh.round || !self.refresh.running {
+                        continue;
+                    }
+                    encode_args(
+                        vec![Bytes::from_static(b"CLUSTER"), Bytes::from_static(b"SLOTS")],
+                        &mut buf,
+                    );
+                    c.in_flight.push_back((Pending::Topology(round), now));
+                }
+            }
+        }
+        if buf.is_empty() {
+            return None;
+        }
+        if was_idle {
+            if let Some(at) = after(now, self.config.response_timeout) {
+                self.schedule_check(conn, at);
+            }
+        }
+        Some(buf.freeze())
     }
 
     // --- plans ------------------------------------------------------------------------------
@@ -716,33 +826,42 @@ impl Session {
             match step {
                 Step::Send(batch) if batch.is_empty() => step = op.plan.resume(Vec::new()),
                 Step::Send(batch) => {
-                    let deadline = now + self.config.request_timeout;
+                    let first = self.next_attempt;
+                    self.next_attempt += batch.len() as u64;
                     op.remaining = batch.len();
                     op.reqs = batch
                         .into_iter()
-                        .map(|request| ReqState {
+                        .zip(first..)
+                        .map(|(request, attempt)| ReqState {
                             request,
                             reply: None,
-                            seq: 0,
-                            attempts: 0,
+                            attempt,
+                            retries: 0,
                             redirects: 0,
                             ask: None,
                             pinned: None,
                             with_source: false,
-                            in_flight: false,
+                            sent: false,
                         })
                         .collect();
-                    op.deadline = Some(deadline);
-                    self.timers.insert((deadline, Timer::Deadline(id)));
-                    for idx in 0..op.reqs.len() {
-                        self.to_dispatch.push_back(ReqRef { op: id, idx, seq: 0 });
+                    // A deadline too far to represent is no deadline.
+                    op.deadline = after(now, self.config.request_timeout);
+                    if let Some(deadline) = op.deadline {
+                        self.timers.insert((deadline, Timer::Deadline(id)));
+                    }
+                    for (idx, attempt) in (first..).take(op.reqs.len()).enumerate() {
+                        self.to_dispatch.push_back(ReqRef {
+                            op: id,
+                            idx,
+                            attempt,
+                        });
                     }
                     return;
                 }
                 Step::Wait(d) => {
-                    // A zero wait would fire within the same `handle_timeout` forever.
-                    let at = now + d.max(Duration::from_millis(1));
-                    self.timers.insert((at, Timer::PlanWait(id)));
+                    if let Some(at) = after(now, d) {
+                        self.timers.insert((at, Timer::PlanWait(id)));
+                    }
                     return;
                 }
                 Step::Done(_) => {
@@ -792,26 +911,24 @@ impl Session {
         }
     }
 
+    /// The request as dispatched by `r`, while it awaits its reply; `None` for anything stale.
     fn req_mut(&mut self, r: ReqRef) -> Option<&mut ReqState> {
         self.ops
             .get_mut(&r.op)?
             .reqs
             .get_mut(r.idx)
-            .filter(|s| s.seq == r.seq && s.reply.is_none())
+            .filter(|s| s.attempt == r.attempt && s.reply.is_none())
     }
 
     fn finish(&mut self, r: ReqRef, reply: Reply) {
+        let Some(state) = self.req_mut(r) else {
+            return;
+        };
+        state.reply = Some(reply);
+        state.sent = false;
         let Some(op) = self.ops.get_mut(&r.op) else {
             return;
         };
-        let Some(state) = op.reqs.get_mut(r.idx) else {
-            return;
-        };
-        if state.reply.is_some() {
-            return;
-        }
-        state.reply = Some(reply);
-        state.in_flight = false;
         op.remaining -= 1;
         if op.remaining == 0 {
             self.to_advance.push_back(r.op);
@@ -820,14 +937,14 @@ impl Session {
 
     /// Schedules another attempt after a backoff, or ends the request when attempts run out.
     fn retry_later(&mut self, now: Instant, r: ReqRef, cause: Error) {
-        let attempts_allowed = self.config.retry.attempts;
+        let allowed = self.config.retry.attempts;
         let Some(state) = self.req_mut(r) else {
             return;
         };
-        state.in_flight = false;
-        state.attempts += 1;
-        let attempts = state.attempts;
-        if attempts > attempts_allowed {
+        state.sent = false;
+        state.retries = state.retries.saturating_add(1);
+        let attempts = state.retries;
+        if attempts > allowed {
             let error = match cause {
                 Error::Server(last) => Error::RetriesExhausted { attempts, last },
                 other => other,
@@ -836,7 +953,12 @@ impl Session {
             return;
         }
         let delay = self.config.retry.delay(attempts, self.jitter.next_factor());
-        self.timers.insert((now + delay, Timer::Backoff(r)));
+        match after(now, delay) {
+            Some(at) => {
+                self.timers.insert((at, Timer::Backoff(r)));
+            }
+            None => self.finish(r, Err(cause)),
+        }
     }
 
     // --- routing ----------------------------------------------------------------------------
@@ -863,18 +985,23 @@ impl Session {
         self.slots.iter().flatten().copied().collect()
     }
 
+    fn is_ready(&self, node: NodeId) -> bool {
+        self.node_conn
+            .get(&node)
+            .and_then(|c| self.conns.get(c))
+            .is_some_and(|c| c.state == ConnState::Ready)
+    }
+
     /// Sends one request toward its node, or parks it until the node is known.
     fn dispatch(&mut self, now: Instant, r: ReqRef) {
-        let cluster = self.cluster;
-        let map_loaded = self.map_loaded;
+        let attempt = self.next_attempt;
+        self.next_attempt += 1;
+        let (cluster, map_loaded) = (self.cluster, self.map_loaded);
         let Some(state) = self.req_mut(r) else {
             return;
         };
-        state.seq += 1;
-        let r = ReqRef {
-            seq: state.seq,
-            ..r
-        };
+        state.attempt = attempt;
+        let r = ReqRef { attempt, ..r };
         let (ask, pinned) = (state.ask.take(), state.pinned.take());
         let route = state.request.route().clone();
         let target = if let Some(node) = ask {
@@ -889,7 +1016,7 @@ impl Session {
                     Some(node) => Some((node, false)),
                     None if !map_loaded => None,
                     None => {
-                        self.request_refresh(now);
+                        self.refresh_soon(now);
                         let cause = ServerError::new(format!(
                             "CLUSTERDOWN Hash slot {slot} has no known owner"
                         ));
@@ -898,16 +1025,10 @@ impl Session {
                     }
                 },
                 Route::AnyMaster => {
-                    let ready = self.node_conn.iter().find_map(|(&node, conn)| {
-                        let is_master = self.slots.contains(&Some(node));
-                        let ready = self
-                            .conns
-                            .get(conn)
-                            .is_some_and(|c| c.state == ConnState::Ready);
-                        (is_master && ready).then_some(node)
-                    });
+                    let masters = self.masters();
+                    let ready = masters.iter().copied().find(|&n| self.is_ready(n));
                     ready
-                        .or_else(|| self.masters().into_iter().next())
+                        .or_else(|| masters.first().copied())
                         .map(|n| (n, false))
                 }
                 Route::Node(text) => match NodeAddr::parse(&text, "") {
@@ -923,8 +1044,12 @@ impl Session {
         match target {
             Some((node, asking)) => self.send_to(now, node, r, asking),
             None => {
+                // The first map is on its way (or will be): a running round is not stale, so
+                // it is not followed by another.
                 self.unrouted.push(r);
-                self.request_refresh(now);
+                if !self.refresh.running {
+                    self.refresh_when_allowed(now);
+                }
             }
         }
     }
@@ -941,12 +1066,9 @@ impl Session {
                 node,
                 state: ConnState::Connecting,
                 opened: now,
-                write_buf: BytesMut::new(),
                 read_buf: BytesMut::new(),
                 in_flight: VecDeque::new(),
-                unsent: 0,
-                waiting: Vec::new(),
-                waiting_topology: None,
+                outbox: Vec::new(),
                 check_at: None,
             },
         );
@@ -956,52 +1078,29 @@ impl Session {
             node: self.nodes[node].clone(),
             dial: self.dial_addr(node),
         });
-        self.schedule_check(conn, now + self.config.connect_timeout);
+        if let Some(at) = after(now, self.config.connect_timeout) {
+            self.schedule_check(conn, at);
+        }
         conn
     }
 
-    fn send_to(&mut self, now: Instant, node: NodeId, r: ReqRef, asking: bool) {
+    /// Queues a write on the node's connection (opening one if needed).
+    fn enqueue(&mut self, now: Instant, node: NodeId, queued: Queued) {
         let conn = self.conn_for(now, node);
-        let ready = self
-            .conns
-            .get(&conn)
-            .is_some_and(|c| c.state == ConnState::Ready);
-        if ready {
-            self.encode_request(now, conn, r, asking);
-        } else if let Some(c) = self.conns.get_mut(&conn) {
-            c.waiting.push((r, asking));
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.outbox.push(queued);
+            if c.state == ConnState::Ready {
+                self.dirty.insert(conn);
+            }
         }
     }
 
-    fn encode_request(&mut self, now: Instant, conn: ConnId, r: ReqRef, asking: bool) {
-        let Some(state) = self.ops.get_mut(&r.op).and_then(|op| op.reqs.get_mut(r.idx)) else {
-            return;
-        };
-        if state.seq != r.seq || state.reply.is_some() {
-            return;
-        }
-        let Some(c) = self.conns.get_mut(&conn) else {
-            return;
-        };
-        // ASKING and its request go into one buffer back to back: nothing can come between
-        // them on the wire.
-        if asking {
-            encode_args(vec![Bytes::from_static(b"ASKING")], &mut c.write_buf);
-            c.in_flight.push_back((Pending::Asking, now));
-            c.unsent += 1;
-        }
-        state.request.encode(state.with_source, &mut c.write_buf);
-        state.in_flight = true;
-        let was_idle = c.in_flight.is_empty();
-        c.in_flight
-            .push_back((Pending::Request { req: r, asking }, now));
-        c.unsent += 1;
-        self.dirty.insert(conn);
-        if was_idle {
-            self.schedule_check(conn, now + self.config.response_timeout);
-        }
+    fn send_to(&mut self, now: Instant, node: NodeId, req: ReqRef, asking: bool) {
+        self.enqueue(now, node, Queued::Request { req, asking });
     }
 
+    /// Arms the connection's check timer for `at`, unless an earlier check is armed: a check
+    /// re-arms itself for whatever is due next.
     fn schedule_check(&mut self, conn: ConnId, at: Instant) {
         if let Some(c) = self.conns.get_mut(&conn) {
             if c.check_at.is_some_and(|t| t <= at) {
@@ -1014,18 +1113,13 @@ impl Session {
         }
     }
 
-    fn become_ready(&mut self, now: Instant, conn: ConnId) {
+    fn become_ready(&mut self, conn: ConnId) {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
         c.state = ConnState::Ready;
-        let waiting = std::mem::take(&mut c.waiting);
-        let topology = c.waiting_topology.take();
-        for (r, asking) in waiting {
-            self.encode_request(now, conn, r, asking);
-        }
-        if let Some(round) = topology {
-            self.encode_topology(now, conn, round);
+        if !c.outbox.is_empty() {
+            self.dirty.insert(conn);
         }
     }
 
@@ -1037,25 +1131,21 @@ impl Session {
         };
         let node = c.node;
         let Some((pending, _)) = c.in_flight.pop_front() else {
-            let addr = self.nodes[node].to_string();
-            self.protocol_failure(now, conn, addr, "a reply with no request".into());
+            self.protocol_failure(now, conn, "a reply with no request".into());
             return;
         };
-        c.unsent = c.unsent.min(c.in_flight.len());
         match pending {
             Pending::Asking => {}
-            Pending::Auth => match frame {
-                Ok(_) => self.become_ready(now, conn),
-                Err(e) => {
-                    let error = Error::Auth {
-                        addr: self.dial_addr(node).to_string(),
-                        reason: e.to_string(),
-                    };
+            Pending::Handshake => match frame {
+                // A node that is still loading answers PING with LOADING: it is reachable,
+                // and requests back off on their own LOADING replies.
+                Err(e) if self.config.auth.is_some() || !is_loading(&e) => {
                     self.outputs.push_back(Output::Close { conn });
-                    self.drop_conn(now, conn, error, true);
+                    self.drop_conn(now, conn, Loss::Auth(e.to_string()));
                 }
+                _ => self.become_ready(conn),
             },
-            Pending::Topology(round) => self.on_topology(now, round, node, Some(frame)),
+            Pending::Topology(round) => self.on_topology(now, round, node, Ok(frame)),
             Pending::Request { req, asking } => self.on_reply(now, req, node, asking, frame),
         }
     }
@@ -1067,7 +1157,7 @@ impl Session {
         let Some(state) = self.req_mut(r) else {
             return;
         };
-        state.in_flight = false;
+        state.sent = false;
         let error = match frame {
             Ok(value) => return self.finish(r, Ok(value)),
             Err(e) => e,
@@ -1089,7 +1179,7 @@ impl Session {
                 tracing::debug!(slot, to = %addr, "MOVED: patching the slot map");
                 let target = self.intern(addr);
                 self.slots[usize::from(slot)] = Some(target);
-                self.request_refresh(now);
+                self.refresh_soon(now);
                 self.to_dispatch.push_back(r);
             }
             Decision::Ask { addr } => {
@@ -1102,7 +1192,7 @@ impl Session {
             }
             Decision::Backoff { refresh } => {
                 if refresh {
-                    self.request_refresh(now);
+                    self.refresh_soon(now);
                 }
                 self.retry_later(now, r, Error::Server(error));
             }
@@ -1110,6 +1200,8 @@ impl Session {
                 if state.with_source || state.request.script_ref().is_none() {
                     self.finish(r, Err(Error::Server(error)));
                 } else {
+                    // The node that lacks the script gets its source; EVAL also loads it
+                    // there for later EVALSHA calls.
                     state.with_source = true;
                     if asking {
                         state.ask = Some(node);
@@ -1122,23 +1214,25 @@ impl Session {
         }
     }
 
-    fn protocol_failure(&mut self, now: Instant, conn: ConnId, addr: String, detail: String) {
+    fn protocol_failure(&mut self, now: Instant, conn: ConnId, detail: String) {
+        let addr = self
+            .conns
+            .get(&conn)
+            .map(|c| self.nodes[c.node].to_string())
+            .unwrap_or_default();
         tracing::warn!(%addr, %detail, "closing a connection after a protocol error");
         self.outputs.push_back(Output::Close { conn });
-        let error = Error::ReplyLost {
-            addr,
-            reason: format!("protocol error: {detail}"),
-        };
-        self.drop_conn(now, conn, error, false);
+        self.drop_conn(now, conn, Loss::Lost(format!("protocol error: {detail}")));
     }
 
     /// Forgets a connection and settles everything that was on it.
     ///
-    /// `lost` is what a sent write becomes. Requests never written (queued while connecting,
-    /// or still in the write buffer) are retried; sent reads are retried; sent writes end with
-    /// `lost`, since they may have run. `fatal` ends the waiting requests too (a refused AUTH
-    /// will not get better by retrying).
-    fn drop_conn(&mut self, now: Instant, conn: ConnId, lost: Error, fatal: bool) {
+    /// A sent write ends with [`Error::ReplyLost`]: it may have run, so it is never re-sent. A
+    /// sent read is retried. A request never written is retried, except when retrying cannot
+    /// help: a refused `AUTH`, or a single node that could not be reached (the answer is then
+    /// `Connect` within the connect timeout instead of seconds of retries; a cluster node may
+    /// be failing over, so cluster requests retry and the map is refreshed).
+    fn drop_conn(&mut self, now: Instant, conn: ConnId, loss: Loss) {
         let Some(c) = self.conns.remove(&conn) else {
             return;
         };
@@ -1149,50 +1243,53 @@ impl Session {
         if let Some(at) = c.check_at {
             self.timers.remove(&(at, Timer::Conn(conn)));
         }
-        let addr = self.dial_addr(c.node).to_string();
-        let not_sent = match &lost {
-            Error::Connect { .. } | Error::Auth { .. } => lost.clone(),
-            other => Error::Connect {
-                addr: addr.clone(),
-                reason: other.to_string(),
-            },
+        let addr = self.nodes[c.node].to_string();
+        let connected = c.state == ConnState::Ready;
+        let (reason, fatal) = match loss {
+            Loss::Connect(reason) | Loss::Lost(reason) => (reason, false),
+            Loss::Auth(reason) => (reason, true),
         };
-        let never_connected = c.state != ConnState::Ready;
-        let sent = c.in_flight.len() - c.unsent.min(c.in_flight.len());
-        for (i, (pending, _)) in c.in_flight.into_iter().enumerate() {
+        let not_sent = if fatal {
+            Error::Auth {
+                addr: self.dial_addr(c.node).to_string(),
+                reason: reason.clone(),
+            }
+        } else if connected {
+            Error::NotSent {
+                reason: format!("the connection to {addr} was lost: {reason}"),
+            }
+        } else {
+            Error::Connect {
+                addr: self.dial_addr(c.node).to_string(),
+                reason: reason.clone(),
+            }
+        };
+        let lost = Error::ReplyLost { addr, reason };
+        let give_up = fatal || (!self.cluster && !connected);
+        for (pending, _) in c.in_flight {
             match pending {
                 Pending::Request { req, .. } => {
-                    let write = self
-                        .req_mut(req)
-                        .is_some_and(|s| s.request.access() == Access::Write);
-                    if i < sent && write {
-                        self.finish(req, Err(lost.clone()));
-                    } else if fatal || (!self.cluster && never_connected) {
-                        self.finish(req, Err(not_sent.clone()));
-                    } else {
-                        self.retry_later(now, req, not_sent.clone());
+                    match self.req_mut(req).map(|s| s.request.access()) {
+                        Some(Access::Write) => self.finish(req, Err(lost.clone())),
+                        Some(Access::Read) => self.retry_later(now, req, lost.clone()),
+                        None => {}
                     }
                 }
-                Pending::Topology(round) => self.on_topology(now, round, c.node, None),
-                Pending::Asking | Pending::Auth => {}
+                Pending::Topology(round) => self.on_topology(now, round, c.node, Err(lost.clone())),
+                Pending::Asking | Pending::Handshake => {}
             }
         }
-        for (req, _) in c.waiting {
-            // In single-node mode an unreachable server is the answer: fail within the connect
-            // timeout instead of retrying for seconds. A cluster node may be failing over.
-            if fatal || !self.cluster {
-                self.finish(req, Err(not_sent.clone()));
-            } else {
-                self.retry_later(now, req, not_sent.clone());
+        for queued in c.outbox {
+            match queued {
+                Queued::Request { req, .. } if give_up => self.finish(req, Err(not_sent.clone())),
+                Queued::Request { req, .. } => self.retry_later(now, req, not_sent.clone()),
+                Queued::Topology(round) => {
+                    self.on_topology(now, round, c.node, Err(not_sent.clone()))
+                }
             }
         }
-        if let Some(round) = c.waiting_topology {
-            self.refresh.last_error = Some(not_sent.clone());
-            self.on_topology(now, round, c.node, None);
-        }
-        if self.cluster {
-            self.request_refresh(now);
-        }
+        // A node that went away may have been failed over: the map is suspect.
+        self.refresh_soon(now);
     }
 
     // --- timers -----------------------------------------------------------------------------
@@ -1211,6 +1308,8 @@ impl Session {
         }
     }
 
+    /// Ends every open request of the op's batch with `Timeout`. Their bytes may still be on
+    /// a connection; late replies are recognised as stale and dropped.
     fn expire(&mut self, id: OpId) {
         let Some(op) = self.ops.get_mut(&id) else {
             return;
@@ -1222,15 +1321,12 @@ impl Session {
             .enumerate()
             .filter(|(_, s)| s.reply.is_none())
             .map(|(idx, s)| {
-                let unknown = s.in_flight && s.request.access() == Access::Write;
-                (
-                    ReqRef {
-                        op: id,
-                        idx,
-                        seq: s.seq,
-                    },
-                    unknown,
-                )
+                let r = ReqRef {
+                    op: id,
+                    idx,
+                    attempt: s.attempt,
+                };
+                (r, s.sent && s.request.access() == Access::Write)
             })
             .collect();
         for (r, outcome_unknown) in open {
@@ -1246,54 +1342,56 @@ impl Session {
             return;
         };
         c.check_at = None;
-        let node = c.node;
-        let addr = self.nodes[node].to_string();
-        if c.state != ConnState::Ready {
-            if now >= c.opened + connect_timeout {
-                tracing::warn!(%addr, "connect timed out");
-                self.outputs.push_back(Output::Close { conn });
-                let error = Error::Connect {
-                    addr: self.dial_addr(node).to_string(),
-                    reason: format!("no connection within {connect_timeout:?}"),
-                };
-                self.drop_conn(now, conn, error, false);
-            } else {
-                let at = c.opened + connect_timeout;
-                self.schedule_check(conn, at);
-            }
-            return;
-        }
-        let Some(&(_, oldest)) = c.in_flight.front() else {
+        let addr = self.nodes[c.node].to_string();
+        // The connect deadline covers the TCP connect and the AUTH exchange.
+        let due = if c.state == ConnState::Ready {
+            c.in_flight
+                .front()
+                .map(|&(_, written)| (after(written, response_timeout), false))
+        } else {
+            Some((after(c.opened, connect_timeout), true))
+        };
+        let Some((Some(due), connecting)) = due else {
             return;
         };
-        if now >= oldest + response_timeout {
-            tracing::warn!(%addr, "no reply within the response timeout; closing the connection");
-            self.outputs.push_back(Output::Close { conn });
-            let error = Error::ReplyLost {
-                addr,
-                reason: format!("no reply within {response_timeout:?}"),
-            };
-            self.drop_conn(now, conn, error, false);
+        if now < due {
+            self.schedule_check(conn, due);
+            return;
+        }
+        self.outputs.push_back(Output::Close { conn });
+        if connecting {
+            tracing::warn!(%addr, "connect timed out");
+            let reason = format!("no connection within {connect_timeout:?}");
+            self.drop_conn(now, conn, Loss::Connect(reason));
         } else {
-            self.schedule_check(conn, oldest + response_timeout);
+            tracing::warn!(%addr, "no reply within the response timeout; closing the connection");
+            let reason = format!("no reply within {response_timeout:?}");
+            self.drop_conn(now, conn, Loss::Lost(reason));
         }
     }
 
     // --- topology ---------------------------------------------------------------------------
 
-    /// Asks for a refresh: now if none ran recently, else once the rate limit allows.
-    fn request_refresh(&mut self, now: Instant) {
-        if !self.cluster || self.closed {
-            return;
-        }
+    /// The map may be stale (`MOVED`, `READONLY`, a lost node): refresh now, or once the rate
+    /// limit allows; a running refresh is followed by another, since it may predate the news.
+    fn refresh_soon(&mut self, now: Instant) {
         if self.refresh.running {
             self.refresh.again = true;
+        } else {
+            self.refresh_when_allowed(now);
+        }
+    }
+
+    /// Starts a refresh now if none started within `refresh_min_interval`, else arms the timer.
+    fn refresh_when_allowed(&mut self, now: Instant) {
+        if !self.cluster || self.closed {
             return;
         }
         let earliest = self
             .refresh
             .last_started
-            .map_or(now, |t| t + self.config.refresh_min_interval);
+            .and_then(|t| after(t, self.config.refresh_min_interval))
+            .unwrap_or(now);
         if earliest <= now {
             self.start_refresh(now);
         } else {
@@ -1301,17 +1399,18 @@ impl Session {
         }
     }
 
+    /// Arms the refresh timer for `at`, unless it is armed earlier.
     fn set_refresh_timer(&mut self, at: Instant) {
-        let existing: Vec<(Instant, Timer)> = self
+        let armed: Vec<(Instant, Timer)> = self
             .timers
             .iter()
             .filter(|(_, t)| *t == Timer::Refresh)
             .copied()
             .collect();
-        if existing.iter().any(|&(t, _)| t <= at) {
+        if armed.iter().any(|&(t, _)| t <= at) {
             return;
         }
-        for entry in existing {
+        for entry in armed {
             self.timers.remove(&entry);
         }
         self.timers.insert((at, Timer::Refresh));
@@ -1321,95 +1420,70 @@ impl Session {
         if !self.cluster || self.closed || self.refresh.running {
             return;
         }
-        let stale: Vec<(Instant, Timer)> = self
-            .timers
-            .iter()
-            .filter(|(_, t)| *t == Timer::Refresh)
-            .copied()
-            .collect();
-        for entry in stale {
-            self.timers.remove(&entry);
-        }
+        self.timers.retain(|(_, t)| *t != Timer::Refresh);
         // Ask two nodes: masters with a live connection first, then other masters, then the
-        // root nodes, then anything known. Rotate by round so a dead node is not asked forever.
+        // root nodes, then anything known. The first stays; the second rotates by round, so a
+        // dead or stalled node is not the only one asked round after round.
         let masters = self.masters();
-        let mut candidates: Vec<NodeId> = Vec::new();
-        let ready = |s: &Self, n: &NodeId| {
-            s.node_conn
-                .get(n)
-                .and_then(|c| s.conns.get(c))
-                .is_some_and(|c| c.state == ConnState::Ready)
-        };
-        candidates.extend(masters.iter().filter(|n| ready(self, n)));
-        candidates.extend(masters.iter().filter(|n| !ready(self, n)));
-        if let Endpoints::Cluster(roots) = &self.config.endpoints {
-            candidates.extend(roots.iter().filter_map(|r| self.node_ids.get(r)));
-        }
-        candidates.extend(0..self.nodes.len());
-        let mut chosen: Vec<NodeId> = Vec::new();
-        let offset = usize::try_from(self.refresh.round).unwrap_or(0);
         let mut unique: Vec<NodeId> = Vec::new();
-        for n in candidates {
+        let ready = masters.iter().copied().filter(|&n| self.is_ready(n));
+        let idle = masters.iter().copied().filter(|&n| !self.is_ready(n));
+        let roots: Vec<NodeId> = match &self.config.endpoints {
+            Endpoints::Cluster(roots) => roots
+                .iter()
+                .filter_map(|r| self.node_ids.get(r).copied())
+                .collect(),
+            Endpoints::Single(_) => Vec::new(),
+        };
+        for n in ready.chain(idle).chain(roots).chain(0..self.nodes.len()) {
             if !unique.contains(&n) {
                 unique.push(n);
             }
         }
-        if unique.is_empty() {
+        let Some(&first) = unique.first() else {
+            // A cluster without a single known node can never get a map.
+            let error = Error::Config("a cluster needs at least one root node".into());
+            for r in std::mem::take(&mut self.unrouted) {
+                self.finish(r, Err(error.clone()));
+            }
             return;
-        }
-        // Keep the best candidate first; rotate the rest.
-        chosen.push(unique[0]);
-        if unique.len() > 1 {
-            let rest = &unique[1..];
+        };
+        let mut chosen = vec![first];
+        let rest = &unique[1..];
+        if !rest.is_empty() {
+            let offset = usize::try_from(self.refresh.round).unwrap_or(0);
             chosen.push(rest[offset % rest.len()]);
         }
         self.refresh.round += 1;
         self.refresh.running = true;
         self.refresh.again = false;
         self.refresh.best = None;
+        self.refresh.last_error = None;
         self.refresh.last_started = Some(now);
         self.refresh.outstanding = chosen.len();
         let round = self.refresh.round;
         for node in chosen {
-            let conn = self.conn_for(now, node);
-            let ready = self
-                .conns
-                .get(&conn)
-                .is_some_and(|c| c.state == ConnState::Ready);
-            if ready {
-                self.encode_topology(now, conn, round);
-            } else if let Some(c) = self.conns.get_mut(&conn) {
-                c.waiting_topology = Some(round);
-            }
+            self.enqueue(now, node, Queued::Topology(round));
         }
     }
 
-    fn encode_topology(&mut self, now: Instant, conn: ConnId, round: u64) {
-        let Some(c) = self.conns.get_mut(&conn) else {
-            return;
-        };
-        encode_args(
-            vec![Bytes::from_static(b"CLUSTER"), Bytes::from_static(b"SLOTS")],
-            &mut c.write_buf,
-        );
-        let was_idle = c.in_flight.is_empty();
-        c.in_flight.push_back((Pending::Topology(round), now));
-        c.unsent += 1;
-        self.dirty.insert(conn);
-        if was_idle {
-            self.schedule_check(conn, now + self.config.response_timeout);
-        }
-    }
-
-    fn on_topology(&mut self, now: Instant, round: u64, node: NodeId, answer: Option<Frame>) {
+    /// One node's answer to a round, or why there is none.
+    fn on_topology(
+        &mut self,
+        now: Instant,
+        round: u64,
+        node: NodeId,
+        answer: Result<Frame, Error>,
+    ) {
         if round != self.refresh.round || !self.refresh.running {
             return;
         }
         self.refresh.outstanding = self.refresh.outstanding.saturating_sub(1);
         let host = self.nodes[node].host.clone();
         match answer {
-            Some(Ok(value)) => match parse_cluster_slots(&value, &host) {
+            Ok(Ok(value)) => match parse_cluster_slots(&value, &host) {
                 Ok(topo) if topo.is_complete() => {
+                    // A complete answer is the best there can be: the round is over.
                     self.refresh.best = Some(topo);
                     self.refresh.outstanding = 0;
                 }
@@ -1429,8 +1503,8 @@ impl Session {
                     })
                 }
             },
-            Some(Err(e)) => self.refresh.last_error = Some(Error::Server(e)),
-            None => {}
+            Ok(Err(e)) => self.refresh.last_error = Some(Error::Server(e)),
+            Err(e) => self.refresh.last_error = Some(e),
         }
         if self.refresh.outstanding == 0 {
             self.end_refresh(now);
@@ -1440,49 +1514,47 @@ impl Session {
     fn end_refresh(&mut self, now: Instant) {
         self.refresh.running = false;
         let best = self.refresh.best.take().filter(|t| t.coverage() > 0);
-        match best {
-            Some(topo) => {
-                self.refresh.failures = 0;
-                self.apply_topology(&topo);
-                let next = now + self.config.refresh_interval;
+        if let Some(topo) = best {
+            self.refresh.failures = 0;
+            self.apply_topology(&topo);
+            if let Some(next) = after(now, self.config.refresh_interval) {
                 self.set_refresh_timer(next);
-                if self.refresh.again {
-                    self.request_refresh(now);
+            }
+            if self.refresh.again {
+                self.refresh_when_allowed(now);
+            }
+            return;
+        }
+        self.refresh.failures = self.refresh.failures.saturating_add(1);
+        let failures = self.refresh.failures;
+        tracing::warn!(failures, "topology refresh failed");
+        // Requests waiting for a first map count the failed round as an attempt; a refused
+        // AUTH ends them at once, since no round will do better.
+        if !self.map_loaded {
+            let cause = self.refresh.last_error.clone().unwrap_or(Error::NotSent {
+                reason: "no node answered CLUSTER SLOTS".into(),
+            });
+            let fatal = matches!(cause, Error::Auth { .. });
+            let allowed = self.config.retry.attempts;
+            for r in std::mem::take(&mut self.unrouted) {
+                let Some(state) = self.req_mut(r) else {
+                    continue;
+                };
+                state.retries = state.retries.saturating_add(1);
+                if fatal || state.retries > allowed {
+                    self.finish(r, Err(cause.clone()));
+                } else {
+                    self.unrouted.push(r);
                 }
             }
-            None => {
-                self.refresh.failures += 1;
-                let failures = self.refresh.failures;
-                tracing::warn!(failures, "topology refresh failed");
-                // Requests waiting for a first map count the failed round as an attempt.
-                if !self.map_loaded {
-                    let cause = self.refresh.last_error.clone().unwrap_or(Error::NotSent {
-                        reason: "no node answered CLUSTER SLOTS".into(),
-                    });
-                    let waiting = std::mem::take(&mut self.unrouted);
-                    for r in waiting {
-                        let allowed = self.config.retry.attempts;
-                        let exhausted = self
-                            .req_mut(r)
-                            .map(|s| {
-                                s.attempts += 1;
-                                s.attempts > allowed
-                            })
-                            .unwrap_or(false);
-                        if exhausted {
-                            self.finish(r, Err(cause.clone()));
-                        } else if self.req_mut(r).is_some() {
-                            self.unrouted.push(r);
-                        }
-                    }
-                }
-                let delay = self
-                    .config
-                    .retry
-                    .delay(failures, self.jitter.next_factor())
-                    .max(self.config.refresh_min_interval);
-                self.set_refresh_timer(now + delay);
-            }
+        }
+        let delay = self
+            .config
+            .retry
+            .delay(failures, self.jitter.next_factor())
+            .max(self.config.refresh_min_interval);
+        if let Some(at) = after(now, delay) {
+            self.set_refresh_timer(at);
         }
     }
 
@@ -1502,4 +1574,8 @@ impl Session {
         let waiting = std::mem::take(&mut self.unrouted);
         self.to_dispatch.extend(waiting);
     }
+}
+
+fn is_loading(e: &ServerError) -> bool {
+    e.code() == "LOADING"
 }

@@ -393,7 +393,12 @@ mod tests {
         };
         let reply = Value::Array(vec![Value::Array(vec![
             b("slots"),
-            Value::Array(vec![Value::Int(0), Value::Int(100), Value::Int(200), Value::Int(300)]),
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(100),
+                Value::Int(200),
+                Value::Int(300),
+            ]),
             b("nodes"),
             Value::Array(vec![node(7003, "replica"), node(7000, "master")]),
         ])]);

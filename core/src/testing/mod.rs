@@ -1,0 +1,165 @@
+//! Deterministic tests of the session without a network (the `testing` feature).
+//!
+//! - [`SimCluster`]: a pure fake of one Redis node or a Redis Cluster, speaking RESP2, with
+//!   slot migration, failover and fault injection.
+//! - [`Harness`]: steps a [`Session`](crate::session::Session) and a `SimCluster` together on
+//!   simulated time, as a driver would, and records every connection's writes.
+//! - Small plans and requests for tests: [`Batch`], [`Sequence`], [`get`], [`set`], [`incr`],
+//!   [`mget`], [`del`].
+//!
+//! ```
+//! use botmesh_redis_core::session::Config;
+//! use botmesh_redis_core::testing::{get, set, Harness, SimCluster};
+//! use botmesh_redis_core::Value;
+//!
+//! // The one reading of the real clock: simulated time starts there and never looks again.
+//! let start = std::time::Instant::now();
+//! let sim = SimCluster::cluster(3, 1);
+//! let config = Config::cluster(sim.masters());
+//! let mut h = Harness::new(start, sim, config);
+//! h.run_batch(vec![set("k", "v")]);
+//! assert_eq!(h.run_one(get("k")).ok(), Some(Value::from("v")));
+//! ```
+
+mod cluster;
+mod harness;
+
+pub use cluster::{
+    encode_reply, render_args, ConnectMode, Data, Demotion, Received, Rule, RuleAction, ScriptFn,
+    SimCluster, SimEvent, FIRST_PORT, SIM_HOST,
+};
+pub use harness::{Chunking, Harness, Wire, HANG};
+
+use crate::error::Error;
+use crate::keys::Key;
+use crate::plan::{misuse, Plan, Reply, Step};
+use crate::request::{Access, Request};
+
+/// A plan that sends one batch and yields its replies, whatever they are.
+#[derive(Debug)]
+pub struct Batch {
+    requests: Option<Vec<Request>>,
+}
+
+impl Batch {
+    /// The plan of one batch.
+    pub fn new(requests: Vec<Request>) -> Self {
+        Batch {
+            requests: Some(requests),
+        }
+    }
+}
+
+impl Plan for Batch {
+    type Output = Vec<Reply>;
+
+    fn start(&mut self) -> Step<Vec<Reply>> {
+        match self.requests.take() {
+            Some(requests) => Step::Send(requests),
+            None => Step::Done(Err(misuse("Batch::start called twice"))),
+        }
+    }
+
+    fn resume(&mut self, replies: Vec<Reply>) -> Step<Vec<Reply>> {
+        Step::Done(Ok(replies))
+    }
+}
+
+/// A plan that sends batches one after another, each after the previous one's replies, and
+/// yields every reply, batch by batch.
+#[derive(Debug)]
+pub struct Sequence {
+    batches: std::collections::VecDeque<Vec<Request>>,
+    replies: Vec<Vec<Reply>>,
+}
+
+impl Sequence {
+    /// The plan of these batches, in order.
+    pub fn new(batches: Vec<Vec<Request>>) -> Self {
+        Sequence {
+            batches: batches.into(),
+            replies: Vec::new(),
+        }
+    }
+
+    fn next(&mut self) -> Step<Vec<Vec<Reply>>> {
+        match self.batches.pop_front() {
+            Some(batch) => Step::Send(batch),
+            None => Step::Done(Ok(std::mem::take(&mut self.replies))),
+        }
+    }
+}
+
+impl Plan for Sequence {
+    type Output = Vec<Vec<Reply>>;
+
+    fn start(&mut self) -> Step<Vec<Vec<Reply>>> {
+        self.next()
+    }
+
+    fn resume(&mut self, replies: Vec<Reply>) -> Step<Vec<Vec<Reply>>> {
+        self.replies.push(replies);
+        self.next()
+    }
+}
+
+fn build(result: Result<Request, Error>) -> Request {
+    match result {
+        Ok(request) => request,
+        Err(e) => panic!("a test request could not be built: {e}"),
+    }
+}
+
+/// `GET key`, a read.
+pub fn get(key: &str) -> Request {
+    build(
+        Request::cmd(Access::Read, "GET")
+            .key(&Key::new(key.to_owned()))
+            .build(),
+    )
+}
+
+/// `SET key value`, a write.
+pub fn set(key: &str, value: &str) -> Request {
+    build(
+        Request::cmd(Access::Write, "SET")
+            .key(&Key::new(key.to_owned()))
+            .arg(value)
+            .build(),
+    )
+}
+
+/// `INCR key`, a write.
+pub fn incr(key: &str) -> Request {
+    build(
+        Request::cmd(Access::Write, "INCR")
+            .key(&Key::new(key.to_owned()))
+            .build(),
+    )
+}
+
+/// `DEL keys...`, a write.
+///
+/// # Panics
+///
+/// When the keys are in different slots: write such tests with explicit hash tags.
+pub fn del(keys: &[&str]) -> Request {
+    let mut cmd = Request::cmd(Access::Write, "DEL");
+    for key in keys {
+        cmd = cmd.key(&Key::new((*key).to_owned()));
+    }
+    build(cmd.build())
+}
+
+/// `MGET keys...`, a read.
+///
+/// # Panics
+///
+/// When the keys are in different slots.
+pub fn mget(keys: &[&str]) -> Request {
+    let mut cmd = Request::cmd(Access::Read, "MGET");
+    for key in keys {
+        cmd = cmd.key(&Key::new((*key).to_owned()));
+    }
+    build(cmd.build())
+}

@@ -1,0 +1,95 @@
+//! `close()` completes every plan, whatever state it is in, and closes every connection; a
+//! closed session refuses new plans and ignores late events.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use botmesh_redis_core::error::Error;
+use botmesh_redis_core::session::{Config, ConnId, Output, Session, Token};
+use botmesh_redis_core::testing::{get, incr, set, Batch, ConnectMode, Harness, Rule, SimCluster};
+use botmesh_redis_core::Reply;
+
+#[allow(clippy::disallowed_methods)] // simulated time starts at one real instant
+fn start() -> Instant {
+    Instant::now()
+}
+
+#[test]
+fn close_completes_every_plan() {
+    let sim = SimCluster::cluster(3, 0);
+    let config = Config::cluster(sim.masters());
+    let mut h = Harness::new(start(), sim, config);
+    let (a, b, c) = (h.sim.master(0), h.sim.master(1), h.sim.master(2));
+    let ka = h.sim.keys_on(&a, 1).remove(0);
+    let kb = h.sim.keys_on(&b, 1).remove(0);
+    let kc = h.sim.keys_on(&c, 1).remove(0);
+    h.run_batch(vec![set(&ka, "a"), set(&kb, "b")]);
+    h.sim.stall(&a);
+    h.sim
+        .add_rule(Rule::error("TRYAGAIN x").on(&b).commands(&["GET"]));
+    h.sim.drop_connections(h.now(), &c, "restart");
+    h.sim.set_connect_mode(&c, ConnectMode::Hang);
+    h.run_for(Duration::from_millis(1));
+
+    let write_in_flight = h.submit_batch(vec![incr(&ka)]);
+    let read_in_flight = h.submit_batch(vec![get(&ka)]);
+    let backing_off = h.submit_batch(vec![get(&kb)]);
+    let connecting = h.submit_batch(vec![incr(&kc)]);
+    let done = h.submit_batch(vec![get(&kb), set(&kb, "b2")]);
+    h.run_for(Duration::from_millis(5));
+    assert_eq!(h.session.in_flight(), 5);
+
+    h.close();
+    assert!(h.session.is_closed());
+    assert_eq!(h.session.in_flight(), 0);
+    let lost = Error::ReplyLost {
+        addr: "(client)".into(),
+        reason: "the client was closed".into(),
+    };
+    assert_eq!(h.take::<Vec<Reply>>(write_in_flight), Some(Err(lost)));
+    for token in [read_in_flight, backing_off, connecting, done] {
+        assert_eq!(
+            h.take::<Vec<Reply>>(token),
+            Some(Err(Error::Closed)),
+            "{token:?}"
+        );
+    }
+    // Every connection the session had is closed.
+    assert!(h.wires().values().all(|w| w.closed), "{:#?}", h.wires());
+
+    // A closed session refuses new plans, at once.
+    let late = h.submit_batch(vec![get(&kb)]);
+    assert_eq!(h.take::<Vec<Reply>>(late), Some(Err(Error::Closed)));
+}
+
+#[test]
+fn a_closed_session_ignores_late_events_and_stays_idle() {
+    let now = start();
+    let mut session = Session::new(
+        Config::single(botmesh_redis_core::topology::NodeAddr::new("h", 1)),
+        now,
+    );
+    session.submit(now, Token(1), Batch::new(vec![get("k")]));
+    let conn = match session.poll() {
+        Output::Connect { conn, .. } => conn,
+        other => panic!("{other:?}"),
+    };
+    assert!(matches!(session.poll(), Output::Wait { .. }));
+    session.close(now);
+    assert!(matches!(session.poll(), Output::Close { conn: c } if c == conn));
+    match session.poll() {
+        Output::Complete { token, result } => {
+            assert_eq!(token, Token(1));
+            assert_eq!(result.into_result::<Vec<Reply>>(), Err(Error::Closed));
+        }
+        other => panic!("{other:?}"),
+    }
+    let later = now + Duration::from_secs(1);
+    session.handle_connected(later, conn);
+    session.handle_read(later, conn, b"+OK\r\n");
+    session.handle_closed(later, conn, "x");
+    session.handle_connect_failed(later, ConnId(99), "x");
+    session.handle_timeout(later + Duration::from_secs(100));
+    session.close(later);
+    assert!(matches!(session.poll(), Output::Wait { until: None, .. }));
+}
