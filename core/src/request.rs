@@ -192,6 +192,49 @@ impl Request {
         })
     }
 
+    /// A script call in the layout's way: checked to one slot in the cluster layout; sent to
+    /// the single node in the legacy layout, whose keys carry no hash tags (a lock and its
+    /// fence, or a message log and its items, hash to different slots there).
+    pub fn script_in(
+        ks: &crate::layout::Keyspace,
+        script: &'static Script,
+        access: Access,
+        keys: Vec<Key>,
+        args: Vec<Bytes>,
+    ) -> Result<Request, Error> {
+        match ks.layout() {
+            crate::layout::Layout::Cluster => Request::script(script, access, keys, args),
+            crate::layout::Layout::Legacy => {
+                Ok(Request::single_node_script(script, access, keys, args))
+            }
+        }
+    }
+
+    /// A script call for a single node, whose keys may hash to different slots: the legacy
+    /// layout's multi-key scripts (its key names carry no hash tags). Routed to any master, which
+    /// on a single-node client is the node. On a cluster the server would answer `CROSSSLOT`;
+    /// a legacy-layout store refuses a cluster client at construction, so it never gets there.
+    pub fn single_node_script(
+        script: &'static Script,
+        access: Access,
+        keys: Vec<Key>,
+        args: Vec<Bytes>,
+    ) -> Request {
+        Request {
+            body: Body::Script { script, args },
+            keys,
+            route: Route::AnyMaster,
+            access,
+        }
+    }
+
+    /// Sends this keyless request where `other` goes: `WAIT` after a grant reaches the grant's
+    /// master, on the connection that carried it.
+    pub fn routed_like(mut self, other: &Request) -> Request {
+        self.route = other.route.clone();
+        self
+    }
+
     /// The declared keys.
     pub fn keys(&self) -> &[Key] {
         &self.keys
@@ -245,9 +288,35 @@ impl Request {
         }
     }
 
-    /// Appends the RESP2 encoding of this request to `buf`.
+    /// Appends the RESP2 encoding of this request to `buf`: `EVALSHA` for scripts, or `EVAL`
+    /// with the source when `with_source` (the `NOSCRIPT` fallback). Encodes from borrowed
+    /// slices, so sending a request copies each argument once, into `buf`.
     pub fn encode(&self, with_source: bool, buf: &mut bytes::BytesMut) {
-        encode_args(self.wire_args(with_source), buf);
+        use redis_protocol::resp2::types::BorrowedFrame as F;
+        let frames: Vec<F<'_>> = match &self.body {
+            Body::Command(args) => args.iter().map(|a| F::BulkString(a)).collect(),
+            Body::Script { script, args } => {
+                let mut frames = Vec::with_capacity(3 + self.keys.len() + args.len());
+                if with_source {
+                    frames.push(F::BulkString(b"EVAL"));
+                    frames.push(F::BulkString(script.source().as_bytes()));
+                } else {
+                    frames.push(F::BulkString(b"EVALSHA"));
+                    frames.push(F::BulkString(script.sha1()));
+                }
+                // Sent as a bulk string: `int_as_bulkstring` below.
+                frames.push(F::Integer(
+                    i64::try_from(self.keys.len()).unwrap_or(i64::MAX),
+                ));
+                frames.extend(self.keys.iter().map(|k| F::BulkString(k.as_bytes())));
+                frames.extend(args.iter().map(|a| F::BulkString(a)));
+                frames
+            }
+        };
+        // Encoding bulk strings into a growable buffer has no failure mode: the buffer is
+        // extended to the exact length first.
+        let _ =
+            redis_protocol::resp2::encode::extend_encode_borrowed(buf, &F::Array(&frames), true);
     }
 }
 
@@ -340,6 +409,26 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(ok.slot(), Some(a.slot()));
+    }
+
+    #[test]
+    fn script_encoding_matches_the_argument_vector() {
+        let keys = vec![Key::new(&b"{c}:z"[..]), Key::new(&b"{c}:i:1"[..])];
+        let args = vec![Bytes::from_static(b"1"), Bytes::from_static(b"")];
+        let req = Request::script(
+            &crate::store::messages::SAVE_MESSAGE,
+            Access::Write,
+            keys,
+            args,
+        )
+        .unwrap();
+        for with_source in [false, true] {
+            let mut direct = bytes::BytesMut::new();
+            req.encode(with_source, &mut direct);
+            let mut reference = bytes::BytesMut::new();
+            encode_args(req.wire_args(with_source), &mut reference);
+            assert_eq!(direct, reference, "with_source={with_source}");
+        }
     }
 
     #[test]

@@ -1,0 +1,212 @@
+//! `SCAN` over every master: the legacy layout's listings, the heartbeat listing and the
+//! `start()` guard. On a single node it is one cursor loop; on a cluster the plan first asks
+//! for the masters (`CLUSTER SLOTS`) and then scans each one in turn, since `SCAN` only sees the
+//! node it runs on.
+
+use bytes::Bytes;
+
+use crate::error::Error;
+use crate::plan::{Plan, Reply, Step};
+use crate::request::{Access, Request};
+use crate::topology::parse_cluster_slots;
+use crate::value::Value;
+
+/// Collects the keys matching a `SCAN MATCH` pattern, up to a limit.
+#[derive(Debug)]
+pub struct Scan {
+    pattern: String,
+    limit: usize,
+    /// Masters still to scan (`None`: a single node, scanned through any route).
+    nodes: Vec<Option<String>>,
+    cursor: Bytes,
+    keys: Vec<Bytes>,
+    started: bool,
+}
+
+/// Scans every master for keys matching `pattern` (already glob-escaped where needed), stopping
+/// once `limit` keys are found. Yields the keys sorted and deduplicated.
+pub fn scan(pattern: impl Into<String>, limit: usize) -> Scan {
+    Scan {
+        pattern: pattern.into(),
+        limit,
+        nodes: Vec::new(),
+        cursor: Bytes::from_static(b"0"),
+        keys: Vec::new(),
+        started: false,
+    }
+}
+
+impl Scan {
+    fn next_request(&self) -> Result<Request, Error> {
+        let mut builder = Request::cmd(Access::Read, "SCAN")
+            .arg(&self.cursor)
+            .arg("MATCH")
+            .arg(self.pattern.as_str())
+            .arg("COUNT")
+            .arg(1000u32);
+        if let Some(Some(node)) = self.nodes.last() {
+            builder = builder.to_node(node.clone());
+        }
+        builder.build()
+    }
+
+    fn finish(&mut self) -> Step<Vec<Bytes>> {
+        let mut keys = std::mem::take(&mut self.keys);
+        keys.sort();
+        keys.dedup();
+        keys.truncate(self.limit);
+        Step::Done(Ok(keys))
+    }
+
+    fn send_next(&mut self) -> Step<Vec<Bytes>> {
+        match self.next_request() {
+            Ok(request) => Step::Send(vec![request]),
+            Err(e) => Step::Done(Err(e)),
+        }
+    }
+}
+
+impl Plan for Scan {
+    type Output = Vec<Bytes>;
+
+    fn start(&mut self) -> Step<Vec<Bytes>> {
+        match Request::cmd(Access::Read, "CLUSTER").arg("SLOTS").build() {
+            Ok(request) => Step::Send(vec![request]),
+            Err(e) => Step::Done(Err(e)),
+        }
+    }
+
+    fn resume(&mut self, replies: Vec<Reply>) -> Step<Vec<Bytes>> {
+        let Some(reply) = replies.into_iter().next() else {
+            return Step::Done(Err(crate::plan::misuse("Scan resumed without a reply")));
+        };
+        if !self.started {
+            self.started = true;
+            self.nodes = match reply {
+                Ok(value) => match parse_cluster_slots(&value, "") {
+                    Ok(topo) => {
+                        let mut nodes: Vec<Option<String>> = topo
+                            .shards
+                            .iter()
+                            .map(|s| Some(s.master.to_string()))
+                            .collect();
+                        nodes.sort();
+                        nodes.dedup();
+                        nodes
+                    }
+                    Err(e) => {
+                        return Step::Done(Err(Error::UnexpectedReply {
+                            detail: e.to_string(),
+                        }))
+                    }
+                },
+                // Not a cluster: one node holds every key.
+                Err(Error::Server(e)) if e.text().contains("cluster support disabled") => {
+                    vec![None]
+                }
+                Err(e) => return Step::Done(Err(e)),
+            };
+            if self.nodes.is_empty() {
+                return self.finish();
+            }
+            return self.send_next();
+        }
+        let page = match reply.and_then(parse_page) {
+            Ok(page) => page,
+            Err(e) => return Step::Done(Err(e)),
+        };
+        self.keys.extend(page.1);
+        self.cursor = page.0;
+        if self.keys.len() >= self.limit {
+            return self.finish();
+        }
+        if self.cursor.as_ref() == b"0" {
+            self.nodes.pop();
+            if self.nodes.is_empty() {
+                return self.finish();
+            }
+        }
+        self.send_next()
+    }
+}
+
+fn parse_page(value: Value) -> Result<(Bytes, Vec<Bytes>), Error> {
+    let mut items = value.into_array()?.into_iter();
+    let (Some(cursor), Some(keys)) = (items.next(), items.next()) else {
+        return Err(Error::UnexpectedReply {
+            detail: "SCAN did not answer [cursor, keys]".into(),
+        });
+    };
+    let keys = keys
+        .into_array()?
+        .into_iter()
+        .map(Value::into_bytes)
+        .collect::<Result<_, _>>()?;
+    Ok((cursor.into_bytes()?, keys))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::scripted;
+    use crate::value::ServerError;
+
+    fn page(cursor: &str, keys: &[&str]) -> Reply {
+        Ok(Value::Array(vec![
+            Value::from(cursor),
+            Value::Array(keys.iter().map(|k| Value::from(*k)).collect()),
+        ]))
+    }
+
+    #[test]
+    fn single_node_cursor_loop() {
+        let mut pages = vec![page("0", &["b", "a"]), page("7", &["c", "a"])];
+        let run = scripted::run(scan("p:*", 100), 10, |req| {
+            if req.to_string().starts_with("CLUSTER") {
+                Err(Error::Server(ServerError::new(
+                    "ERR This instance has cluster support disabled",
+                )))
+            } else {
+                pages.pop().unwrap()
+            }
+        });
+        assert_eq!(
+            run.output.unwrap(),
+            vec![Bytes::from("a"), Bytes::from("b"), Bytes::from("c")]
+        );
+        assert!(run
+            .transcript
+            .contains("SCAN any-master read keys=[] args=[7 MATCH p:* COUNT 1000]"));
+    }
+
+    #[test]
+    fn cluster_scans_each_master() {
+        let slots = Value::Array(vec![
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(8000),
+                Value::Array(vec![Value::from("h"), Value::Int(1)]),
+            ]),
+            Value::Array(vec![
+                Value::Int(8001),
+                Value::Int(16383),
+                Value::Array(vec![Value::from("h"), Value::Int(2)]),
+            ]),
+        ]);
+        let run = scripted::run(scan("p:*", 100), 10, |req| {
+            let text = req.to_string();
+            if text.starts_with("CLUSTER") {
+                Ok(slots.clone())
+            } else if text.contains("node=h:2") {
+                page("0", &["x"])
+            } else {
+                page("0", &["y"])
+            }
+        });
+        assert_eq!(
+            run.output.unwrap(),
+            vec![Bytes::from("x"), Bytes::from("y")]
+        );
+        assert!(run.transcript.contains("node=h:1"));
+    }
+}

@@ -1,0 +1,395 @@
+//! The typed async API of the store, written once over any [`Executor`].
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::error::Error;
+use crate::executor::Executor;
+use crate::layout::{Keyspace, Layout, RecordKind};
+
+use super::{
+    conv, cursor, delete_chat, guard, messages, records, user, DeletedChat, Message, MessagePage,
+    MessageQuery, RecordPage, Started, UserEntry,
+};
+
+/// How to build a [`Store`]: the prefix, the layout, and what the client is.
+///
+/// ```
+/// use botmesh_redis_core::store::StoreOptions;
+/// use botmesh_redis_core::Layout;
+///
+/// // On a cluster client: the cluster layout is the default, and the only one allowed.
+/// let on_cluster = StoreOptions::new("mybot").cluster_client(true);
+/// // On a single node: the legacy layout is the default; opt in to the cluster layout.
+/// let migrated = StoreOptions::new("mybot").layout(Layout::Cluster);
+/// # let _ = (on_cluster, migrated);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreOptions {
+    prefix: String,
+    layout: Option<Layout>,
+    allow_legacy_data: bool,
+    cluster_client: bool,
+}
+
+impl StoreOptions {
+    /// Options for `prefix`, on a single-node client, with the default layout.
+    pub fn new(prefix: impl Into<String>) -> Self {
+        StoreOptions {
+            prefix: prefix.into(),
+            layout: None,
+            allow_legacy_data: false,
+            cluster_client: false,
+        }
+    }
+
+    /// Chooses the layout. Without it: the cluster layout on a cluster client, else legacy.
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = Some(layout);
+        self
+    }
+
+    /// Lets a cluster-layout store start over legacy-layout keys (see [`Store::start`]).
+    pub fn allow_legacy_data(mut self, allow: bool) -> Self {
+        self.allow_legacy_data = allow;
+        self
+    }
+
+    /// Whether the executor talks to a Redis Cluster (a driver's `Client::is_cluster()`). The
+    /// legacy layout is refused on a cluster client, and the default layout follows it.
+    pub fn cluster_client(mut self, cluster: bool) -> Self {
+        self.cluster_client = cluster;
+        self
+    }
+
+    /// The layout these options resolve to.
+    pub fn resolved_layout(&self) -> Layout {
+        self.layout.unwrap_or(if self.cluster_client {
+            Layout::Cluster
+        } else {
+            Layout::Legacy
+        })
+    }
+}
+
+/// The store of a bot's shared state (the seed's `RedisStore`), over an [`Executor`] such as
+/// `botmesh_redis_tokio::Client`. Cheap to clone: clones share the executor.
+///
+/// Build it with [`Store::new`], call [`Store::start`] once, then use it from any task.
+///
+/// ```no_run
+/// use botmesh_redis_core::store::{MessageQuery, Store, StoreOptions};
+/// use botmesh_redis_core::{Error, Executor};
+///
+/// async fn demo<E: Executor>(client: E, is_cluster: bool) -> Result<(), Error> {
+///     let store = Store::new(client, StoreOptions::new("mybot").cluster_client(is_cluster))?;
+///     store.start().await?;
+///
+///     store.save_message("chat-1", "m1", 1_700_000_000_000, "hello".into()).await?;
+///     let mut query = MessageQuery::new().limit(50);
+///     loop {
+///         let page = store.list_messages("chat-1", &query).await?;
+///         for message in &page.messages {
+///             println!("{} {} {:?}", message.time_ms, message.id, message.payload);
+///         }
+///         match page.next {
+///             Some(next) => query = query.after(Some(next)),
+///             None => break,
+///         }
+///     }
+///     store.delete_chat("chat-1").await?;
+///     Ok(())
+/// }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Store<E> {
+    executor: E,
+    ks: Keyspace,
+    allow_legacy_data: bool,
+}
+
+impl<E: Executor> Store<E> {
+    /// Checks the options and builds the store; nothing is sent.
+    ///
+    /// Fails with [`Error::Config`] for the legacy layout on a cluster client, and with
+    /// [`Error::Key`] for an empty prefix or a `{` or `}` in a cluster-layout prefix.
+    pub fn new(executor: E, options: StoreOptions) -> Result<Self, Error> {
+        let layout = options.resolved_layout();
+        if layout == Layout::Legacy && options.cluster_client {
+            return Err(Error::Config(
+                "the legacy layout runs on a single node only: use the cluster layout with a \
+                 cluster client"
+                    .into(),
+            ));
+        }
+        let ks = Keyspace::new(layout, options.prefix)?;
+        Ok(Store {
+            executor,
+            ks,
+            allow_legacy_data: options.allow_legacy_data,
+        })
+    }
+
+    /// The keyspace: prefix, layout, and every key name.
+    pub fn keyspace(&self) -> &Keyspace {
+        &self.ks
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> Layout {
+        self.ks.layout()
+    }
+
+    /// The executor.
+    pub fn executor(&self) -> &E {
+        &self.executor
+    }
+
+    /// The `start()` guard; call it once before using the store.
+    ///
+    /// Cluster layout: with the layout marker present, starts. Without it, checks up to 10,000
+    /// keys under the prefix for legacy-layout keys: if there are some, fails with an
+    /// [`Error::Config`] saying "run migrate_to_cluster_layout() first" (unless
+    /// `allow_legacy_data`, which starts without writing the marker); if there are none, writes
+    /// the marker. Legacy layout: starts, with a warning in the log when the prefix carries the
+    /// marker.
+    pub async fn start(&self) -> Result<Started, Error> {
+        self.executor
+            .run(guard::start(&self.ks, self.allow_legacy_data))
+            .await
+    }
+
+    // --- messages ----------------------------------------------------------------------------
+
+    /// Saves a message (its item and its log entry, atomically). Saving an existing id replaces
+    /// its payload and time. Yields `true` when the message is new.
+    pub async fn save_message(
+        &self,
+        chat: &str,
+        id: &str,
+        time_ms: i64,
+        payload: Bytes,
+    ) -> Result<bool, Error> {
+        let plan = messages::save_message(&self.ks, chat, id, time_ms, payload)?;
+        self.executor.run(plan).await
+    }
+
+    /// Reads a message.
+    pub async fn get_message(&self, chat: &str, id: &str) -> Result<Option<Message>, Error> {
+        let plan = messages::get_message(&self.ks, chat, id)?;
+        self.executor.run(plan).await
+    }
+
+    /// Lists a page of a chat's messages in `(time, id)` order; pass the page's `next` to
+    /// [`MessageQuery::after`] for the next one.
+    pub async fn list_messages(
+        &self,
+        chat: &str,
+        query: &MessageQuery,
+    ) -> Result<MessagePage, Error> {
+        self.executor
+            .run(messages::list_messages(&self.ks, chat, query))
+            .await
+    }
+
+    /// Deletes a message; yields `true` when it existed.
+    pub async fn delete_message(&self, chat: &str, id: &str) -> Result<bool, Error> {
+        let plan = messages::delete_message(&self.ks, chat, id)?;
+        self.executor.run(plan).await
+    }
+
+    /// Deletes a chat: its messages in atomic chunks of 1000, then its record. Messages saved
+    /// while it runs survive. After an interruption, calling it again finishes the job.
+    pub async fn delete_chat(&self, chat: &str) -> Result<DeletedChat, Error> {
+        self.executor
+            .run(delete_chat::delete_chat(&self.ks, chat))
+            .await
+    }
+
+    // --- chats, contacts, checkpoints ----------------------------------------------------------
+
+    /// Stores a chat record.
+    pub async fn upsert_chat(&self, id: &str, value: Bytes) -> Result<(), Error> {
+        let plan = records::upsert_record(&self.ks, RecordKind::Chat, id, value)?;
+        self.executor.run(plan).await
+    }
+
+    /// Reads a chat record.
+    pub async fn get_chat(&self, id: &str) -> Result<Option<Bytes>, Error> {
+        let plan = records::get_record(&self.ks, RecordKind::Chat, id)?;
+        self.executor.run(plan).await
+    }
+
+    /// Lists chat records in byte order of their ids, `limit` (at most 1000) after `after`.
+    pub async fn list_chats(&self, after: Option<&str>, limit: usize) -> Result<RecordPage, Error> {
+        self.list(RecordKind::Chat, after, limit).await
+    }
+
+    /// Stores a contact record.
+    pub async fn upsert_contact(&self, id: &str, value: Bytes) -> Result<(), Error> {
+        let plan = records::upsert_record(&self.ks, RecordKind::Contact, id, value)?;
+        self.executor.run(plan).await
+    }
+
+    /// Reads a contact record.
+    pub async fn get_contact(&self, id: &str) -> Result<Option<Bytes>, Error> {
+        let plan = records::get_record(&self.ks, RecordKind::Contact, id)?;
+        self.executor.run(plan).await
+    }
+
+    /// Lists contact records in byte order of their ids, `limit` (at most 1000) after `after`.
+    pub async fn list_contacts(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<RecordPage, Error> {
+        self.list(RecordKind::Contact, after, limit).await
+    }
+
+    /// Deletes a contact record; yields `true` when it existed.
+    pub async fn delete_contact(&self, id: &str) -> Result<bool, Error> {
+        let plan = records::delete_record(&self.ks, RecordKind::Contact, id)?;
+        self.executor.run(plan).await
+    }
+
+    /// Stores a checkpoint that expires after `ttl` (`None`: never).
+    pub async fn set_checkpoint(
+        &self,
+        id: &str,
+        value: Bytes,
+        ttl: Option<Duration>,
+    ) -> Result<(), Error> {
+        let plan = records::set_checkpoint(&self.ks, id, value, ttl)?;
+        self.executor.run(plan).await
+    }
+
+    /// Reads a checkpoint.
+    pub async fn get_checkpoint(&self, id: &str) -> Result<Option<Bytes>, Error> {
+        let plan = records::get_record(&self.ks, RecordKind::Checkpoint, id)?;
+        self.executor.run(plan).await
+    }
+
+    /// Lists live checkpoints in byte order of their ids, `limit` (at most 1000) after `after`.
+    pub async fn list_checkpoints(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<RecordPage, Error> {
+        self.list(RecordKind::Checkpoint, after, limit).await
+    }
+
+    /// Deletes a checkpoint; yields `true` when it existed.
+    pub async fn clear_checkpoint(&self, id: &str) -> Result<bool, Error> {
+        let plan = records::delete_record(&self.ks, RecordKind::Checkpoint, id)?;
+        self.executor.run(plan).await
+    }
+
+    async fn list(
+        &self,
+        kind: RecordKind,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<RecordPage, Error> {
+        let plan = records::list_records(&self.ks, kind, after, limit)?;
+        self.executor.run(plan).await
+    }
+
+    // --- user data -----------------------------------------------------------------------------
+
+    /// Stores a user-data entry that expires after `ttl` (`None`: never).
+    pub async fn set_user_data(
+        &self,
+        user: &str,
+        ns: &str,
+        key: &str,
+        value: Bytes,
+        ttl: Option<Duration>,
+    ) -> Result<(), Error> {
+        let plan = user::set_user_data(&self.ks, user, ns, key, value, ttl)?;
+        self.executor.run(plan).await
+    }
+
+    /// Reads a user-data entry.
+    pub async fn get_user_data(
+        &self,
+        user: &str,
+        ns: &str,
+        key: &str,
+    ) -> Result<Option<Bytes>, Error> {
+        let plan = user::get_user_data(&self.ks, user, ns, key)?;
+        self.executor.run(plan).await
+    }
+
+    /// Deletes a user-data entry; yields `true` when it existed.
+    pub async fn delete_user_data(&self, user: &str, ns: &str, key: &str) -> Result<bool, Error> {
+        let plan = user::delete_user_data(&self.ks, user, ns, key)?;
+        self.executor.run(plan).await
+    }
+
+    /// Lists a user's live entries, in namespace `ns` or all, sorted by namespace then key.
+    pub async fn list_user_data(
+        &self,
+        user: &str,
+        ns: Option<&str>,
+    ) -> Result<Vec<UserEntry>, Error> {
+        self.executor
+            .run(user::list_user_data(&self.ks, user, ns))
+            .await
+    }
+
+    /// Deletes a user's entries, in namespace `ns` or all; yields how many existed.
+    pub async fn clear_user_data(&self, user: &str, ns: Option<&str>) -> Result<u64, Error> {
+        self.executor
+            .run(user::clear_user_data(&self.ks, user, ns))
+            .await
+    }
+
+    // --- conversations, cursors ----------------------------------------------------------------
+
+    /// Reads a chat's conversation state.
+    pub async fn get_conversation(&self, chat: &str) -> Result<Option<Bytes>, Error> {
+        let plan = conv::get_conversation(&self.ks, chat)?;
+        self.executor.run(plan).await
+    }
+
+    /// Stores a chat's conversation state, expiring after `ttl` (`None`: never).
+    pub async fn set_conversation(
+        &self,
+        chat: &str,
+        value: Bytes,
+        ttl: Option<Duration>,
+    ) -> Result<(), Error> {
+        let plan = conv::set_conversation(&self.ks, chat, value, ttl)?;
+        self.executor.run(plan).await
+    }
+
+    /// Deletes a chat's conversation state; yields `true` when it existed.
+    pub async fn delete_conversation(&self, chat: &str) -> Result<bool, Error> {
+        let plan = conv::delete_conversation(&self.ks, chat)?;
+        self.executor.run(plan).await
+    }
+
+    /// Reads a cursor.
+    pub async fn get_cursor(&self, name: &str) -> Result<Option<i64>, Error> {
+        let plan = cursor::get_cursor(&self.ks, name)?;
+        self.executor.run(plan).await
+    }
+
+    /// Stores a cursor.
+    pub async fn set_cursor(&self, name: &str, value: i64) -> Result<(), Error> {
+        let plan = cursor::set_cursor(&self.ks, name, value)?;
+        self.executor.run(plan).await
+    }
+
+    /// Stores a cursor only if it is unset or smaller; yields `true` when it was stored.
+    pub async fn set_cursor_if_greater(&self, name: &str, value: i64) -> Result<bool, Error> {
+        let plan = cursor::set_cursor_if_greater(&self.ks, name, value)?;
+        self.executor.run(plan).await
+    }
+}
+
+/// The user guide, `docs/store.md`: its examples are compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/store.md")]
+struct UserGuide;

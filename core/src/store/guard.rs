@@ -1,0 +1,283 @@
+//! The `start()` guard: a store refuses to run over a keyspace of the other layout.
+//!
+//! Cluster layout:
+//!
+//! 1. read the layout marker `p:{meta}:layout`: `cluster:v1` means the keyspace is already in
+//!    the cluster layout; any other value is refused;
+//! 2. without a marker, `SCAN` at most [`SCAN_LIMIT`] keys under the prefix (on a single node,
+//!    or on every master of a cluster) for legacy-layout keys;
+//! 3. legacy keys found: refuse with "run migrate_to_cluster_layout() first", unless
+//!    `allow_legacy_data`, which starts without writing the marker (so the guard stays armed
+//!    for stores started without it);
+//! 4. none found: write the marker (`SET NX`).
+//!
+//! Legacy layout: a marker under the prefix means some replica runs the cluster layout. The
+//! store logs a warning (`tracing::warn!`) and starts: replicas on different layouts of one
+//! prefix see different keyspaces, so the warning must be seen.
+//!
+//! Which keys are legacy-layout keys: every key under the prefix except the cluster layout's
+//! (the rest after `p:` starts with a hash tag, `{`, or is a coordinator key `co:{`) and the
+//! names both layouts share (`conv:`, `cursor:`, `lease:`, `co:rep:`).
+//!
+//! ```text
+//! start ──► GET marker ──cluster:v1──────────────────────────────► Done(MarkerFound)
+//!               │ none (cluster layout)
+//!               ▼
+//!           SCAN prefix:* ──legacy key──► error, or Done(LegacyDataAllowed)
+//!               │ none
+//!               ▼
+//!           SET marker NX ──OK──► Done(MarkerWritten)
+//!               │ already set by another replica
+//!               ▼
+//!           GET marker ──cluster:v1──► Done(MarkerFound)
+//! ```
+
+use bytes::Bytes;
+
+use crate::error::Error;
+use crate::layout::{Keyspace, Layout, CLUSTER_V1};
+use crate::plan::{misuse, Plan, Reply, Step};
+use crate::request::{Access, Request};
+use crate::scan::{scan, Scan};
+use crate::value::Value;
+
+use super::{forward, one};
+
+/// At most this many keys under the prefix are checked for legacy-layout keys.
+pub const SCAN_LIMIT: usize = 10_000;
+
+/// How a store started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Started {
+    /// Cluster layout; the marker was there.
+    MarkerFound,
+    /// Cluster layout; no legacy-layout key among the `checked` keys under the prefix, and the
+    /// marker was written.
+    MarkerWritten {
+        /// Keys under the prefix that were checked (at most [`SCAN_LIMIT`]).
+        checked: usize,
+    },
+    /// Cluster layout over legacy-layout keys, allowed by `allow_legacy_data`; the marker was not
+    /// written.
+    LegacyDataAllowed {
+        /// One of the legacy-layout keys found.
+        example: String,
+    },
+    /// Legacy layout; no marker.
+    Legacy,
+    /// Legacy layout, but the prefix carries the cluster layout's marker: a warning was logged.
+    LegacyWithMarker,
+}
+
+/// Whether `key` (found under the prefix of `ks`) belongs to the legacy layout: not a
+/// cluster-layout key and not a name both layouts share. Keys outside the prefix are not.
+pub fn is_legacy_layout_key(ks: &Keyspace, key: &[u8]) -> bool {
+    let Some(rest) = key
+        .strip_prefix(ks.prefix().as_bytes())
+        .and_then(|r| r.strip_prefix(b":"))
+    else {
+        return false;
+    };
+    // Cluster-layout keys: a hash tag right after the prefix, or a tagged coordinator key.
+    if rest.starts_with(b"{") || rest.starts_with(b"co:{") {
+        return false;
+    }
+    // Names both layouts share: conversations, cursors, leases, heartbeats.
+    let shared = [
+        ks.conversation(""),
+        ks.cursor(""),
+        ks.lease(""),
+        ks.heartbeat(""),
+    ];
+    !shared.iter().any(|head| key.starts_with(head.as_bytes()))
+}
+
+/// The guard of a store in the layout of `ks`; see the module docs.
+pub fn start(ks: &Keyspace, allow_legacy_data: bool) -> StartGuard {
+    StartGuard {
+        ks: ks.clone(),
+        allow_legacy_data,
+        state: State::Start,
+    }
+}
+
+/// The plan of [`start`].
+#[derive(Debug)]
+pub struct StartGuard {
+    ks: Keyspace,
+    allow_legacy_data: bool,
+    state: State,
+}
+
+#[derive(Debug)]
+enum State {
+    Start,
+    ReadingMarker,
+    Scanning(Scan),
+    WritingMarker { checked: usize },
+    RereadingMarker,
+    Finished,
+}
+
+impl StartGuard {
+    fn get_marker(&self) -> Result<Request, Error> {
+        Request::cmd(Access::Read, "GET")
+            .key(&self.ks.marker())
+            .build()
+    }
+
+    fn on_marker(&mut self, marker: Option<Bytes>, reread: bool) -> Result<Step<Started>, Error> {
+        match (self.ks.layout(), marker) {
+            (Layout::Legacy, None) => Ok(Step::Done(Ok(Started::Legacy))),
+            (Layout::Legacy, Some(value)) => {
+                tracing::warn!(
+                    prefix = self.ks.prefix(),
+                    marker = %value.escape_ascii(),
+                    "a legacy-layout store started on a prefix that carries the cluster layout \
+                     marker: replicas on different layouts of one prefix see different \
+                     keyspaces, and their turns and locks stop excluding each other"
+                );
+                Ok(Step::Done(Ok(Started::LegacyWithMarker)))
+            }
+            (Layout::Cluster, Some(value)) if value.as_ref() == CLUSTER_V1.as_bytes() => {
+                Ok(Step::Done(Ok(Started::MarkerFound)))
+            }
+            (Layout::Cluster, Some(value)) => Err(Error::Config(format!(
+                "the layout marker {} holds {:?}, not {CLUSTER_V1}: this keyspace is in a layout \
+                 this version does not know",
+                self.ks.marker(),
+                value.escape_ascii().to_string()
+            ))),
+            (Layout::Cluster, None) if reread => Err(Error::Config(format!(
+                "the layout marker {} was deleted while this store started; start again",
+                self.ks.marker()
+            ))),
+            (Layout::Cluster, None) => {
+                let mut scan = scan(self.ks.prefix_pattern(), SCAN_LIMIT);
+                let step = scan.start();
+                self.state = State::Scanning(scan);
+                self.scanned(step)
+            }
+        }
+    }
+
+    fn scanned(&mut self, step: Step<Vec<Bytes>>) -> Result<Step<Started>, Error> {
+        let keys = match forward(step) {
+            Ok(keys) => keys,
+            Err(step) => return Ok(step),
+        };
+        if let Some(key) = keys.iter().find(|k| is_legacy_layout_key(&self.ks, k)) {
+            let example = String::from_utf8_lossy(key).into_owned();
+            if !self.allow_legacy_data {
+                return Err(Error::Config(format!(
+                    "the prefix {:?} holds legacy-layout keys (for example {example:?}) and no \
+                     layout marker: run migrate_to_cluster_layout() first, or pass \
+                     allow_legacy_data to start anyway",
+                    self.ks.prefix()
+                )));
+            }
+            tracing::warn!(
+                prefix = self.ks.prefix(),
+                example = %example,
+                "a cluster-layout store started over legacy-layout keys (allow_legacy_data); \
+                 they are invisible to it until migrated, and the layout marker is not written"
+            );
+            self.state = State::Finished;
+            return Ok(Step::Done(Ok(Started::LegacyDataAllowed { example })));
+        }
+        let request = Request::cmd(Access::Write, "SET")
+            .key(&self.ks.marker())
+            .arg(CLUSTER_V1)
+            .arg("NX")
+            .build()?;
+        self.state = State::WritingMarker {
+            checked: keys.len(),
+        };
+        Ok(Step::Send(vec![request]))
+    }
+
+    fn on_replies(&mut self, state: State, replies: Vec<Reply>) -> Result<Step<Started>, Error> {
+        match state {
+            State::ReadingMarker => self.on_marker(one(replies)?.into_opt_bytes()?, false),
+            State::RereadingMarker => self.on_marker(one(replies)?.into_opt_bytes()?, true),
+            State::Scanning(mut scan) => {
+                let step = scan.resume(replies);
+                self.state = State::Scanning(scan);
+                self.scanned(step)
+            }
+            State::WritingMarker { checked } => match one(replies)? {
+                Value::Nil => {
+                    // Another replica wrote it first: check what it wrote.
+                    self.state = State::RereadingMarker;
+                    Ok(Step::Send(vec![self.get_marker()?]))
+                }
+                ok => {
+                    ok.expect_ok()?;
+                    Ok(Step::Done(Ok(Started::MarkerWritten { checked })))
+                }
+            },
+            State::Start | State::Finished => Err(misuse("StartGuard resumed out of order")),
+        }
+    }
+}
+
+impl Plan for StartGuard {
+    type Output = Started;
+
+    fn start(&mut self) -> Step<Started> {
+        if !matches!(self.state, State::Start) {
+            return Step::Done(Err(misuse("StartGuard::start called twice")));
+        }
+        match self.get_marker() {
+            Ok(request) => {
+                self.state = State::ReadingMarker;
+                Step::Send(vec![request])
+            }
+            Err(e) => Step::Done(Err(e)),
+        }
+    }
+
+    fn resume(&mut self, replies: Vec<Reply>) -> Step<Started> {
+        let state = std::mem::replace(&mut self.state, State::Finished);
+        self.on_replies(state, replies)
+            .unwrap_or_else(|e| Step::Done(Err(e)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn legacy_keys_are_told_apart() {
+        let ks = Keyspace::new(Layout::Cluster, "bot").unwrap();
+        let legacy = [
+            "bot:chat:1",
+            "bot:msgs:{x}",
+            "bot:msg:a:b",
+            "bot:user:u:n:k",
+            "bot:co:turn:c:seq",
+            "bot:co:leader:x",
+            "bot:lock:k",
+        ];
+        for key in legacy {
+            assert!(is_legacy_layout_key(&ks, key.as_bytes()), "{key}");
+        }
+        let not_legacy = [
+            "bot:{m:c}:z",
+            "bot:{meta}:layout",
+            "bot:{durable:t}:x",
+            "bot:co:{t:c}:seq",
+            "bot:co:{ld:x}",
+            "bot:conv:c",
+            "bot:cursor:n",
+            "bot:lease:l",
+            "bot:co:rep:r",
+            "other:chat:1",
+            "botx:chat:1",
+        ];
+        for key in not_legacy {
+            assert!(!is_legacy_layout_key(&ks, key.as_bytes()), "{key}");
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! Messages: each chat has a log (a sorted set: member = message id, score = time in ms) and one
+//! item per message (its payload). An item and its log entry are written and deleted together,
+//! by one script, and read together, so a reader never sees one without the other.
+//!
+//! Listing walks the log in `(time, id)` order, a page at a time. A page takes two calls: one
+//! script finds the ids of the page in the log (`message_page`), the next reads those messages
+//! (`message_items`), keeping only the ids still in the log, with their current time. The items
+//! cannot be read by the first script: their key names depend on the ids it finds, and scripts
+//! never build key names.
+
+use bytes::Bytes;
+
+use crate::error::Error;
+use crate::layout::Keyspace;
+use crate::plan::{misuse, single, Plan, Reply, Single, Step};
+use crate::request::{Access, Arg, Request};
+use crate::value::Value;
+
+use super::{clamp_limit, one};
+
+crate::lua_script!(
+    /// Stores a message item and its log entry atomically.
+    pub SAVE_MESSAGE = "save_message"
+);
+crate::lua_script!(
+    /// Reads messages by id, each only while both its item and its log entry exist.
+    pub MESSAGE_ITEMS = "message_items"
+);
+crate::lua_script!(
+    /// Finds the ids of the next page of a chat's log.
+    pub MESSAGE_PAGE = "message_page"
+);
+crate::lua_script!(
+    /// Deletes one message: log entry, drain entry and item together.
+    pub DELETE_MESSAGE = "delete_message"
+);
+
+/// A stored message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    /// The message id, unique within its chat.
+    pub id: String,
+    /// The message time in ms (the caller's clock, as saved); the log's order.
+    pub time_ms: i64,
+    /// The payload, as saved.
+    pub payload: Bytes,
+}
+
+/// Where a listing of messages goes on: strictly after this message in `(time, id)` order.
+///
+/// The cursor names a position, not a message: it stays valid when that message is deleted or
+/// saved again with another time, and messages saved later before the position are not
+/// revisited.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MessageCursor {
+    /// The time of the last message of the previous page, in ms.
+    pub time_ms: i64,
+    /// The id of the last message of the previous page.
+    pub id: String,
+}
+
+/// Which messages of a chat to list: a time range (both ends inclusive), a cursor and a page
+/// size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MessageQuery {
+    /// The first time in ms, inclusive; `None` from the start.
+    pub from_ms: Option<i64>,
+    /// The last time in ms, inclusive; `None` to the end.
+    pub to_ms: Option<i64>,
+    /// Only messages after this position: the `next` of the previous page.
+    pub after: Option<MessageCursor>,
+    /// The page size, clamped to `1..=1000`.
+    pub limit: usize,
+}
+
+impl Default for MessageQuery {
+    fn default() -> Self {
+        MessageQuery {
+            from_ms: None,
+            to_ms: None,
+            after: None,
+            limit: 100,
+        }
+    }
+}
+
+impl MessageQuery {
+    /// Every message, 100 at a time.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Only messages at or after `from_ms`.
+    pub fn from(mut self, from_ms: i64) -> Self {
+        self.from_ms = Some(from_ms);
+        self
+    }
+
+    /// Only messages at or before `to_ms`.
+    pub fn to(mut self, to_ms: i64) -> Self {
+        self.to_ms = Some(to_ms);
+        self
+    }
+
+    /// Goes on after the previous page.
+    pub fn after(mut self, cursor: Option<MessageCursor>) -> Self {
+        self.after = cursor;
+        self
+    }
+
+    /// The page size (clamped to `1..=1000`).
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
+    }
+}
+
+/// One page of a chat's messages, in `(time, id)` order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MessagePage {
+    /// The messages of the page. A message deleted while the page was read is left out, so a
+    /// page can be shorter than the limit even when more follow.
+    pub messages: Vec<Message>,
+    /// The cursor of the next page; `None` when the range holds nothing after this page.
+    pub next: Option<MessageCursor>,
+}
+
+/// Saves a message: item and log entry in one script call, in the chat's slot. Saving an
+/// existing id replaces its payload and time. Yields `true` when the message is new.
+pub fn save_message(
+    ks: &Keyspace,
+    chat: &str,
+    id: &str,
+    time_ms: i64,
+    payload: Bytes,
+) -> Result<Single<bool>, Error> {
+    let request = Request::script_in(
+        ks,
+        &SAVE_MESSAGE,
+        Access::Write,
+        vec![ks.message_log(chat), ks.message_item(chat, id)],
+        vec![id.into_arg(), time_ms.into_arg(), payload],
+    )?;
+    Ok(single(request, |v| Ok(v.as_i64()? == 1)))
+}
+
+/// Reads one message, or `None` when it is not in the chat's log (never saved, deleted, or being
+/// deleted by [`delete_chat`](super::delete_chat())).
+pub fn get_message(ks: &Keyspace, chat: &str, id: &str) -> Result<Single<Option<Message>>, Error> {
+    let request = Request::script_in(
+        ks,
+        &MESSAGE_ITEMS,
+        Access::Read,
+        vec![ks.message_log(chat), ks.message_item(chat, id)],
+        vec![id.into_arg()],
+    )?;
+    Ok(single(request, |v| Ok(parse_items(v)?.into_iter().next())))
+}
+
+/// Deletes one message, its item and its log entry together. Yields `true` when it was in the
+/// log.
+pub fn delete_message(ks: &Keyspace, chat: &str, id: &str) -> Result<Single<bool>, Error> {
+    let request = Request::script_in(
+        ks,
+        &DELETE_MESSAGE,
+        Access::Write,
+        vec![
+            ks.message_log(chat),
+            ks.message_drain(chat),
+            ks.message_item(chat, id),
+        ],
+        vec![id.into_arg()],
+    )?;
+    Ok(single(request, super::positive))
+}
+
+/// Lists one page of a chat's messages (see [`MessageQuery`]).
+pub fn list_messages(ks: &Keyspace, chat: &str, query: &MessageQuery) -> ListMessages {
+    ListMessages {
+        ks: ks.clone(),
+        chat: chat.to_owned(),
+        query: query.clone(),
+        state: ListState::Start,
+    }
+}
+
+/// The plan of [`list_messages`]: the page's ids from the log, then the messages.
+///
+/// ```text
+/// start ──► message_page(log) ──ids──► message_items(log, items…) ──► Done(page)
+///                    └──no ids──► Done(empty page)
+/// ```
+#[derive(Debug)]
+pub struct ListMessages {
+    ks: Keyspace,
+    chat: String,
+    query: MessageQuery,
+    state: ListState,
+}
+
+#[derive(Debug)]
+enum ListState {
+    Start,
+    /// Waiting for the ids of the page.
+    Page,
+    /// Waiting for the messages; `next` is the cursor after the page, if more follow.
+    Items {
+        next: Option<MessageCursor>,
+    },
+    Finished,
+}
+
+impl ListMessages {
+    fn page_step(&mut self) -> Result<Step<MessagePage>, Error> {
+        let q = &self.query;
+        let bound = |b: Option<i64>, inf: &str| match b {
+            Some(t) => t.into_arg(),
+            None => inf.into_arg(),
+        };
+        let (cursor_time, cursor_id) = match &q.after {
+            Some(c) => (c.time_ms.into_arg(), c.id.as_str().into_arg()),
+            None => (Bytes::new(), Bytes::new()),
+        };
+        let request = Request::script_in(
+            &self.ks,
+            &MESSAGE_PAGE,
+            Access::Read,
+            vec![self.ks.message_log(&self.chat)],
+            vec![
+                bound(q.from_ms, "-inf"),
+                bound(q.to_ms, "+inf"),
+                cursor_time,
+                cursor_id,
+                clamp_limit(q.limit).into_arg(),
+            ],
+        )?;
+        self.state = ListState::Page;
+        Ok(Step::Send(vec![request]))
+    }
+
+    fn items_step(&mut self, page: Value) -> Result<Step<MessagePage>, Error> {
+        let mut fields = page.into_array()?.into_iter();
+        let more = fields
+            .next()
+            .ok_or_else(|| unexpected("an empty message_page reply"))?
+            .as_i64()?
+            == 1;
+        let mut ids = Vec::new();
+        let mut last = None;
+        while let Some(id) = fields.next() {
+            let id = id.into_string()?;
+            let time_ms = fields
+                .next()
+                .ok_or_else(|| unexpected("an id without its time"))?
+                .as_i64()?;
+            ids.push(id.clone());
+            last = Some(MessageCursor { time_ms, id });
+        }
+        let Some(last) = last else {
+            self.state = ListState::Finished;
+            return Ok(Step::Done(Ok(MessagePage {
+                messages: Vec::new(),
+                next: None,
+            })));
+        };
+        let mut keys = vec![self.ks.message_log(&self.chat)];
+        keys.extend(ids.iter().map(|id| self.ks.message_item(&self.chat, id)));
+        let request = Request::script_in(
+            &self.ks,
+            &MESSAGE_ITEMS,
+            Access::Read,
+            keys,
+            ids.into_iter().map(Bytes::from).collect(),
+        )?;
+        self.state = ListState::Items {
+            next: more.then_some(last),
+        };
+        Ok(Step::Send(vec![request]))
+    }
+}
+
+impl Plan for ListMessages {
+    type Output = MessagePage;
+
+    fn start(&mut self) -> Step<MessagePage> {
+        match self.state {
+            ListState::Start => self.page_step().unwrap_or_else(|e| Step::Done(Err(e))),
+            _ => Step::Done(Err(misuse("ListMessages::start called twice"))),
+        }
+    }
+
+    fn resume(&mut self, replies: Vec<Reply>) -> Step<MessagePage> {
+        let state = std::mem::replace(&mut self.state, ListState::Finished);
+        let step = match state {
+            ListState::Page => one(replies).and_then(|page| self.items_step(page)),
+            ListState::Items { next } => one(replies).and_then(|items| {
+                Ok(Step::Done(Ok(MessagePage {
+                    messages: parse_items(items)?,
+                    next,
+                })))
+            }),
+            ListState::Start | ListState::Finished => {
+                Err(misuse("ListMessages resumed out of order"))
+            }
+        };
+        step.unwrap_or_else(|e| Step::Done(Err(e)))
+    }
+}
+
+fn unexpected(detail: &str) -> Error {
+    Error::UnexpectedReply {
+        detail: detail.to_owned(),
+    }
+}
+
+/// Decodes the `{id, time, payload}` triples of `message_items`.
+fn parse_items(v: Value) -> Result<Vec<Message>, Error> {
+    v.into_array()?
+        .into_iter()
+        .map(|triple| {
+            let mut fields = triple.into_array()?.into_iter();
+            match (fields.next(), fields.next(), fields.next()) {
+                (Some(id), Some(time), Some(payload)) => Ok(Message {
+                    id: id.into_string()?,
+                    time_ms: time.as_i64()?,
+                    payload: payload.into_bytes()?,
+                }),
+                _ => Err(unexpected(
+                    "a message_items entry is not {id, time, payload}",
+                )),
+            }
+        })
+        .collect()
+}

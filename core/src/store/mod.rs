@@ -1,0 +1,152 @@
+//! The store's data operations (the seed's `RedisStore`): messages, chats and contacts,
+//! checkpoints, user data, conversations, cursors, and the `start()` guard.
+//!
+//! Each operation is a [`Plan`](crate::plan::Plan) built by a function of a submodule, in either
+//! layout; [`Store`] is the typed async API over any [`Executor`](crate::Executor) that runs
+//! them. `docs/store.md` is the user guide.
+//!
+//! | module | operations |
+//! | - | - |
+//! | [`messages`] | save, get, list (by time range, paged), delete one message |
+//! | [`delete_chat`](mod@delete_chat) | delete a chat: its messages in atomic chunks, then its record |
+//! | [`records`] | chats and contacts (upsert, get, list, delete), checkpoints (set with TTL, get, list, clear) |
+//! | [`user`] | user data (`ctx.user`): set with TTL, get, delete, list, clear |
+//! | [`conv`] | conversation state: get, set with TTL, delete |
+//! | [`cursor`] | cursors: get, set, set if greater |
+//! | [`guard`] | the `start()` guard of each layout |
+//!
+//! ## One script call per atomic step
+//!
+//! Every multi-key write is one Lua script (`lua/*.lua`) whose keys are all declared. In the
+//! cluster layout they share one hash tag, so one slot; the legacy layout has no hash tags and
+//! runs on a single node, where the same scripts are sent with
+//! [`Request::single_node_script`]. Scripts never build key names: where a script needs keys
+//! that depend on data (the items of a page of messages, the members of a chunk), the plan reads
+//! the ids first, builds the keys in Rust with [`Keyspace`] and passes them as `KEYS`.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::error::Error;
+use crate::plan::Step;
+use crate::request::{Access, Request};
+use crate::script::Script;
+use crate::value::Value;
+
+mod api;
+pub mod conv;
+pub mod cursor;
+pub mod delete_chat;
+pub mod guard;
+pub mod messages;
+pub mod records;
+pub mod user;
+
+pub use api::{Store, StoreOptions};
+pub use delete_chat::{delete_chat, DeleteChat, DeletedChat};
+pub use guard::{start, Started};
+pub use messages::{
+    delete_message, get_message, list_messages, save_message, ListMessages, Message, MessageCursor,
+    MessagePage, MessageQuery,
+};
+pub use records::{ListRecords, Record, RecordPage};
+pub use user::UserEntry;
+
+/// The scripts of the store.
+pub(crate) static SCRIPTS: &[&Script] = &[
+    &messages::SAVE_MESSAGE,
+    &messages::MESSAGE_ITEMS,
+    &messages::MESSAGE_PAGE,
+    &messages::DELETE_MESSAGE,
+    &delete_chat::DELETE_CHAT_BEGIN,
+    &delete_chat::DELETE_CHAT_CHUNK,
+    &records::SET_INDEXED,
+    &records::SET_EXPIRING_INDEXED,
+    &records::DELETE_INDEXED,
+    &records::LIST_EXPIRING_INDEX,
+    &user::DELETE_INDEXED_CHUNK,
+    &cursor::CURSOR_SET_IF_GREATER,
+];
+
+/// The largest page of a listing, and the largest chunk of a multi-key script call.
+pub const MAX_PAGE: usize = 1000;
+
+use crate::ttl::ttl_ms;
+pub use crate::ttl::MAX_TTL;
+
+/// Clamps a page size to `1..=MAX_PAGE`.
+pub(crate) fn clamp_limit(limit: usize) -> usize {
+    limit.clamp(1, MAX_PAGE)
+}
+
+/// Passes on the step of a sub-plan, or hands back its output when it is done.
+pub(crate) fn forward<T, O>(step: Step<T>) -> Result<T, Step<O>> {
+    match step {
+        Step::Done(Ok(output)) => Ok(output),
+        Step::Done(Err(e)) => Err(Step::Done(Err(e))),
+        Step::Send(batch) => Err(Step::Send(batch)),
+        Step::Wait(d) => Err(Step::Wait(d)),
+    }
+}
+
+/// Splits the replies of a batch into values, failing on the first error.
+pub(crate) fn values(replies: Vec<crate::plan::Reply>, wanted: usize) -> Result<Vec<Value>, Error> {
+    if replies.len() != wanted {
+        return Err(crate::plan::misuse(&format!(
+            "{} replies for a batch of {wanted}",
+            replies.len()
+        )));
+    }
+    replies.into_iter().collect()
+}
+
+/// The one reply of a one-request step.
+pub(crate) fn one(replies: Vec<crate::plan::Reply>) -> Result<Value, Error> {
+    values(replies, 1)?
+        .pop()
+        .ok_or_else(|| crate::plan::misuse("no reply"))
+}
+
+/// Decodes `OK`.
+pub(crate) fn ok(v: Value) -> Result<(), Error> {
+    v.expect_ok()
+}
+
+/// Decodes an integer reply of 0 or more as "did something".
+pub(crate) fn positive(v: Value) -> Result<bool, Error> {
+    Ok(v.as_i64()? > 0)
+}
+
+/// `SET key value [PX ttl]`, the same in both layouts.
+pub(crate) fn set_with_ttl(
+    key: &crate::keys::Key,
+    value: Bytes,
+    ttl: Option<Duration>,
+) -> Result<Request, Error> {
+    let mut builder = Request::cmd(Access::Write, "SET").key(key).arg(value);
+    if let Some(ttl) = ttl {
+        builder = builder.arg("PX").arg(ttl_ms(ttl)?);
+    }
+    builder.build()
+}
+
+/// The optional TTL argument of an expiring script: milliseconds, or empty for none.
+pub(crate) fn ttl_arg(ttl: Option<Duration>) -> Result<Bytes, Error> {
+    Ok(match ttl {
+        Some(ttl) => Bytes::from(ttl_ms(ttl)?.to_string()),
+        None => Bytes::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_clamped() {
+        assert_eq!(clamp_limit(0), 1);
+        assert_eq!(clamp_limit(10), 10);
+        assert_eq!(clamp_limit(usize::MAX), MAX_PAGE);
+    }
+}
