@@ -98,6 +98,33 @@ pub enum Error {
         /// What was wanted and what came.
         detail: String,
     },
+    /// A lock, turn, leadership or lease is no longer held by the caller (its TTL ran out and
+    /// another owner may have it). The operation did nothing.
+    #[error("{what} is no longer held by this owner")]
+    NotHolder {
+        /// What was lost, e.g. `lock "k"`.
+        what: String,
+    },
+    /// A fenced write carried a lower fencing token than the stored one, and was refused.
+    #[error("{what}: fencing token {token} is older than the stored {stored}")]
+    Stale {
+        /// What was written.
+        what: String,
+        /// The token of the refused write.
+        token: i64,
+        /// The stored token.
+        stored: i64,
+    },
+    /// A grant was not acknowledged by enough replicas (`WAIT`) and was given back.
+    #[error("{what} reached {acked} replica(s), {wanted} wanted; the grant was given back")]
+    NotReplicated {
+        /// What was granted.
+        what: String,
+        /// Replicas wanted.
+        wanted: u32,
+        /// Replicas that acknowledged.
+        acked: i64,
+    },
     /// The client was closed before the request completed.
     #[error("the client is closed")]
     Closed,

@@ -59,6 +59,7 @@ macro_rules! lua_script {
 pub fn all() -> Vec<&'static Script> {
     let mut all: Vec<&'static Script> = Vec::new();
     all.extend_from_slice(crate::store::SCRIPTS);
+    all.extend_from_slice(crate::coord::SCRIPTS);
     all
 }
 
