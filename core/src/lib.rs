@@ -31,8 +31,10 @@
 //! Everything above the driver is in this crate and is tested without a network: plans with
 //! scripted replies and snapshots, properties with `proptest`.
 #![forbid(unsafe_code)]
-#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod coord;
+pub mod coordinator;
 pub mod error;
 pub mod executor;
 pub mod keys;
@@ -41,10 +43,15 @@ pub mod options;
 pub mod plan;
 pub mod request;
 pub mod retry;
+pub mod scan;
 pub mod script;
 pub mod session;
+pub mod shell;
 pub mod store;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod topology;
+pub mod ttl;
 pub mod value;
 
 pub use error::Error;

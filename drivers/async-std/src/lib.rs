@@ -1,0 +1,96 @@
+//! # botmesh-redis-async-std
+//!
+//! botmesh-redis on async-std and smol: the store of a multi-replica bot on Redis and Redis
+//! Cluster. This crate is only the [`Runtime`](botmesh_redis_runtime::Runtime): spawning, a
+//! timer and TCP. The client is `botmesh-redis-runtime`'s, the protocol logic
+//! `botmesh-redis-core`'s; both are re-exported, so this is the one crate to depend on.
+//!
+//! async-std is discontinued upstream in favour of smol. This driver is built on the crates
+//! async-std itself runs on (`async-io` for sockets and timers, `async-net`,
+//! `async-global-executor` for tasks), so it works the same under async-std, under smol, or
+//! from a plain thread with `futures_lite::future::block_on`.
+//!
+//! ```no_run
+//! use botmesh_redis_async_std::{Access, Client, ClientOptions, Executor, Key, Request};
+//!
+//! # async fn demo() -> Result<(), botmesh_redis_async_std::Error> {
+//! let client = Client::connect(ClientOptions::cluster(["127.0.0.1:7000"])).await?;
+//! let key = Key::new("greeting");
+//! client.call(Request::cmd(Access::Write, "SET").key(&key).arg("hello").build()?).await?;
+//! client.close().await;
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+
+use std::future::Future;
+use std::io;
+use std::time::Instant;
+
+use async_net::TcpStream;
+use bytes::BytesMut;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+
+pub use botmesh_redis_core::*;
+pub use botmesh_redis_runtime::Runtime;
+use botmesh_redis_runtime::{ReadHalf, WriteHalf};
+
+/// A client on async-std / smol.
+pub type Client = botmesh_redis_runtime::Client<AsyncStd>;
+
+/// The async-std (async-io) runtime.
+#[derive(Debug)]
+pub struct AsyncStd;
+
+/// The reading half of a connection.
+#[derive(Debug)]
+pub struct Reader(TcpStream);
+
+/// The writing half of a connection.
+#[derive(Debug)]
+pub struct Writer(TcpStream);
+
+impl Runtime for AsyncStd {
+    /// Dropping an `async_task::Task` cancels it.
+    type Task = async_global_executor::Task<()>;
+    type Reader = Reader;
+    type Writer = Writer;
+
+    fn spawn<F: Future<Output = ()> + Send + 'static>(task: F) -> Self::Task {
+        async_global_executor::spawn(task)
+    }
+
+    fn spawn_detached<F: Future<Output = ()> + Send + 'static>(task: F) {
+        async_global_executor::spawn(task).detach();
+    }
+
+    async fn sleep_until(at: Instant) {
+        async_io::Timer::at(at).await;
+    }
+
+    async fn connect(addr: &NodeAddr) -> io::Result<(Reader, Writer)> {
+        let stream = TcpStream::connect((addr.host.as_str(), addr.port)).await?;
+        stream.set_nodelay(true)?;
+        Ok((Reader(stream.clone()), Writer(stream)))
+    }
+}
+
+impl ReadHalf for Reader {
+    async fn read(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+        // async-io reads into initialised memory: grow the buffer's length, read, then trim.
+        let start = buf.len();
+        buf.resize(buf.capacity(), 0);
+        let result = self.0.read(&mut buf[start..]).await;
+        buf.truncate(start + *result.as_ref().unwrap_or(&0));
+        result
+    }
+}
+
+impl WriteHalf for Writer {
+    async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.0.write_all(bytes).await
+    }
+
+    async fn shutdown(&mut self) {
+        let _ = self.0.close().await;
+    }
+}
