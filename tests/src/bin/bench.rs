@@ -1,0 +1,740 @@
+//! Benchmark of issue 4: `botmesh-redis-tokio` against redis-rs's cluster-async client.
+//!
+//! ```text
+//! cargo run --release -p botmesh-redis-tests --bin bench -- [--runtime multi|current] [--quick]
+//!     [--only W1,W2,W3] [--client botmesh|redis-rs] [--w3-callers N]
+//! ```
+//!
+//! The binary starts its own Redis Cluster with the test harness: 3 masters and **no replicas**,
+//! so that the numbers measure the clients, not replication. Both clients run in this one
+//! process, on one tokio runtime (`--runtime multi`: the multi-thread scheduler with one worker
+//! per core, the default; `--runtime current`: the current-thread scheduler), one after the
+//! other, against the same cluster.
+//!
+//! # Workloads
+//!
+//! - **W1**: the two-key script call `save_message` (`ZADD` of the chat's log and `SET` of the
+//!   item, keys `bench:{m:<chat>}:z` and `bench:{m:<chat>}:i:<id>`) over 10,000 chats with
+//!   200-byte payloads, 200,000 calls by 64 concurrent callers. Ours runs the
+//!   `store::save_message` plan; redis-rs invokes a `redis::Script` with the same Lua source,
+//!   keys and arguments. The script is loaded on every master beforehand (neither client pays
+//!   `NOSCRIPT`) and the cluster is flushed before each client's run, so both insert new data.
+//! - **W2**: `GET` of 100,000 existing keys (`bench:k:<n>`, no hash tag, so over all slots,
+//!   100-byte values, preloaded untimed), each once, by 64 concurrent callers.
+//! - **W3**: a 32-bucket listing: 32 `ZRANGE idx 0 -1` of 100-member sorted sets
+//!   (`bench:{ch:<b>}:idx`, b in 0..32, preloaded untimed) issued together; 2,000 listings by
+//!   64 concurrent callers (2,048 requests in flight at most). Ours runs one plan whose single
+//!   `Step::Send` holds the 32 requests; redis-rs joins 32 query futures (each on a clone of the
+//!   cluster connection) with `join_all`. One operation is one listing.
+//!
+//! `--quick` runs a tenth of every count (a smoke test). `--only` and `--client` restrict the run
+//! (for profiling one side with `perf`). `--w3-callers N` changes W3's callers: at 64 (2,048
+//! requests in flight) redis-rs saturates, its per-node pipelines queue (bounded at 50 by
+//! default) and its p99 climbs to hundreds of milliseconds; a smaller N shows both clients
+//! unsaturated.
+//!
+//! # What is printed
+//!
+//! One line per workload and client on stdout:
+//!
+//! ```text
+//! W1 client=botmesh-tokio runtime=multi ops_per_s=... p50_us=... p99_us=... cpu_s_per_100k=...
+//! ```
+//!
+//! - `ops_per_s`: operations over the wall time from the first call to the last reply.
+//! - `p50_us`, `p99_us`: percentiles of the per-call latencies (every call is timed with
+//!   `Instant` around its `.await`; all timings are sorted).
+//! - `cpu_s_per_100k`: the process's user + system CPU time over the workload, scaled to 100,000
+//!   operations. It is read from `/proc/self/stat` (fields 14 `utime` and 15 `stime`, summed over
+//!   every thread of the process, in clock ticks of `getconf CLK_TCK`, 100 per second on Linux:
+//!   a 10 ms resolution). The Redis servers are other processes and are not counted; the bench's
+//!   own caller loops (key formatting, timing) are, equally for both clients.
+//!
+//! Progress and notes go to stderr, prefixed with `#`. A call that fails is counted and reported
+//! on stderr after its workload; the line is printed all the same.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::future::Future;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use botmesh_redis_tests::{ClusterOptions, RedisCluster};
+use botmesh_redis_tokio::{
+    store, Access, Client, ClientOptions, Executor, Key, Keyspace, Layout, Plan, Reply, Request,
+    Step, Value,
+};
+use bytes::Bytes;
+use redis::cluster_async::ClusterConnection;
+
+/// Concurrent callers of every workload.
+const CALLERS: usize = 64;
+/// W1: chats the messages are spread over.
+const CHATS: usize = 10_000;
+/// W1: payload size.
+const PAYLOAD_LEN: usize = 200;
+/// W2: value size of the preloaded keys.
+const VALUE_LEN: usize = 100;
+/// W3: buckets of one listing, and members of each bucket's index.
+const BUCKETS: usize = 32;
+const MEMBERS: usize = 100;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum RuntimeKind {
+    Multi,
+    Current,
+}
+
+impl RuntimeKind {
+    fn name(self) -> &'static str {
+        match self {
+            RuntimeKind::Multi => "multi",
+            RuntimeKind::Current => "current",
+        }
+    }
+}
+
+struct Args {
+    runtime: RuntimeKind,
+    quick: bool,
+    only: Option<Vec<String>>,
+    client: Option<String>,
+    w3_callers: usize,
+}
+
+impl Args {
+    fn parse() -> Args {
+        let mut args = Args {
+            runtime: RuntimeKind::Multi,
+            quick: false,
+            only: None,
+            client: None,
+            w3_callers: CALLERS,
+        };
+        let mut it = std::env::args().skip(1);
+        while let Some(arg) = it.next() {
+            match arg.as_str() {
+                "--runtime" => {
+                    args.runtime = match it.next().as_deref() {
+                        Some("multi") => RuntimeKind::Multi,
+                        Some("current") => RuntimeKind::Current,
+                        other => usage(&format!("--runtime wants multi or current, got {other:?}")),
+                    }
+                }
+                "--quick" => args.quick = true,
+                "--only" => {
+                    let list = it.next().unwrap_or_else(|| usage("--only wants W1,W2,W3"));
+                    args.only = Some(list.split(',').map(|w| w.trim().to_uppercase()).collect());
+                }
+                "--client" => match it.next().as_deref() {
+                    Some(c @ ("botmesh" | "redis-rs")) => args.client = Some(c.to_owned()),
+                    other => usage(&format!(
+                        "--client wants botmesh or redis-rs, got {other:?}"
+                    )),
+                },
+                "--w3-callers" => {
+                    args.w3_callers = it
+                        .next()
+                        .and_then(|n| n.parse().ok())
+                        .filter(|&n| n > 0)
+                        .unwrap_or_else(|| usage("--w3-callers wants a positive number"));
+                }
+                "-h" | "--help" => usage(""),
+                other => usage(&format!("unknown argument {other:?}")),
+            }
+        }
+        args
+    }
+
+    fn runs(&self, workload: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|w| w == workload))
+    }
+
+    fn runs_client(&self, client: &str) -> bool {
+        self.client.as_deref().is_none_or(|c| c == client)
+    }
+
+    /// `n`, or a tenth of it with `--quick`.
+    fn scaled(&self, n: usize) -> usize {
+        if self.quick {
+            n / 10
+        } else {
+            n
+        }
+    }
+}
+
+fn usage(problem: &str) -> ! {
+    if !problem.is_empty() {
+        eprintln!("bench: {problem}");
+    }
+    eprintln!(
+        "usage: bench [--runtime multi|current] [--quick] [--only W1,W2,W3] \
+         [--client botmesh|redis-rs] [--w3-callers N]"
+    );
+    std::process::exit(2)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measuring
+// ---------------------------------------------------------------------------------------------
+
+/// Clock ticks per second of `/proc/self/stat` (`getconf CLK_TCK`; 100 when that fails).
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|&t| t > 0.0)
+        .unwrap_or(100.0)
+}
+
+/// User + system CPU seconds of this process so far (every thread, live or ended).
+fn cpu_seconds(ticks_per_s: f64) -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("read /proc/self/stat");
+    // The command name (field 2) is in parentheses and may hold spaces: count from the last ')'.
+    let rest = &stat[stat.rfind(')').expect("malformed /proc/self/stat") + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3, so field 14 (utime) is index 11 and field 15 (stime) index 12.
+    let ticks = |i: usize| fields[i].parse::<u64>().expect("a tick count");
+    (ticks(11) + ticks(12)) as f64 / ticks_per_s
+}
+
+/// One client's operation, run by one caller; every caller owns its worker.
+trait Worker: Send + 'static {
+    /// Runs operation `n`; an error is described.
+    fn op(&mut self, n: usize) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+struct Measured {
+    ops: usize,
+    wall: Duration,
+    cpu_s: f64,
+    /// Per-call latencies in nanoseconds, sorted.
+    latencies: Vec<u64>,
+    errors: usize,
+    first_error: Option<String>,
+}
+
+impl Measured {
+    fn percentile_us(&self, p: usize) -> f64 {
+        if self.latencies.is_empty() {
+            return 0.0;
+        }
+        let i = (self.latencies.len() - 1) * p / 100;
+        self.latencies[i] as f64 / 1000.0
+    }
+}
+
+/// Runs operations `0..total` on `callers` concurrent tasks (caller `i` runs `i`,
+/// `i + callers`, ...), each with its own worker, and measures them.
+async fn drive<W: Worker>(
+    total: usize,
+    callers: usize,
+    ticks_per_s: f64,
+    mut make: impl FnMut() -> W,
+) -> Measured {
+    let workers: Vec<W> = (0..callers).map(|_| make()).collect();
+    let cpu_before = cpu_seconds(ticks_per_s);
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(callers);
+    for (first, mut worker) in workers.into_iter().enumerate() {
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::with_capacity(total / callers + 1);
+            let mut errors = 0;
+            let mut first_error = None;
+            let mut n = first;
+            while n < total {
+                let t = Instant::now();
+                let result = worker.op(n).await;
+                latencies.push(t.elapsed().as_nanos() as u64);
+                if let Err(e) = result {
+                    errors += 1;
+                    first_error.get_or_insert(e);
+                }
+                n += callers;
+            }
+            (latencies, errors, first_error)
+        }));
+    }
+    let mut results = Vec::with_capacity(callers);
+    for task in tasks {
+        results.push(task.await.expect("a caller task panicked"));
+    }
+    let wall = start.elapsed();
+    let cpu_s = cpu_seconds(ticks_per_s) - cpu_before;
+    let mut measured = Measured {
+        ops: total,
+        wall,
+        cpu_s,
+        latencies: Vec::with_capacity(total),
+        errors: 0,
+        first_error: None,
+    };
+    for (latencies, errors, first_error) in results {
+        measured.latencies.extend(latencies);
+        measured.errors += errors;
+        if measured.first_error.is_none() {
+            measured.first_error = first_error;
+        }
+    }
+    measured.latencies.sort_unstable();
+    measured
+}
+
+fn report(workload: &str, client: &str, runtime: RuntimeKind, m: &Measured) {
+    let ops_per_s = m.ops as f64 / m.wall.as_secs_f64();
+    let cpu_per_100k = m.cpu_s * 100_000.0 / m.ops as f64;
+    // A closed stdout (`bench | head -1`) must not panic: a panic keeps the servers' folders.
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "{workload} client={client} runtime={} ops_per_s={ops_per_s:.0} p50_us={:.1} \
+         p99_us={:.1} cpu_s_per_100k={cpu_per_100k:.3}",
+        runtime.name(),
+        m.percentile_us(50),
+        m.percentile_us(99),
+    );
+    let _ = out.flush();
+    if m.errors > 0 {
+        eprintln!(
+            "# {workload} client={client}: {} of {} calls FAILED; first: {}",
+            m.errors,
+            m.ops,
+            m.first_error.as_deref().unwrap_or("?")
+        );
+    }
+    eprintln!(
+        "#   ({workload} {client}: {} ops in {:.2} s wall, {:.2} s cpu)",
+        m.ops,
+        m.wall.as_secs_f64(),
+        m.cpu_s
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workers: botmesh
+// ---------------------------------------------------------------------------------------------
+
+fn describe(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// W1 with our client: the `save_message` plan.
+struct SaveOurs {
+    client: Client,
+    ks: Keyspace,
+    payload: Bytes,
+}
+
+impl Worker for SaveOurs {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        let chat = format!("c{}", n % CHATS);
+        let id = format!("m{n}");
+        let plan = store::save_message(&self.ks, &chat, &id, n as i64, self.payload.clone())
+            .map_err(describe)?;
+        match self.client.run(plan).await.map_err(describe)? {
+            true => Ok(()),
+            false => Err(format!("message {id} was not new")),
+        }
+    }
+}
+
+/// W2 with our client: one `GET`.
+struct GetOurs {
+    client: Client,
+}
+
+impl Worker for GetOurs {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        let key = Key::new(format!("bench:k:{n}"));
+        let get = Request::cmd(Access::Read, "GET")
+            .key(&key)
+            .build()
+            .map_err(describe)?;
+        match self.client.call(get).await.map_err(describe)? {
+            Value::Bulk(b) if b.len() == VALUE_LEN => Ok(()),
+            other => Err(format!("GET {key}: unexpected {other:?}")),
+        }
+    }
+}
+
+/// W3 with our client: one plan, one batch of 32 `ZRANGE`s; yields the members counted.
+struct Listing {
+    keys: Arc<Vec<Key>>,
+}
+
+impl Plan for Listing {
+    type Output = usize;
+
+    fn start(&mut self) -> Step<usize> {
+        let batch: Result<Vec<Request>, _> = self
+            .keys
+            .iter()
+            .map(|key| {
+                Request::cmd(Access::Read, "ZRANGE")
+                    .key(key)
+                    .arg(Bytes::from_static(b"0"))
+                    .arg(Bytes::from_static(b"-1"))
+                    .build()
+            })
+            .collect();
+        match batch {
+            Ok(batch) => Step::Send(batch),
+            Err(e) => Step::Done(Err(e)),
+        }
+    }
+
+    fn resume(&mut self, replies: Vec<Reply>) -> Step<usize> {
+        let mut members = 0;
+        for reply in replies {
+            match reply {
+                Ok(Value::Array(items)) => members += items.len(),
+                Ok(_) => {}
+                Err(e) => return Step::Done(Err(e)),
+            }
+        }
+        Step::Done(Ok(members))
+    }
+}
+
+struct ListOurs {
+    client: Client,
+    keys: Arc<Vec<Key>>,
+}
+
+impl Worker for ListOurs {
+    async fn op(&mut self, _n: usize) -> Result<(), String> {
+        let plan = Listing {
+            keys: self.keys.clone(),
+        };
+        match self.client.run(plan).await.map_err(describe)? {
+            members if members == BUCKETS * MEMBERS => Ok(()),
+            members => Err(format!("listing: {members} members")),
+        }
+    }
+}
+
+/// Untimed loading with our client: one request per operation.
+struct Load<F> {
+    client: Client,
+    request: Arc<F>,
+}
+
+impl<F: Fn(usize) -> Request + Send + Sync + 'static> Worker for Load<F> {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        let request = (self.request)(n);
+        self.client.call(request).await.map(drop).map_err(describe)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workers: redis-rs
+// ---------------------------------------------------------------------------------------------
+
+/// W1 with redis-rs: `redis::Script` with the same source, keys and arguments.
+struct SaveRedis {
+    conn: ClusterConnection,
+    script: Arc<redis::Script>,
+    ks: Keyspace,
+    payload: Bytes,
+}
+
+impl Worker for SaveRedis {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        let chat = format!("c{}", n % CHATS);
+        let id = format!("m{n}");
+        let log = self.ks.message_log(&chat);
+        let item = self.ks.message_item(&chat, &id);
+        let added: i64 = self
+            .script
+            .key(log.as_bytes())
+            .key(item.as_bytes())
+            .arg(id.as_str())
+            .arg(n as i64)
+            .arg(&self.payload[..])
+            .invoke_async(&mut self.conn)
+            .await
+            .map_err(describe)?;
+        match added {
+            1 => Ok(()),
+            other => Err(format!("message {id}: script returned {other}")),
+        }
+    }
+}
+
+/// W2 with redis-rs: one `GET`.
+struct GetRedis {
+    conn: ClusterConnection,
+}
+
+impl Worker for GetRedis {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        let key = format!("bench:k:{n}");
+        let value: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut self.conn)
+            .await
+            .map_err(describe)?;
+        match value {
+            Some(v) if v.len() == VALUE_LEN => Ok(()),
+            other => Err(format!("GET {key}: unexpected {other:?}")),
+        }
+    }
+}
+
+/// W3 with redis-rs: 32 `ZRANGE` futures, each on a clone of the connection, joined.
+struct ListRedis {
+    conn: ClusterConnection,
+    keys: Arc<Vec<String>>,
+}
+
+impl Worker for ListRedis {
+    async fn op(&mut self, _n: usize) -> Result<(), String> {
+        let calls = self.keys.iter().map(|key| {
+            let mut conn = self.conn.clone();
+            let mut cmd = redis::cmd("ZRANGE");
+            cmd.arg(key.as_str()).arg(0).arg(-1);
+            async move {
+                let reply: redis::RedisResult<redis::Value> = cmd.query_async(&mut conn).await;
+                reply
+            }
+        });
+        let mut members = 0;
+        for reply in futures_util::future::join_all(calls).await {
+            match reply.map_err(describe)? {
+                redis::Value::Array(items) => members += items.len(),
+                other => return Err(format!("ZRANGE: unexpected {other:?}")),
+            }
+        }
+        match members {
+            m if m == BUCKETS * MEMBERS => Ok(()),
+            m => Err(format!("listing: {m} members")),
+        }
+    }
+}
+
+/// A worker that does nothing but `GET` of keys that do not exist: opens every connection.
+struct WarmRedis {
+    conn: ClusterConnection,
+}
+
+impl Worker for WarmRedis {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        let _: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(format!("bench:warm:{n}"))
+            .query_async(&mut self.conn)
+            .await
+            .map_err(describe)?;
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run
+// ---------------------------------------------------------------------------------------------
+
+fn flush(cluster: &RedisCluster) {
+    cluster.flush_all().expect("FLUSHALL on every master");
+}
+
+/// Loads `script` on every master, so that neither client pays `NOSCRIPT` while measured.
+fn load_script(cluster: &RedisCluster, source: &str) {
+    for master in cluster.masters().expect("masters") {
+        cluster
+            .conn(master)
+            .and_then(|mut c| c.cmd(&["SCRIPT", "LOAD", source]))
+            .expect("SCRIPT LOAD");
+    }
+}
+
+async fn warm_up(ours: Option<&Client>, theirs: Option<&ClusterConnection>, tck: f64) {
+    const WARM: usize = 5_000;
+    if let Some(client) = ours {
+        let get = |n: usize| {
+            Request::cmd(Access::Read, "GET")
+                .key(&Key::new(format!("bench:warm:{n}")))
+                .build()
+                .expect("GET")
+        };
+        let get = Arc::new(get);
+        let m = drive(WARM, CALLERS, tck, || Load {
+            client: client.clone(),
+            request: get.clone(),
+        })
+        .await;
+        assert_eq!(m.errors, 0, "warm-up failed: {:?}", m.first_error);
+    }
+    if let Some(conn) = theirs {
+        let m = drive(WARM, CALLERS, tck, || WarmRedis { conn: conn.clone() }).await;
+        assert_eq!(m.errors, 0, "warm-up failed: {:?}", m.first_error);
+    }
+}
+
+async fn run(args: Args, cluster: RedisCluster) {
+    let rt = args.runtime;
+    let tck = clock_ticks();
+    let seeds = cluster.seeds();
+    let ours = Client::connect(ClientOptions::cluster(seeds.clone()))
+        .await
+        .expect("botmesh client connects");
+    let theirs = redis::cluster::ClusterClient::new(seeds.iter().map(|s| format!("redis://{s}")))
+        .expect("redis-rs cluster client")
+        .get_async_connection()
+        .await
+        .expect("redis-rs cluster connection");
+    let run_ours = args.runs_client("botmesh");
+    let run_theirs = args.runs_client("redis-rs");
+    warm_up(
+        run_ours.then_some(&ours),
+        run_theirs.then_some(&theirs),
+        tck,
+    )
+    .await;
+    let ks = Keyspace::new(Layout::Cluster, "bench").expect("keyspace");
+    let payload = Bytes::from(vec![b'p'; PAYLOAD_LEN]);
+
+    if args.runs("W1") {
+        let total = args.scaled(200_000);
+        load_script(&cluster, store::messages::SAVE_MESSAGE.source());
+        let script = Arc::new(redis::Script::new(store::messages::SAVE_MESSAGE.source()));
+        eprintln!(
+            "# W1: save_message over {CHATS} chats, {PAYLOAD_LEN}-byte payloads, \
+             {total} calls, {CALLERS} callers"
+        );
+        if run_ours {
+            flush(&cluster);
+            let m = drive(total, CALLERS, tck, || SaveOurs {
+                client: ours.clone(),
+                ks: ks.clone(),
+                payload: payload.clone(),
+            })
+            .await;
+            report("W1", "botmesh-tokio", rt, &m);
+        }
+        if run_theirs {
+            flush(&cluster);
+            let m = drive(total, CALLERS, tck, || SaveRedis {
+                conn: theirs.clone(),
+                script: script.clone(),
+                ks: ks.clone(),
+                payload: payload.clone(),
+            })
+            .await;
+            report("W1", "redis-rs", rt, &m);
+        }
+    }
+
+    if args.runs("W2") {
+        let total = args.scaled(100_000);
+        flush(&cluster);
+        let value = Bytes::from(vec![b'v'; VALUE_LEN]);
+        let set = Arc::new(move |n: usize| {
+            Request::cmd(Access::Write, "SET")
+                .key(&Key::new(format!("bench:k:{n}")))
+                .arg(value.clone())
+                .build()
+                .expect("SET")
+        });
+        let loaded = drive(total, CALLERS, tck, || Load {
+            client: ours.clone(),
+            request: set.clone(),
+        })
+        .await;
+        assert_eq!(loaded.errors, 0, "W2 preload: {:?}", loaded.first_error);
+        eprintln!("# W2: GET of {total} existing keys over all slots, {CALLERS} callers");
+        if run_ours {
+            let m = drive(total, CALLERS, tck, || GetOurs {
+                client: ours.clone(),
+            })
+            .await;
+            report("W2", "botmesh-tokio", rt, &m);
+        }
+        if run_theirs {
+            let m = drive(total, CALLERS, tck, || GetRedis {
+                conn: theirs.clone(),
+            })
+            .await;
+            report("W2", "redis-rs", rt, &m);
+        }
+    }
+
+    if args.runs("W3") {
+        let total = args.scaled(2_000);
+        let callers = args.w3_callers;
+        flush(&cluster);
+        let names: Vec<String> = (0..BUCKETS)
+            .map(|b| format!("bench:{{ch:{b}}}:idx"))
+            .collect();
+        let keys: Vec<Key> = names.iter().map(|n| Key::new(n.clone())).collect();
+        let keys = Arc::new(keys);
+        let index_keys = keys.clone();
+        let zadd = Arc::new(move |b: usize| {
+            let mut cmd = Request::cmd(Access::Write, "ZADD").key(&index_keys[b]);
+            for j in 0..MEMBERS {
+                cmd = cmd.arg(j as u64).arg(format!("member-{j:04}"));
+            }
+            cmd.build().expect("ZADD")
+        });
+        let loaded = drive(BUCKETS, BUCKETS, tck, || Load {
+            client: ours.clone(),
+            request: zadd.clone(),
+        })
+        .await;
+        assert_eq!(loaded.errors, 0, "W3 preload: {:?}", loaded.first_error);
+        eprintln!(
+            "# W3: {total} listings of {BUCKETS} x ZRANGE 0 -1 ({MEMBERS} members each), \
+             {callers} callers"
+        );
+        if run_ours {
+            let m = drive(total, callers, tck, || ListOurs {
+                client: ours.clone(),
+                keys: keys.clone(),
+            })
+            .await;
+            report("W3", "botmesh-tokio", rt, &m);
+        }
+        if run_theirs {
+            let names = Arc::new(names);
+            let m = drive(total, callers, tck, || ListRedis {
+                conn: theirs.clone(),
+                keys: names.clone(),
+            })
+            .await;
+            report("W3", "redis-rs", rt, &m);
+        }
+    }
+
+    ours.close().await;
+    drop(theirs);
+}
+
+fn main() {
+    let args = Args::parse();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    eprintln!(
+        "# cluster: 3 masters, no replicas (measures the clients, not replication); \
+         runtime={}; {cores} cores; {}",
+        args.runtime.name(),
+        if args.quick {
+            "quick (1/10)"
+        } else {
+            "full size"
+        }
+    );
+    let cluster = RedisCluster::start(ClusterOptions::new().masters(3).replicas_per_master(0));
+    let runtime = match args.runtime {
+        RuntimeKind::Multi => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
+        RuntimeKind::Current => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+    }
+    .expect("a tokio runtime");
+    runtime.block_on(run(args, cluster));
+}
