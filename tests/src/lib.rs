@@ -3,8 +3,10 @@
 //! connection to inspect and steer them. See [`harness`].
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod conformance;
 pub mod harness;
 
+pub use conformance::{driver_name, exclusive, AsyncStd, Client, Runtime, Tokio};
 pub use harness::{
     parse_cluster_slots, parse_info, poll_until, redis_server_path, shared_cluster, shared_single,
     unique_prefix, AdminConn, ClusterOptions, Migration, RedisCluster, RedisServer, ServerOptions,

@@ -59,10 +59,13 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use botmesh_redis_async_std::AsyncStd;
+use botmesh_redis_runtime::{Client, Runtime};
 use botmesh_redis_tests::{ClusterOptions, RedisCluster};
+use botmesh_redis_tokio::Tokio;
 use botmesh_redis_tokio::{
-    store, Access, Client, ClientOptions, Executor, Key, Keyspace, Layout, Plan, Reply, Request,
-    Step, Value,
+    store, Access, ClientOptions, Executor, Key, Keyspace, Layout, Plan, Reply, Request, Step,
+    Value,
 };
 use bytes::Bytes;
 use redis::cluster_async::ClusterConnection;
@@ -83,6 +86,8 @@ const MEMBERS: usize = 100;
 enum RuntimeKind {
     Multi,
     Current,
+    /// No tokio at all: callers on async-global-executor, the async-std driver only.
+    AsyncStd,
 }
 
 impl RuntimeKind {
@@ -90,6 +95,7 @@ impl RuntimeKind {
         match self {
             RuntimeKind::Multi => "multi",
             RuntimeKind::Current => "current",
+            RuntimeKind::AsyncStd => "async-std",
         }
     }
 }
@@ -118,7 +124,10 @@ impl Args {
                     args.runtime = match it.next().as_deref() {
                         Some("multi") => RuntimeKind::Multi,
                         Some("current") => RuntimeKind::Current,
-                        other => usage(&format!("--runtime wants multi or current, got {other:?}")),
+                        Some("async-std") => RuntimeKind::AsyncStd,
+                        other => usage(&format!(
+                            "--runtime wants multi, current or async-std, got {other:?}"
+                        )),
                     }
                 }
                 "--quick" => args.quick = true,
@@ -171,7 +180,7 @@ fn usage(problem: &str) -> ! {
         eprintln!("bench: {problem}");
     }
     eprintln!(
-        "usage: bench [--runtime multi|current] [--quick] [--only W1,W2,W3] \
+        "usage: bench [--runtime multi|current|async-std] [--quick] [--only W1,W2,W3] \
          [--client botmesh|redis-rs] [--w3-callers N]"
     );
     std::process::exit(2)
@@ -230,9 +239,24 @@ impl Measured {
     }
 }
 
+/// Spawns a caller on the benchmark's runtime; the handle yields its output.
+fn spawn<T: Send + 'static>(
+    rt: RuntimeKind,
+    task: impl Future<Output = T> + Send + 'static,
+) -> std::pin::Pin<Box<dyn Future<Output = T> + Send>> {
+    match rt {
+        RuntimeKind::AsyncStd => Box::pin(async_global_executor::spawn(task)),
+        RuntimeKind::Multi | RuntimeKind::Current => {
+            let handle = tokio::spawn(task);
+            Box::pin(async move { handle.await.expect("a caller task panicked") })
+        }
+    }
+}
+
 /// Runs operations `0..total` on `callers` concurrent tasks (caller `i` runs `i`,
 /// `i + callers`, ...), each with its own worker, and measures them.
 async fn drive<W: Worker>(
+    rt: RuntimeKind,
     total: usize,
     callers: usize,
     ticks_per_s: f64,
@@ -243,7 +267,7 @@ async fn drive<W: Worker>(
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(callers);
     for (first, mut worker) in workers.into_iter().enumerate() {
-        tasks.push(tokio::spawn(async move {
+        tasks.push(spawn(rt, async move {
             let mut latencies = Vec::with_capacity(total / callers + 1);
             let mut errors = 0;
             let mut first_error = None;
@@ -263,7 +287,7 @@ async fn drive<W: Worker>(
     }
     let mut results = Vec::with_capacity(callers);
     for task in tasks {
-        results.push(task.await.expect("a caller task panicked"));
+        results.push(task.await);
     }
     let wall = start.elapsed();
     let cpu_s = cpu_seconds(ticks_per_s) - cpu_before;
@@ -325,13 +349,13 @@ fn describe(e: impl std::fmt::Display) -> String {
 }
 
 /// W1 with our client: the `save_message` plan.
-struct SaveOurs {
-    client: Client,
+struct SaveOurs<R: Runtime> {
+    client: Client<R>,
     ks: Keyspace,
     payload: Bytes,
 }
 
-impl Worker for SaveOurs {
+impl<R: Runtime> Worker for SaveOurs<R> {
     async fn op(&mut self, n: usize) -> Result<(), String> {
         let chat = format!("c{}", n % CHATS);
         let id = format!("m{n}");
@@ -345,11 +369,11 @@ impl Worker for SaveOurs {
 }
 
 /// W2 with our client: one `GET`.
-struct GetOurs {
-    client: Client,
+struct GetOurs<R: Runtime> {
+    client: Client<R>,
 }
 
-impl Worker for GetOurs {
+impl<R: Runtime> Worker for GetOurs<R> {
     async fn op(&mut self, n: usize) -> Result<(), String> {
         let key = Key::new(format!("bench:k:{n}"));
         let get = Request::cmd(Access::Read, "GET")
@@ -402,12 +426,12 @@ impl Plan for Listing {
     }
 }
 
-struct ListOurs {
-    client: Client,
+struct ListOurs<R: Runtime> {
+    client: Client<R>,
     keys: Arc<Vec<Key>>,
 }
 
-impl Worker for ListOurs {
+impl<R: Runtime> Worker for ListOurs<R> {
     async fn op(&mut self, _n: usize) -> Result<(), String> {
         let plan = Listing {
             keys: self.keys.clone(),
@@ -420,12 +444,12 @@ impl Worker for ListOurs {
 }
 
 /// Untimed loading with our client: one request per operation.
-struct Load<F> {
-    client: Client,
+struct Load<R: Runtime, F> {
+    client: Client<R>,
     request: Arc<F>,
 }
 
-impl<F: Fn(usize) -> Request + Send + Sync + 'static> Worker for Load<F> {
+impl<R: Runtime, F: Fn(usize) -> Request + Send + Sync + 'static> Worker for Load<R, F> {
     async fn op(&mut self, n: usize) -> Result<(), String> {
         let request = (self.request)(n);
         self.client.call(request).await.map(drop).map_err(describe)
@@ -552,7 +576,12 @@ fn load_script(cluster: &RedisCluster, source: &str) {
     }
 }
 
-async fn warm_up(ours: Option<&Client>, theirs: Option<&ClusterConnection>, tck: f64) {
+async fn warm_up<R: Runtime>(
+    rt: RuntimeKind,
+    ours: Option<&Client<R>>,
+    theirs: Option<&ClusterConnection>,
+    tck: f64,
+) {
     const WARM: usize = 5_000;
     if let Some(client) = ours {
         let get = |n: usize| {
@@ -562,7 +591,7 @@ async fn warm_up(ours: Option<&Client>, theirs: Option<&ClusterConnection>, tck:
                 .expect("GET")
         };
         let get = Arc::new(get);
-        let m = drive(WARM, CALLERS, tck, || Load {
+        let m = drive(rt, WARM, CALLERS, tck, || Load {
             client: client.clone(),
             request: get.clone(),
         })
@@ -570,28 +599,32 @@ async fn warm_up(ours: Option<&Client>, theirs: Option<&ClusterConnection>, tck:
         assert_eq!(m.errors, 0, "warm-up failed: {:?}", m.first_error);
     }
     if let Some(conn) = theirs {
-        let m = drive(WARM, CALLERS, tck, || WarmRedis { conn: conn.clone() }).await;
+        let m = drive(rt, WARM, CALLERS, tck, || WarmRedis { conn: conn.clone() }).await;
         assert_eq!(m.errors, 0, "warm-up failed: {:?}", m.first_error);
     }
 }
 
-async fn run(args: Args, cluster: RedisCluster) {
+/// Runs the workloads with our client on runtime `R` (named `name` in the lines) and, when
+/// `theirs` is given, with redis-rs.
+async fn run<R: Runtime>(
+    args: Args,
+    cluster: RedisCluster,
+    name: &str,
+    theirs: Option<ClusterConnection>,
+) {
     let rt = args.runtime;
     let tck = clock_ticks();
     let seeds = cluster.seeds();
-    let ours = Client::connect(ClientOptions::cluster(seeds.clone()))
+    let ours = Client::<R>::connect(ClientOptions::cluster(seeds.clone()))
         .await
         .expect("botmesh client connects");
-    let theirs = redis::cluster::ClusterClient::new(seeds.iter().map(|s| format!("redis://{s}")))
-        .expect("redis-rs cluster client")
-        .get_async_connection()
-        .await
-        .expect("redis-rs cluster connection");
     let run_ours = args.runs_client("botmesh");
-    let run_theirs = args.runs_client("redis-rs");
+    let run_theirs = args.runs_client("redis-rs") && theirs.is_some();
+    let theirs = theirs.as_ref();
     warm_up(
+        rt,
         run_ours.then_some(&ours),
-        run_theirs.then_some(&theirs),
+        theirs.filter(|_| run_theirs),
         tck,
     )
     .await;
@@ -608,17 +641,17 @@ async fn run(args: Args, cluster: RedisCluster) {
         );
         if run_ours {
             flush(&cluster);
-            let m = drive(total, CALLERS, tck, || SaveOurs {
+            let m = drive(rt, total, CALLERS, tck, || SaveOurs {
                 client: ours.clone(),
                 ks: ks.clone(),
                 payload: payload.clone(),
             })
             .await;
-            report("W1", "botmesh-tokio", rt, &m);
+            report("W1", name, rt, &m);
         }
-        if run_theirs {
+        if let Some(theirs) = theirs.filter(|_| run_theirs) {
             flush(&cluster);
-            let m = drive(total, CALLERS, tck, || SaveRedis {
+            let m = drive(rt, total, CALLERS, tck, || SaveRedis {
                 conn: theirs.clone(),
                 script: script.clone(),
                 ks: ks.clone(),
@@ -640,7 +673,7 @@ async fn run(args: Args, cluster: RedisCluster) {
                 .build()
                 .expect("SET")
         });
-        let loaded = drive(total, CALLERS, tck, || Load {
+        let loaded = drive(rt, total, CALLERS, tck, || Load {
             client: ours.clone(),
             request: set.clone(),
         })
@@ -648,14 +681,14 @@ async fn run(args: Args, cluster: RedisCluster) {
         assert_eq!(loaded.errors, 0, "W2 preload: {:?}", loaded.first_error);
         eprintln!("# W2: GET of {total} existing keys over all slots, {CALLERS} callers");
         if run_ours {
-            let m = drive(total, CALLERS, tck, || GetOurs {
+            let m = drive(rt, total, CALLERS, tck, || GetOurs {
                 client: ours.clone(),
             })
             .await;
-            report("W2", "botmesh-tokio", rt, &m);
+            report("W2", name, rt, &m);
         }
-        if run_theirs {
-            let m = drive(total, CALLERS, tck, || GetRedis {
+        if let Some(theirs) = theirs.filter(|_| run_theirs) {
+            let m = drive(rt, total, CALLERS, tck, || GetRedis {
                 conn: theirs.clone(),
             })
             .await;
@@ -680,7 +713,7 @@ async fn run(args: Args, cluster: RedisCluster) {
             }
             cmd.build().expect("ZADD")
         });
-        let loaded = drive(BUCKETS, BUCKETS, tck, || Load {
+        let loaded = drive(rt, BUCKETS, BUCKETS, tck, || Load {
             client: ours.clone(),
             request: zadd.clone(),
         })
@@ -691,16 +724,16 @@ async fn run(args: Args, cluster: RedisCluster) {
              {callers} callers"
         );
         if run_ours {
-            let m = drive(total, callers, tck, || ListOurs {
+            let m = drive(rt, total, callers, tck, || ListOurs {
                 client: ours.clone(),
                 keys: keys.clone(),
             })
             .await;
-            report("W3", "botmesh-tokio", rt, &m);
+            report("W3", name, rt, &m);
         }
-        if run_theirs {
+        if let Some(theirs) = theirs.filter(|_| run_theirs) {
             let names = Arc::new(names);
-            let m = drive(total, callers, tck, || ListRedis {
+            let m = drive(rt, total, callers, tck, || ListRedis {
                 conn: theirs.clone(),
                 keys: names.clone(),
             })
@@ -710,7 +743,15 @@ async fn run(args: Args, cluster: RedisCluster) {
     }
 
     ours.close().await;
-    drop(theirs);
+}
+
+/// The redis-rs cluster connection of the comparison.
+async fn redis_rs(cluster: &RedisCluster) -> ClusterConnection {
+    redis::cluster::ClusterClient::new(cluster.seeds().iter().map(|s| format!("redis://{s}")))
+        .expect("redis-rs cluster client")
+        .get_async_connection()
+        .await
+        .expect("redis-rs cluster connection")
 }
 
 fn main() {
@@ -728,6 +769,11 @@ fn main() {
     );
     let cluster = RedisCluster::start(ClusterOptions::new().masters(3).replicas_per_master(0));
     let runtime = match args.runtime {
+        RuntimeKind::AsyncStd => {
+            // redis-rs needs tokio: this runtime measures the async-std driver alone.
+            let run = run::<AsyncStd>(args, cluster, "botmesh-async-std", None);
+            return async_global_executor::block_on(run);
+        }
         RuntimeKind::Multi => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build(),
@@ -736,5 +782,8 @@ fn main() {
             .build(),
     }
     .expect("a tokio runtime");
-    runtime.block_on(run(args, cluster));
+    runtime.block_on(async {
+        let theirs = redis_rs(&cluster).await;
+        run::<Tokio>(args, cluster, "botmesh-tokio", Some(theirs)).await
+    });
 }

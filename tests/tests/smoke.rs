@@ -1,12 +1,13 @@
-//! Smoke test: the tokio driver against a real single node and a real cluster.
+//! Smoke test, on both drivers: `SET` then `GET` against a real single node, and 2,000
+//! concurrent `SET`/`GET` pairs against a real cluster.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-use botmesh_redis_tests::{shared_cluster, shared_single, unique_prefix};
-use botmesh_redis_tokio::{Access, Client, ClientOptions, Executor, Key, Request, Value};
+use botmesh_redis_core::{Access, ClientOptions, Executor, Key, Request, Value};
+use botmesh_redis_tests::conformance::{Client, Runtime};
+use botmesh_redis_tests::{both_drivers, shared_cluster, shared_single, unique_prefix};
 
-#[tokio::test]
-async fn single_node_set_get() {
+async fn single_node_set_get<R: Runtime>() {
     let node = shared_single();
-    let client = Client::connect(ClientOptions::url(node.url()))
+    let client = Client::<R>::connect(ClientOptions::url(node.url()))
         .await
         .unwrap();
     let key = Key::new(format!("{}:k", unique_prefix("smoke")));
@@ -21,10 +22,9 @@ async fn single_node_set_get() {
     client.close().await;
 }
 
-#[tokio::test]
-async fn cluster_set_get_many() {
+async fn cluster_set_get_many<R: Runtime>() {
     let cluster = shared_cluster();
-    let client = Client::connect(ClientOptions::cluster(cluster.seeds()))
+    let client = Client::<R>::connect(ClientOptions::cluster(cluster.seeds()))
         .await
         .unwrap();
     let prefix = unique_prefix("smoke");
@@ -48,3 +48,5 @@ async fn cluster_set_get_many() {
     }
     client.close().await;
 }
+
+both_drivers!(single_node_set_get, cluster_set_get_many);

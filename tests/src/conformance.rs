@@ -1,0 +1,84 @@
+//! One conformance suite, run against both drivers.
+//!
+//! Each integration test is written once, as a generic `async fn name<R: Runtime>()` over
+//! [`Client<R>`](botmesh_redis_runtime::Client), and [`both_drivers!`](crate::both_drivers)
+//! turns it into a module `name` with two tests:
+//!
+//! - `name::tokio`, on [`Tokio`] (`botmesh-redis-tokio`);
+//! - `name::async_std`, on [`AsyncStd`] (`botmesh-redis-async-std`).
+//!
+//! Both run on a multi-thread tokio runtime with two workers: the test's own scaffolding
+//! (spawning callers, sleeping, timeouts) uses tokio whatever the driver. The async-std
+//! driver's own tasks (session, readers, writers, timers, sockets) still run on
+//! `async-global-executor` and the `async-io` reactor, so each driver is exercised for real.
+//! (`tests/async_std_without_tokio.rs` shows that the async-std driver needs no tokio at all.)
+//!
+//! ```no_run
+//! use botmesh_redis_core::{Access, ClientOptions, Executor, Request, Value};
+//! use botmesh_redis_tests::conformance::{Client, Runtime};
+//! use botmesh_redis_tests::{both_drivers, shared_single};
+//!
+//! async fn ping_answers_pong<R: Runtime>() {
+//!     let url = shared_single().url();
+//!     let client = Client::<R>::connect(ClientOptions::url(url)).await.unwrap();
+//!     let ping = Request::cmd(Access::Read, "PING").build().unwrap();
+//!     assert_eq!(client.call(ping).await, Ok(Value::Status("PONG".into())));
+//!     client.close().await;
+//! }
+//!
+//! // `cargo test` lists `ping_answers_pong::tokio` and `ping_answers_pong::async_std`.
+//! both_drivers!(ping_answers_pong);
+//! # fn main() {}
+//! ```
+//!
+//! Tests that read server-wide counters (`INFO commandstats`, `CLIENT LIST`) would see each
+//! other's traffic if the two drivers' runs overlapped: they hold [`exclusive`] for their whole
+//! body (each test file is its own process, so this serialises only the tests of one file).
+
+pub use botmesh_redis_async_std::AsyncStd;
+pub use botmesh_redis_runtime::{Client, Runtime};
+pub use botmesh_redis_tokio::Tokio;
+
+/// Expands each generic `async fn name<R: Runtime>()` into a module `name` holding two tests,
+/// `name::tokio` and `name::async_std`, each on a two-worker multi-thread tokio runtime.
+/// Attributes written before a name (such as `#[ignore = "why"]`) go on both tests:
+/// `both_drivers!(first, #[ignore = "a known bug"] second);`. See [`conformance`](crate::conformance).
+#[macro_export]
+macro_rules! both_drivers {
+    ($($(#[$attr:meta])* $name:ident),+ $(,)?) => {
+        $(
+            mod $name {
+                #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                $(#[$attr])*
+                async fn tokio() {
+                    super::$name::<$crate::conformance::Tokio>().await;
+                }
+
+                #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                $(#[$attr])*
+                async fn async_std() {
+                    super::$name::<$crate::conformance::AsyncStd>().await;
+                }
+            }
+        )+
+    };
+}
+
+/// The driver's name, for messages: `"tokio"`, `"async-std"`, or the type's name.
+pub fn driver_name<R: Runtime>() -> &'static str {
+    use std::any::TypeId;
+    if TypeId::of::<R>() == TypeId::of::<Tokio>() {
+        "tokio"
+    } else if TypeId::of::<R>() == TypeId::of::<AsyncStd>() {
+        "async-std"
+    } else {
+        std::any::type_name::<R>()
+    }
+}
+
+/// A turn of this test process: held for a whole test body, it keeps the tests that take it
+/// from overlapping (a test reading server-wide counters must not see another test's traffic).
+pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TURN.lock().await
+}

@@ -1,0 +1,302 @@
+//! Schedules with fencing tokens and leases with tokens that never go backwards, against real
+//! servers in every layout, on both drivers.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod coord_support;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use botmesh_redis_core::coord::Schedule;
+use botmesh_redis_core::coordinator::{Leases, Schedules};
+use botmesh_redis_core::Error;
+use botmesh_redis_tests::both_drivers;
+use botmesh_redis_tests::conformance::Runtime;
+use coord_support::{eventually, Target};
+
+fn stale(id: &str, token: i64, stored: i64) -> Error {
+    Error::Stale {
+        what: format!("schedule {id:?}"),
+        token,
+        stored,
+    }
+}
+
+/// A stale writer (lower token) can neither overwrite a schedule nor resurrect a deleted one;
+/// it learns the stored token. The owner of the current token can rewrite; a newer one can
+/// bring a deleted schedule back.
+async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
+    let client = target.client::<R>().await;
+    let schedules = Schedules::new(client.clone(), target.keyspace("coord-schedules"));
+    let id = "daily:{report} 😀";
+    let data = |s: &'static str| Bytes::from_static(s.as_bytes());
+
+    assert_eq!(schedules.get(id).await.unwrap(), None);
+    schedules.put(id, 5, data("v5")).await.unwrap();
+    assert_eq!(
+        schedules.put(id, 4, data("v4")).await.unwrap_err(),
+        stale(id, 4, 5)
+    );
+    // The same token is the same writer: it may rewrite.
+    schedules.put(id, 5, data("v5b")).await.unwrap();
+    assert_eq!(
+        schedules.get(id).await.unwrap(),
+        Some(Schedule {
+            token: 5,
+            data: data("v5b")
+        })
+    );
+    // A stale delete is refused too.
+    assert_eq!(schedules.delete(id, 3).await.unwrap_err(), stale(id, 3, 5));
+    schedules.delete(id, 6).await.unwrap();
+    assert_eq!(schedules.get(id).await.unwrap(), None);
+    // Writers older than the delete cannot resurrect it.
+    assert_eq!(
+        schedules.put(id, 5, data("zombie")).await.unwrap_err(),
+        stale(id, 5, 6)
+    );
+    assert_eq!(
+        schedules.put(id, 1, data("zombie")).await.unwrap_err(),
+        stale(id, 1, 6)
+    );
+    assert_eq!(schedules.get(id).await.unwrap(), None);
+    // A newer writer can.
+    schedules.put(id, 7, data("v7")).await.unwrap();
+    assert_eq!(
+        schedules.get(id).await.unwrap(),
+        Some(Schedule {
+            token: 7,
+            data: data("v7")
+        })
+    );
+    // Tokens read back exactly, up to 2^53.
+    let big = 1_i64 << 53;
+    schedules.put(id, big, data("big")).await.unwrap();
+    assert_eq!(schedules.get(id).await.unwrap().unwrap().token, big);
+    assert_eq!(
+        schedules.put(id, big - 1, data("x")).await.unwrap_err(),
+        stale(id, big - 1, big)
+    );
+    // Listings hide deleted markers.
+    for n in 0..40 {
+        schedules
+            .put(&format!("s:{n}"), 1, Bytes::from(format!("d{n}")))
+            .await
+            .unwrap();
+    }
+    for n in (0..40).step_by(3) {
+        schedules.delete(&format!("s:{n}"), 2).await.unwrap();
+    }
+    let listed = schedules.list(1000).await.unwrap();
+    let mut expected: Vec<(String, Schedule)> = (0..40)
+        .filter(|n| n % 3 != 0)
+        .map(|n| {
+            (
+                format!("s:{n}"),
+                Schedule {
+                    token: 1,
+                    data: Bytes::from(format!("d{n}")),
+                },
+            )
+        })
+        .chain([(
+            id.to_owned(),
+            Schedule {
+                token: big,
+                data: data("big"),
+            },
+        )])
+        .collect();
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(listed, expected);
+    assert_eq!(schedules.list(5).await.unwrap(), expected[..5].to_vec());
+    client.close().await;
+}
+
+async fn stale_schedule_writers_are_refused_all_targets<R: Runtime>() {
+    for target in [Target::SingleLegacy, Target::SingleCluster, Target::Cluster] {
+        stale_schedule_writers_are_refused::<R>(target).await;
+    }
+}
+
+/// Many writers race on one schedule with their own tokens: whatever the interleaving, the
+/// stored token is the largest one written, and every refusal names a larger stored token.
+async fn racing_schedule_writers_keep_the_largest_token<R: Runtime>(target: Target) {
+    let client = target.client::<R>().await;
+    let schedules = Schedules::new(client.clone(), target.keyspace("coord-schedule-race"));
+    let mut tasks = Vec::new();
+    for token in 1..=200_i64 {
+        let schedules = schedules.clone();
+        tasks.push(tokio::spawn(async move {
+            let result = if token % 10 == 0 {
+                schedules.delete("s", token).await
+            } else {
+                schedules
+                    .put("s", token, Bytes::from(token.to_string()))
+                    .await
+            };
+            match result {
+                Ok(()) => None,
+                Err(Error::Stale { stored, .. }) => {
+                    assert!(stored > token, "refused {token} for stored {stored}");
+                    Some(())
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    // Token 200 was a delete: the schedule is deleted, and its marker keeps 200.
+    assert_eq!(schedules.get("s").await.unwrap(), None);
+    assert_eq!(
+        schedules.put("s", 199, Bytes::new()).await.unwrap_err(),
+        stale("s", 199, 200)
+    );
+    client.close().await;
+}
+
+async fn racing_schedule_writers_keep_the_largest_token_all_targets<R: Runtime>() {
+    for target in [Target::SingleLegacy, Target::SingleCluster, Target::Cluster] {
+        racing_schedule_writers_keep_the_largest_token::<R>(target).await;
+    }
+}
+
+/// A lease has one holder at a time; its token never goes backwards, even after it expires or
+/// is released; renew and release work only for the holder with its token.
+async fn lease_tokens_never_go_backwards<R: Runtime>(target: Target) {
+    let client = target.client::<R>().await;
+    let leases = Leases::new(client.clone(), target.keyspace("coord-leases"));
+    let ttl = Duration::from_millis(150);
+    let long = Duration::from_secs(10);
+
+    let t1 = leases.acquire("tick", "a", ttl).await.unwrap().unwrap();
+    assert_eq!(t1, 1);
+    assert_eq!(leases.acquire("tick", "b", ttl).await.unwrap(), None);
+    // The holder taking its live lease again keeps its token.
+    assert_eq!(leases.acquire("tick", "a", ttl).await.unwrap(), Some(t1));
+    leases.renew("tick", "a", t1, ttl).await.unwrap();
+    // Not the holder, or not its token: refused.
+    assert!(matches!(
+        leases.renew("tick", "b", t1, ttl).await,
+        Err(Error::NotHolder { .. })
+    ));
+    assert!(matches!(
+        leases.renew("tick", "a", t1 + 1, ttl).await,
+        Err(Error::NotHolder { .. })
+    ));
+    assert!(!leases.release("tick", "b", t1).await.unwrap());
+
+    // After expiry, another holder gets a larger token.
+    let t2 = eventually(Duration::from_secs(5), "a's lease to expire", || {
+        let leases = leases.clone();
+        async move { leases.acquire("tick", "b", long).await.unwrap() }
+    })
+    .await;
+    assert_eq!(t2, t1 + 1);
+    // The expired holder can neither renew nor release b's lease.
+    assert_eq!(
+        leases.renew("tick", "a", t1, ttl).await.unwrap_err(),
+        Error::NotHolder {
+            what: "lease \"tick\"".into()
+        }
+    );
+    assert!(!leases.release("tick", "a", t1).await.unwrap());
+    leases.renew("tick", "b", t2, long).await.unwrap();
+
+    // Released: the next acquire, even by the same holder, gets a larger token.
+    assert!(leases.release("tick", "b", t2).await.unwrap());
+    assert!(!leases.release("tick", "b", t2).await.unwrap());
+    let t3 = leases.acquire("tick", "b", ttl).await.unwrap().unwrap();
+    assert_eq!(t3, t2 + 1);
+    // The old token of the same holder cannot renew the new lease.
+    assert!(matches!(
+        leases.renew("tick", "b", t2, ttl).await,
+        Err(Error::NotHolder { .. })
+    ));
+
+    // Expired and taken again by the same holder: a new token as well. (Taking a live lease
+    // again renews it, so the poll asks for 1 ms: the lease lapses between two polls.)
+    let t4 = eventually(Duration::from_secs(5), "b's lease to expire", || {
+        let leases = leases.clone();
+        async move {
+            let token = leases
+                .acquire("tick", "b", Duration::from_millis(1))
+                .await
+                .unwrap()
+                .unwrap();
+            (token != t3).then_some(token)
+        }
+    })
+    .await;
+    assert_eq!(t4, t3 + 1);
+    // Once that lapses too, a newcomer continues from the counter.
+    let t5 = eventually(Duration::from_secs(5), "b's 1 ms lease to expire", || {
+        let leases = leases.clone();
+        async move { leases.acquire("tick", "c", long).await.unwrap() }
+    })
+    .await;
+    assert_eq!(t5, t4 + 1);
+    assert!(!leases.release("tick", "b", t4).await.unwrap());
+    assert!(leases.release("tick", "c", t5).await.unwrap());
+    client.close().await;
+}
+
+async fn lease_tokens_never_go_backwards_all_targets<R: Runtime>() {
+    for target in [Target::SingleLegacy, Target::SingleCluster, Target::Cluster] {
+        lease_tokens_never_go_backwards::<R>(target).await;
+    }
+}
+
+/// 8 contenders race for a lease 100 times in total: tokens handed out are exactly 1..=100,
+/// each once.
+async fn contended_lease_tokens_are_unique<R: Runtime>(target: Target) {
+    let client = target.client::<R>().await;
+    let leases = Leases::new(client.clone(), target.keyspace("coord-lease-race"));
+    let mut tasks = Vec::new();
+    for c in 0..8 {
+        let leases = leases.clone();
+        tasks.push(tokio::spawn(async move {
+            let holder = format!("h{c}");
+            let mut tokens = Vec::new();
+            while tokens.len() < 100 / 8 + usize::from(c < 100 % 8) {
+                match leases
+                    .acquire("l", &holder, Duration::from_secs(5))
+                    .await
+                    .unwrap()
+                {
+                    Some(token) => {
+                        tokens.push(token);
+                        assert!(leases.release("l", &holder, token).await.unwrap());
+                    }
+                    None => tokio::time::sleep(Duration::from_millis(1)).await,
+                }
+            }
+            tokens
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        let tokens = task.await.unwrap();
+        assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+        all.extend(tokens);
+    }
+    all.sort_unstable();
+    assert_eq!(all, (1..=100).collect::<Vec<u64>>());
+    client.close().await;
+}
+
+async fn contended_lease_tokens_are_unique_all_targets<R: Runtime>() {
+    for target in [Target::SingleLegacy, Target::SingleCluster, Target::Cluster] {
+        contended_lease_tokens_are_unique::<R>(target).await;
+    }
+}
+
+both_drivers!(
+    stale_schedule_writers_are_refused_all_targets,
+    racing_schedule_writers_keep_the_largest_token_all_targets,
+    lease_tokens_never_go_backwards_all_targets,
+    contended_lease_tokens_are_unique_all_targets,
+);

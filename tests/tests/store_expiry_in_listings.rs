@@ -1,0 +1,115 @@
+//! Expired checkpoints and user-data entries leave listings when their keys expire, with no
+//! write in between: the cluster layout's indexes are scored by server-side expiry and pruned by
+//! the listing itself; the legacy layout lists by `SCAN`, which never sees an expired key.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod store_support;
+
+use std::time::Duration;
+
+use botmesh_redis_core::layout::RecordKind;
+use botmesh_redis_core::store::Store;
+use botmesh_redis_core::Executor;
+use botmesh_redis_tests::both_drivers;
+use botmesh_redis_tests::conformance::Runtime;
+use store_support::{eventually, zmembers, Setup};
+
+const SHORT: Duration = Duration::from_millis(300);
+/// How long an expiry may take to show: the TTL plus generous slack for a loaded machine.
+const BOUND: Duration = Duration::from_secs(10);
+
+async fn checkpoints_expire<E: Executor>(store: &Store<E>) {
+    store
+        .set_checkpoint("short:{1}", "s".into(), Some(SHORT))
+        .await
+        .unwrap();
+    store
+        .set_checkpoint("long", "l".into(), Some(Duration::from_secs(600)))
+        .await
+        .unwrap();
+    store
+        .set_checkpoint("forever", "f".into(), None)
+        .await
+        .unwrap();
+    let ids = |page: botmesh_redis_core::store::RecordPage| -> Vec<String> {
+        page.records.into_iter().map(|r| r.id).collect()
+    };
+    assert_eq!(
+        ids(store.list_checkpoints(None, 100).await.unwrap()),
+        ["forever", "long", "short:{1}"]
+    );
+    eventually(
+        BOUND,
+        "the expired checkpoint leaves the listing",
+        || async {
+            let listed = ids(store.list_checkpoints(None, 100).await.unwrap());
+            (listed == ["forever", "long"]).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(store.get_checkpoint("short:{1}").await.unwrap(), None);
+    // In the cluster layout the listing pruned the index member too.
+    if let Some(index) = store
+        .keyspace()
+        .record_index_of(RecordKind::Checkpoint, "short:{1}")
+    {
+        let members = zmembers(store.executor(), &index).await;
+        assert!(!members.contains(&"short:{1}".to_owned()), "{members:?}");
+    }
+}
+
+async fn user_entries_expire<E: Executor>(store: &Store<E>) {
+    let user = "user:{7}";
+    store
+        .set_user_data(user, "ns", "short", "s".into(), Some(SHORT))
+        .await
+        .unwrap();
+    store
+        .set_user_data(user, "ns", "kept", "k".into(), None)
+        .await
+        .unwrap();
+    store
+        .set_user_data(user, "other", "short", "s".into(), Some(SHORT))
+        .await
+        .unwrap();
+    let keys = |entries: Vec<botmesh_redis_core::store::UserEntry>| -> Vec<(String, String)> {
+        entries.into_iter().map(|e| (e.ns, e.key)).collect()
+    };
+    assert_eq!(store.list_user_data(user, None).await.unwrap().len(), 3);
+    eventually(BOUND, "the expired entries leave the listing", || async {
+        let listed = keys(store.list_user_data(user, None).await.unwrap());
+        (listed == [("ns".to_owned(), "kept".to_owned())]).then_some(())
+    })
+    .await;
+    assert!(store
+        .list_user_data(user, Some("other"))
+        .await
+        .unwrap()
+        .is_empty());
+    if let Some(index) = store.keyspace().user_index(user) {
+        assert_eq!(zmembers(store.executor(), &index).await, ["ns:kept"]);
+    }
+}
+
+async fn run_all<R: Runtime>(setup: Setup) {
+    checkpoints_expire(&setup.store::<R>("st-exp-cp").await).await;
+    user_entries_expire(&setup.store::<R>("st-exp-ud").await).await;
+}
+
+async fn single_node_legacy_layout<R: Runtime>() {
+    run_all::<R>(Setup::SingleLegacy).await;
+}
+
+async fn single_node_cluster_layout<R: Runtime>() {
+    run_all::<R>(Setup::SingleCluster).await;
+}
+
+async fn cluster<R: Runtime>() {
+    run_all::<R>(Setup::Cluster).await;
+}
+
+both_drivers!(
+    single_node_legacy_layout,
+    single_node_cluster_layout,
+    cluster,
+);

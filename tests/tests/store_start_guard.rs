@@ -1,0 +1,222 @@
+//! The `start()` guard and the configuration errors of `Store::new`, against real servers, on
+//! both drivers.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod store_support;
+
+use std::collections::BTreeSet;
+
+use botmesh_redis_core::layout::{KeyError, RecordKind, CLUSTER_V1};
+use botmesh_redis_core::store::{Started, Store, StoreOptions};
+use botmesh_redis_core::{Access, Error, Executor, Key, Keyspace, Layout, Request, Value};
+use botmesh_redis_tests::conformance::{Client, Runtime};
+use botmesh_redis_tests::{both_drivers, shared_cluster, unique_prefix};
+use store_support::{store_on, Setup};
+
+async fn marker<E: Executor>(store: &Store<E>) -> Option<String> {
+    let get = Request::cmd(Access::Read, "GET")
+        .key(&store.keyspace().marker())
+        .build()
+        .unwrap();
+    match store.executor().call(get).await.unwrap() {
+        Value::Nil => None,
+        v => Some(v.into_string().unwrap()),
+    }
+}
+
+async fn set_raw<R: Runtime>(client: &Client<R>, key: &Key, value: &str) {
+    let set = Request::cmd(Access::Write, "SET")
+        .key(key)
+        .arg(value)
+        .build()
+        .unwrap();
+    client.call(set).await.unwrap();
+}
+
+fn refused(result: Result<Started, Error>) -> String {
+    match result {
+        Err(Error::Config(text)) => text,
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+}
+
+/// A cluster-layout store over an empty prefix writes the marker, then finds it.
+async fn fresh_prefix_gets_the_marker<R: Runtime>(setup: Setup) {
+    let client = setup.client::<R>().await;
+    let store = store_on(client, Layout::Cluster, &unique_prefix("st-guard"));
+    // Keys both layouts share do not count as legacy data.
+    store
+        .set_conversation("c", "state".into(), None)
+        .await
+        .unwrap();
+    store.set_cursor("n", 1).await.unwrap();
+    store.save_message("c", "m", 1, "p".into()).await.unwrap();
+    assert!(matches!(
+        store.start().await.unwrap(),
+        Started::MarkerWritten { checked } if checked >= 3
+    ));
+    assert_eq!(marker(&store).await.as_deref(), Some(CLUSTER_V1));
+    assert_eq!(store.start().await.unwrap(), Started::MarkerFound);
+}
+
+/// Legacy-layout keys under the prefix stop a cluster-layout store, unless allowed.
+async fn legacy_data_is_refused<R: Runtime>(setup: Setup) {
+    let client = setup.client::<R>().await;
+    let prefix = unique_prefix("st-guard-legacy");
+    if setup == Setup::Cluster {
+        // A legacy-layout store cannot run on a cluster: write its keys by hand.
+        let legacy = Keyspace::new(Layout::Legacy, prefix.clone()).unwrap();
+        set_raw(&client, &legacy.record(RecordKind::Chat, "c1"), "v").await;
+    } else {
+        let legacy = store_on(client.clone(), Layout::Legacy, &prefix);
+        assert_eq!(legacy.start().await.unwrap(), Started::Legacy);
+        legacy.upsert_chat("c1", "v".into()).await.unwrap();
+    }
+    let store = store_on(client.clone(), Layout::Cluster, &prefix);
+    let text = refused(store.start().await);
+    assert!(
+        text.contains("run migrate_to_cluster_layout() first"),
+        "{text}"
+    );
+    assert!(text.contains(":chat:c1"), "{text}");
+    assert_eq!(marker(&store).await, None);
+
+    let allowed = Store::new(
+        client.clone(),
+        StoreOptions::new(prefix.as_str())
+            .layout(Layout::Cluster)
+            .cluster_client(client.is_cluster())
+            .allow_legacy_data(true),
+    )
+    .unwrap();
+    assert!(matches!(
+        allowed.start().await.unwrap(),
+        Started::LegacyDataAllowed { example } if example.ends_with(":chat:c1")
+    ));
+    // The guard stays armed for stores started without the flag.
+    assert_eq!(marker(&store).await, None);
+    assert!(store.start().await.is_err());
+}
+
+/// A legacy-layout store whose prefix carries the marker warns and starts.
+async fn legacy_store_on_a_marked_prefix_starts<R: Runtime>(setup: Setup) {
+    let client = setup.client::<R>().await;
+    let prefix = unique_prefix("st-guard-marked");
+    let cluster_store = store_on(client.clone(), Layout::Cluster, &prefix);
+    cluster_store.start().await.unwrap();
+    let legacy = store_on(client, Layout::Legacy, &prefix);
+    assert_eq!(legacy.start().await.unwrap(), Started::LegacyWithMarker);
+}
+
+/// A marker with a value this version does not know is refused.
+async fn unknown_marker_is_refused<R: Runtime>(setup: Setup) {
+    let client = setup.client::<R>().await;
+    let store = store_on(
+        client.clone(),
+        Layout::Cluster,
+        &unique_prefix("st-guard-v9"),
+    );
+    set_raw(&client, &store.keyspace().marker(), "cluster:v9").await;
+    let text = refused(store.start().await);
+    assert!(text.contains("cluster:v9"), "{text}");
+}
+
+async fn single_node<R: Runtime>() {
+    // Each case picks the layouts it needs; the setup only chooses the node.
+    let setup = Setup::SingleCluster;
+    fresh_prefix_gets_the_marker::<R>(setup).await;
+    legacy_data_is_refused::<R>(setup).await;
+    legacy_store_on_a_marked_prefix_starts::<R>(setup).await;
+    unknown_marker_is_refused::<R>(setup).await;
+}
+
+async fn cluster<R: Runtime>() {
+    fresh_prefix_gets_the_marker::<R>(Setup::Cluster).await;
+    legacy_data_is_refused::<R>(Setup::Cluster).await;
+    unknown_marker_is_refused::<R>(Setup::Cluster).await;
+}
+
+/// On a cluster the guard scans every master: a legacy key is found whichever master holds it.
+async fn cluster_guard_scans_every_master<R: Runtime>() {
+    let cluster = shared_cluster();
+    let client = Setup::Cluster.client::<R>().await;
+    let masters: BTreeSet<_> = cluster.masters().unwrap().into_iter().collect();
+    let mut covered = BTreeSet::new();
+    for i in 0.. {
+        let prefix = unique_prefix("st-guard-node");
+        let legacy = Keyspace::new(Layout::Legacy, prefix.clone()).unwrap();
+        let key = legacy.record(RecordKind::Chat, &format!("c{i}"));
+        let master = cluster.master_for_key(key.as_bytes()).unwrap();
+        if !covered.insert(master) {
+            continue;
+        }
+        set_raw(&client, &key, "v").await;
+        let store = store_on(client.clone(), Layout::Cluster, &prefix);
+        let text = refused(store.start().await);
+        assert!(text.contains(&key.to_string()), "{master}: {text}");
+        if covered == masters {
+            break;
+        }
+    }
+}
+
+async fn configuration_errors<R: Runtime>() {
+    let single = Setup::SingleLegacy.client::<R>().await;
+    let cluster = Setup::Cluster.client::<R>().await;
+
+    // The default layout follows the client.
+    let on_single = store_on_default(single.clone(), "st-cfg");
+    assert_eq!(on_single.layout(), Layout::Legacy);
+    let on_cluster = store_on_default(cluster.clone(), "st-cfg");
+    assert_eq!(on_cluster.layout(), Layout::Cluster);
+
+    // The legacy layout on a cluster client.
+    let err = Store::new(
+        cluster.clone(),
+        StoreOptions::new("st-cfg")
+            .layout(Layout::Legacy)
+            .cluster_client(true),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, Error::Config(text) if text.contains("single node")),
+        "{err:?}"
+    );
+
+    // Braces in a cluster-layout prefix; the legacy layout takes them.
+    for prefix in ["a{b", "a}b", "{bot}"] {
+        let err = Store::new(
+            single.clone(),
+            StoreOptions::new(prefix).layout(Layout::Cluster),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, Error::Key(KeyError::BraceInClusterPrefix { .. })),
+            "{prefix}: {err:?}"
+        );
+        Store::new(
+            single.clone(),
+            StoreOptions::new(prefix).layout(Layout::Legacy),
+        )
+        .unwrap();
+    }
+    assert!(matches!(
+        Store::new(single.clone(), StoreOptions::new("")).unwrap_err(),
+        Error::Key(KeyError::EmptyPrefix)
+    ));
+
+    single.close().await;
+    cluster.close().await;
+}
+
+fn store_on_default<R: Runtime>(client: Client<R>, prefix: &str) -> Store<Client<R>> {
+    let cluster = client.is_cluster();
+    Store::new(client, StoreOptions::new(prefix).cluster_client(cluster)).unwrap()
+}
+
+both_drivers!(
+    single_node,
+    cluster,
+    cluster_guard_scans_every_master,
+    configuration_errors,
+);

@@ -1,0 +1,231 @@
+//! Helpers shared by the store suites (`store_*.rs`): the three setups every suite runs on,
+//! raw reads of the keyspace to check invariants behind the API, and an executor that stops a
+//! plan after a number of steps (a crash between two steps, without killing anything).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use botmesh_redis_core::store::{Store, StoreOptions};
+use botmesh_redis_core::{
+    Access, ClientOptions, Error, Executor, Key, Keyspace, Layout, Plan, Reply, Request, Step,
+    Value,
+};
+use botmesh_redis_tests::conformance::{Client, Runtime};
+use botmesh_redis_tests::{shared_cluster, shared_single, unique_prefix};
+
+/// Where a suite runs: a single node in either layout, or the shared cluster (cluster layout).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Setup {
+    SingleLegacy,
+    SingleCluster,
+    Cluster,
+}
+
+impl Setup {
+    pub(crate) fn layout(self) -> Layout {
+        match self {
+            Setup::SingleLegacy => Layout::Legacy,
+            Setup::SingleCluster | Setup::Cluster => Layout::Cluster,
+        }
+    }
+
+    /// A connected client for this setup, on the driver `R`.
+    pub(crate) async fn client<R: Runtime>(self) -> Client<R> {
+        let options = match self {
+            Setup::SingleLegacy | Setup::SingleCluster => ClientOptions::url(shared_single().url()),
+            Setup::Cluster => ClientOptions::cluster(shared_cluster().seeds()),
+        };
+        Client::<R>::connect(options).await.unwrap()
+    }
+
+    /// A started store on a fresh prefix, on the driver `R`.
+    pub(crate) async fn store<R: Runtime>(self, name: &str) -> Store<Client<R>> {
+        let client = self.client::<R>().await;
+        let store = store_on(client, self.layout(), &unique_prefix(name));
+        store.start().await.unwrap();
+        store
+    }
+}
+
+/// A store on `client` in `layout` (not started).
+pub(crate) fn store_on<R: Runtime>(
+    client: Client<R>,
+    layout: Layout,
+    prefix: &str,
+) -> Store<Client<R>> {
+    let cluster = client.is_cluster();
+    Store::new(
+        client,
+        StoreOptions::new(prefix)
+            .layout(layout)
+            .cluster_client(cluster),
+    )
+    .unwrap()
+}
+
+/// The members of a sorted set, in order.
+pub(crate) async fn zmembers<E: Executor>(client: &E, key: &Key) -> Vec<String> {
+    let request = Request::cmd(Access::Read, "ZRANGE")
+        .key(key)
+        .arg(0u32)
+        .arg(-1i64)
+        .build()
+        .unwrap();
+    client
+        .call(request)
+        .await
+        .unwrap()
+        .into_array()
+        .unwrap()
+        .into_iter()
+        .map(|v| v.into_string().unwrap())
+        .collect()
+}
+
+/// Whether a key exists.
+pub(crate) async fn exists<E: Executor>(client: &E, key: &Key) -> bool {
+    let request = Request::cmd(Access::Read, "EXISTS")
+        .key(key)
+        .build()
+        .unwrap();
+    client.call(request).await.unwrap() == Value::Int(1)
+}
+
+/// Polls `probe` every 20 ms until it yields `Some`, failing the test after `within`.
+pub(crate) async fn eventually<T, F, Fut>(within: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Ids hostile to key names: separators, hash-tag braces, glob and percent characters,
+/// spaces, emoji, and the empty string.
+pub(crate) const NASTY: &[&str] = &[
+    "a:b", "a", "b:c", "{x}", "}{", "{", "}", "*", "?[]\\", "%", "%25", "a b", "😀", "",
+];
+
+// --- an executor that crashes a plan between two steps ----------------------------------------
+
+/// Runs plans through `inner` but lets each one send only `sends` batches: the next batch ends
+/// the plan with an error instead, as if the process had died between two steps.
+#[derive(Clone)]
+pub(crate) struct StopAfter<E> {
+    pub(crate) inner: E,
+    pub(crate) sends: usize,
+}
+
+impl<E: Executor> Executor for StopAfter<E> {
+    fn run<P: Plan>(&self, plan: P) -> impl Future<Output = Result<P::Output, Error>> + Send {
+        self.inner.run(Truncated {
+            plan,
+            sends_left: self.sends,
+        })
+    }
+}
+
+struct Truncated<P> {
+    plan: P,
+    sends_left: usize,
+}
+
+impl<P: Plan> Truncated<P> {
+    fn gate(&mut self, step: Step<P::Output>) -> Step<P::Output> {
+        match step {
+            Step::Send(_) if self.sends_left == 0 => Step::Done(Err(Error::NotSent {
+                reason: "stopped by the test between two steps".into(),
+            })),
+            Step::Send(batch) => {
+                self.sends_left -= 1;
+                Step::Send(batch)
+            }
+            other => other,
+        }
+    }
+}
+
+impl<P: Plan> Plan for Truncated<P> {
+    type Output = P::Output;
+
+    fn start(&mut self) -> Step<P::Output> {
+        let step = self.plan.start();
+        self.gate(step)
+    }
+
+    fn resume(&mut self, replies: Vec<Reply>) -> Step<P::Output> {
+        let step = self.plan.resume(replies);
+        self.gate(step)
+    }
+}
+
+// --- an executor that says when a plan's first step has run ------------------------------------
+
+/// Runs plans through `inner` and notifies `first_step` once the first batch of each plan has
+/// been answered (for `delete_chat`: once the log has become the drain).
+#[derive(Clone)]
+pub(crate) struct SignalFirstStep<E> {
+    pub(crate) inner: E,
+    pub(crate) first_step: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl<E: Executor> Executor for SignalFirstStep<E> {
+    fn run<P: Plan>(&self, plan: P) -> impl Future<Output = Result<P::Output, Error>> + Send {
+        self.inner.run(Signalled {
+            plan,
+            first_step: Some(self.first_step.clone()),
+        })
+    }
+}
+
+struct Signalled<P> {
+    plan: P,
+    first_step: Option<std::sync::Arc<tokio::sync::Notify>>,
+}
+
+impl<P: Plan> Plan for Signalled<P> {
+    type Output = P::Output;
+
+    fn start(&mut self) -> Step<P::Output> {
+        self.plan.start()
+    }
+
+    fn resume(&mut self, replies: Vec<Reply>) -> Step<P::Output> {
+        if let Some(notify) = self.first_step.take() {
+            notify.notify_one();
+        }
+        self.plan.resume(replies)
+    }
+}
+
+// --- raw views of the keyspace -----------------------------------------------------------------
+
+/// Every key of `chat`'s message items, read on the node that holds them (`KEYS`, so a test
+/// sees what is really there, not what the store reports).
+pub(crate) fn item_keys(setup: Setup, ks: &Keyspace, chat: &str) -> BTreeSet<Vec<u8>> {
+    let head = ks.message_item(chat, "");
+    let pattern = format!(
+        "{}*",
+        botmesh_redis_core::keys::glob_escape(std::str::from_utf8(head.as_bytes()).unwrap())
+    );
+    let mut conn = match setup {
+        Setup::Cluster => shared_cluster().conn_for_key(head.as_bytes()).unwrap(),
+        _ => shared_single().conn().unwrap(),
+    };
+    conn.cmd(&["KEYS", pattern.as_str()])
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_bytes().unwrap().to_vec())
+        .collect()
+}
