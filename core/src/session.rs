@@ -636,11 +636,23 @@ impl Session {
 
     /// Bytes arrived on `conn`.
     pub fn handle_read(&mut self, now: Instant, conn: ConnId, data: &[u8]) {
+        self.handle_read_buf(now, conn, BytesMut::from(data));
+    }
+
+    /// Bytes arrived on `conn`, in a buffer the session may keep: replies are then decoded
+    /// without a copy when the reads are contiguous splits of one buffer (as a reader that
+    /// `split`s its read buffer produces).
+    pub fn handle_read_buf(&mut self, now: Instant, conn: ConnId, data: BytesMut) {
         self.now = now;
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
-        c.read_buf.extend_from_slice(data);
+        if c.read_buf.is_empty() {
+            c.read_buf = data;
+        } else {
+            // Zero-copy when `data` continues the buffer in memory; a copy otherwise.
+            c.read_buf.unsplit(data);
+        }
         // Every complete frame is handled; a frame may drop the connection (a refused AUTH).
         while let Some(c) = self.conns.get_mut(&conn) {
             let cap = self.config.max_read_buffer;

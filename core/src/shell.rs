@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use crate::plan::Plan;
 use crate::session::{Completion, Config, ConnId, Output, Session, Token};
@@ -39,8 +39,8 @@ pub enum Event<W> {
     Read {
         /// The connection.
         conn: ConnId,
-        /// The bytes.
-        bytes: Bytes,
+        /// The bytes; splits of one read buffer are decoded without a copy.
+        bytes: BytesMut,
     },
     /// The connection ended (peer closed, or a read or write failed).
     Closed {
@@ -154,7 +154,7 @@ impl<W, C> Shell<W, C> {
             }
             Event::Read { conn, bytes } => {
                 if self.conns.contains_key(&conn) {
-                    self.session.handle_read(now, conn, &bytes);
+                    self.session.handle_read_buf(now, conn, bytes);
                 }
             }
             Event::Closed { conn, reason } => {

@@ -76,9 +76,11 @@ impl Runtime for AsyncStd {
 
 impl ReadHalf for Reader {
     async fn read(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
-        // async-io reads into initialised memory: grow the buffer's length, read, then trim.
+        // async-io reads into initialised memory: zero a window of the spare capacity, read
+        // into it, then trim to what arrived. A window keeps the zeroing cheap.
         let start = buf.len();
-        buf.resize(buf.capacity(), 0);
+        let window = (buf.capacity() - start).clamp(1, 16 * 1024);
+        buf.resize(start + window, 0);
         let result = self.0.read(&mut buf[start..]).await;
         buf.truncate(start + *result.as_ref().unwrap_or(&0));
         result

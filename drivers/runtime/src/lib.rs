@@ -320,7 +320,7 @@ async fn open<R: Runtime>(
             match read.read(&mut buf).await {
                 Ok(0) => break "closed by the server".to_owned(),
                 Ok(_) => {
-                    let bytes = buf.split().freeze();
+                    let bytes = buf.split();
                     if reader_tx
                         .send(event(Event::Read { conn, bytes }))
                         .await
