@@ -562,3 +562,17 @@ fn start_guard_scans_every_master_of_a_cluster() {
     });
     insta::assert_snapshot!("start__cluster_scans_every_master", transcript);
 }
+
+#[test]
+fn eviction_policy_reads_config() {
+    let run = scripted::run(guard::eviction_policy().unwrap(), 4, |_| {
+        Ok(Value::Array(vec![
+            Value::from("maxmemory-policy"),
+            Value::from("allkeys-lru"),
+        ]))
+    });
+    assert_eq!(run.output, Ok(Some("allkeys-lru".to_owned())));
+    assert!(run
+        .transcript
+        .contains("CONFIG any-master read keys=[] args=[GET maxmemory-policy]"));
+}

@@ -12,3 +12,8 @@ pub use harness::{
     unique_prefix, AdminConn, ClusterOptions, Migration, RedisCluster, RedisServer, ServerOptions,
     SingleNode, SlotRange, Value, MISSING_SERVER, SLOT_COUNT,
 };
+
+/// The repository README's example, compiled as a doctest.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

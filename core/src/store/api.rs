@@ -154,10 +154,26 @@ impl<E: Executor> Store<E> {
     /// `allow_legacy_data`, which starts without writing the marker); if there are none, writes
     /// the marker. Legacy layout: starts, with a warning in the log when the prefix carries the
     /// marker.
+    ///
+    /// Both layouts also log a warning when the server's `maxmemory-policy` is not
+    /// `noeviction`: an evicted fence, term or token counter would hand out a number again
+    /// (`docs/operations.md`).
     pub async fn start(&self) -> Result<Started, Error> {
-        self.executor
+        let started = self
+            .executor
             .run(guard::start(&self.ks, self.allow_legacy_data))
-            .await
+            .await?;
+        match self.executor.run(guard::eviction_policy()?).await {
+            Ok(Some(policy)) if policy != "noeviction" => tracing::warn!(
+                %policy,
+                "maxmemory-policy is not noeviction: Redis may evict fence, term and token \
+                 counters under memory pressure, and hand their numbers out again"
+            ),
+            Ok(_) => {}
+            // Managed services often disable CONFIG; the check is advice, not a gate.
+            Err(e) => tracing::debug!(error = %e, "could not read maxmemory-policy"),
+        }
+        Ok(started)
     }
 
     // --- messages ----------------------------------------------------------------------------

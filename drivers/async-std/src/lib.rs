@@ -96,3 +96,8 @@ impl WriteHalf for Writer {
         let _ = self.0.close().await;
     }
 }
+
+/// The README's example, compiled as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -62,6 +62,7 @@ use std::time::{Duration, Instant};
 use botmesh_redis_async_std::AsyncStd;
 use botmesh_redis_runtime::{Client, Runtime};
 use botmesh_redis_tests::{ClusterOptions, RedisCluster};
+use botmesh_redis_tokio::store::{MessageQuery, Store, StoreOptions};
 use botmesh_redis_tokio::Tokio;
 use botmesh_redis_tokio::{
     store, Access, ClientOptions, Executor, Key, Keyspace, Layout, Plan, Reply, Request, Step,
@@ -456,6 +457,107 @@ impl<R: Runtime, F: Fn(usize) -> Request + Send + Sync + 'static> Worker for Loa
     }
 }
 
+/// S2: chats and messages per chat of the preloaded history.
+const S2_CHATS: usize = 200;
+const S2_MESSAGES: usize = 100;
+/// S3: chats stored.
+const S3_CHATS: usize = 10_000;
+
+/// S1: the store's `save_message`.
+struct StoreSave<R: Runtime> {
+    store: Store<Client<R>>,
+    payload: Bytes,
+}
+
+impl<R: Runtime> Worker for StoreSave<R> {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        let chat = format!("c{}", n % CHATS);
+        let saved = self
+            .store
+            .save_message(&chat, &format!("m{n}"), n as i64, self.payload.clone())
+            .await
+            .map_err(describe)?;
+        saved
+            .then_some(())
+            .ok_or_else(|| format!("message {n} was not new"))
+    }
+}
+
+/// S2 preload: message `n` of chat `n % S2_CHATS`.
+struct StoreLoad<R: Runtime> {
+    store: Store<Client<R>>,
+    payload: Bytes,
+}
+
+impl<R: Runtime> Worker for StoreLoad<R> {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        let chat = format!("c{}", n % S2_CHATS);
+        self.store
+            .save_message(&chat, &format!("m{n:06}"), n as i64, self.payload.clone())
+            .await
+            .map(drop)
+            .map_err(describe)
+    }
+}
+
+/// S2: the first page of 50 messages of one chat.
+struct StoreListMessages<R: Runtime> {
+    store: Store<Client<R>>,
+}
+
+impl<R: Runtime> Worker for StoreListMessages<R> {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        let chat = format!("c{}", n % S2_CHATS);
+        let page = self
+            .store
+            .list_messages(&chat, &MessageQuery::new().limit(50))
+            .await
+            .map_err(describe)?;
+        match page.messages.len() {
+            50 => Ok(()),
+            other => Err(format!("{chat}: a page of {other}")),
+        }
+    }
+}
+
+/// S3 preload: chat record `n`.
+struct StoreUpsertChat<R: Runtime> {
+    store: Store<Client<R>>,
+}
+
+impl<R: Runtime> Worker for StoreUpsertChat<R> {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        self.store
+            .upsert_chat(
+                &format!("chat-{n:05}"),
+                Bytes::from_static(b"{\"name\":\"a chat\"}"),
+            )
+            .await
+            .map_err(describe)
+    }
+}
+
+/// S3: a page of 50 chats after a place spread over the ids.
+struct StoreListChats<R: Runtime> {
+    store: Store<Client<R>>,
+}
+
+impl<R: Runtime> Worker for StoreListChats<R> {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        // Pages start all over the id space, never in the last 50.
+        let after = format!("chat-{:05}", (n * 7919) % (S3_CHATS - 50));
+        let page = self
+            .store
+            .list_chats(Some(&after), 50)
+            .await
+            .map_err(describe)?;
+        match page.records.len() {
+            50 => Ok(()),
+            other => Err(format!("after {after}: a page of {other}")),
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Workers: redis-rs
 // ---------------------------------------------------------------------------------------------
@@ -740,6 +842,60 @@ async fn run<R: Runtime>(
             .await;
             report("W3", "redis-rs", rt, &m);
         }
+    }
+
+    // Store-level workloads (ours only: they measure the store's plans end to end).
+    let store = Store::new(
+        ours.clone(),
+        StoreOptions::new("bench-store").cluster_client(true),
+    )
+    .expect("store");
+    if args.runs("S1") {
+        let total = args.scaled(100_000);
+        flush(&cluster);
+        eprintln!("# S1: Store::save_message over {CHATS} chats, {PAYLOAD_LEN}-byte payloads");
+        let m = drive(rt, total, CALLERS, tck, || StoreSave {
+            store: store.clone(),
+            payload: payload.clone(),
+        })
+        .await;
+        report("S1", name, rt, &m);
+    }
+    if args.runs("S2") {
+        let total = args.scaled(20_000);
+        flush(&cluster);
+        let loaded = drive(rt, S2_CHATS * S2_MESSAGES, CALLERS, tck, || StoreLoad {
+            store: store.clone(),
+            payload: payload.clone(),
+        })
+        .await;
+        assert_eq!(loaded.errors, 0, "S2 preload: {:?}", loaded.first_error);
+        eprintln!(
+            "# S2: Store::list_messages, first page of 50, of {S2_CHATS} chats holding \
+             {S2_MESSAGES} messages each"
+        );
+        let m = drive(rt, total, CALLERS, tck, || StoreListMessages {
+            store: store.clone(),
+        })
+        .await;
+        report("S2", name, rt, &m);
+    }
+    if args.runs("S3") {
+        let total = args.scaled(5_000);
+        flush(&cluster);
+        let loaded = drive(rt, S3_CHATS, CALLERS, tck, || StoreUpsertChat {
+            store: store.clone(),
+        })
+        .await;
+        assert_eq!(loaded.errors, 0, "S3 preload: {:?}", loaded.first_error);
+        eprintln!(
+            "# S3: Store::list_chats, a page of 50 from a random place, over {S3_CHATS} chats"
+        );
+        let m = drive(rt, total, CALLERS, tck, || StoreListChats {
+            store: store.clone(),
+        })
+        .await;
+        report("S3", name, rt, &m);
     }
 
     ours.close().await;
