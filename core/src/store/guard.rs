@@ -244,6 +244,21 @@ impl Plan for StartGuard {
     }
 }
 
+/// Reads the server's `maxmemory-policy` (`CONFIG GET`); `None` when the reply names none.
+pub fn eviction_policy() -> Result<crate::plan::Single<Option<String>>, Error> {
+    let request = Request::cmd(Access::Read, "CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .build()?;
+    Ok(crate::plan::single(request, |v| {
+        let mut items = v.into_array()?.into_iter();
+        match (items.next(), items.next()) {
+            (Some(_), Some(policy)) => policy.into_string().map(Some),
+            _ => Ok(None),
+        }
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,19 +295,4 @@ mod tests {
             assert!(!is_legacy_layout_key(&ks, key.as_bytes()), "{key}");
         }
     }
-}
-
-/// Reads the server's `maxmemory-policy` (`CONFIG GET`); `None` when the reply names none.
-pub fn eviction_policy() -> Result<crate::plan::Single<Option<String>>, Error> {
-    let request = Request::cmd(Access::Read, "CONFIG")
-        .arg("GET")
-        .arg("maxmemory-policy")
-        .build()?;
-    Ok(crate::plan::single(request, |v| {
-        let mut items = v.into_array()?.into_iter();
-        match (items.next(), items.next()) {
-            (Some(_), Some(policy)) => policy.into_string().map(Some),
-            _ => Ok(None),
-        }
-    }))
 }
