@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use botmesh_redis_tests::{ClusterOptions, RedisCluster};
 use botmesh_redis_tokio::coordinator::{Coordinator, Durability, Schedules};
+use botmesh_redis_tokio::scan;
 use botmesh_redis_tokio::store::{MessageQuery, Store, StoreOptions};
-use botmesh_redis_tokio::topology::parse_cluster_slots;
 use botmesh_redis_tokio::{
     Access, Client, ClientOptions, Error, Executor, Keyspace, Layout, Request, Value,
 };
@@ -661,23 +661,7 @@ async fn count_keys(
 
 /// `DBSIZE` of every master.
 async fn keys_per_master(client: &Client) -> Result<Vec<(String, i64)>, Error> {
-    let slots = Request::cmd(Access::Read, "CLUSTER").arg("SLOTS").build()?;
-    let masters: Vec<Option<String>> = match client.call(slots).await {
-        Ok(value) => {
-            let topo = parse_cluster_slots(&value, "").map_err(|e| Error::UnexpectedReply {
-                detail: e.to_string(),
-            })?;
-            let mut nodes: Vec<Option<String>> = topo
-                .shards
-                .iter()
-                .map(|s| Some(s.master.to_string()))
-                .collect();
-            nodes.sort();
-            nodes.dedup();
-            nodes
-        }
-        Err(_) => vec![None],
-    };
+    let masters = scan::masters_of(client.call(scan::masters_request()?).await)?;
     let mut out = Vec::new();
     for node in masters {
         let mut dbsize = Request::cmd(Access::Read, "DBSIZE");

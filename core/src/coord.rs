@@ -95,58 +95,71 @@ fn require(ok: bool, what: String) -> Result<(), Error> {
 
 // --- locks and leaderships ------------------------------------------------------------------
 
-fn lock_grant_request(
-    ks: &Keyspace,
-    key: &str,
-    owner: &str,
-    ttl: Duration,
-) -> Result<Request, Error> {
-    Request::script_in(
-        ks,
-        &ACQUIRE_FENCED,
-        Access::Write,
-        vec![ks.lock(key), ks.lock_fence(key)],
-        vec![owner.into_arg(), ttl_ms(ttl)?.into_arg(), "0".into_arg()],
-    )
+/// A lock and a leadership are one primitive on different keys: a holder key with a TTL and a
+/// counter that hands out the fence (or term). A leadership may be taken again by its holder,
+/// which keeps the term and renews the TTL; a lock may not.
+struct Fenced {
+    holder: Key,
+    counter: Key,
+    reentrant: bool,
+    what: String,
 }
 
-fn lock_release_request(ks: &Keyspace, key: &str, owner: &str) -> Result<Request, Error> {
-    Request::script_in(
-        ks,
-        &RELEASE_IF_HOLDER,
-        Access::Write,
-        vec![ks.lock(key)],
-        vec![owner.into_arg()],
-    )
-}
+impl Fenced {
+    fn lock(ks: &Keyspace, key: &str) -> Fenced {
+        Fenced {
+            holder: ks.lock(key),
+            counter: ks.lock_fence(key),
+            reentrant: false,
+            what: format!("lock {key:?}"),
+        }
+    }
 
-fn campaign_request(
-    ks: &Keyspace,
-    name: &str,
-    candidate: &str,
-    ttl: Duration,
-) -> Result<Request, Error> {
-    Request::script_in(
-        ks,
-        &ACQUIRE_FENCED,
-        Access::Write,
-        vec![ks.leader(name), ks.leader_term(name)],
-        vec![
-            candidate.into_arg(),
-            ttl_ms(ttl)?.into_arg(),
-            "1".into_arg(),
-        ],
-    )
-}
+    fn leadership(ks: &Keyspace, name: &str) -> Fenced {
+        Fenced {
+            holder: ks.leader(name),
+            counter: ks.leader_term(name),
+            reentrant: true,
+            what: format!("leadership {name:?}"),
+        }
+    }
 
-fn resign_request(ks: &Keyspace, name: &str, candidate: &str) -> Result<Request, Error> {
-    Request::script_in(
-        ks,
-        &RELEASE_IF_HOLDER,
-        Access::Write,
-        vec![ks.leader(name)],
-        vec![candidate.into_arg()],
-    )
+    fn grant(&self, ks: &Keyspace, owner: &str, ttl: Duration) -> Result<Request, Error> {
+        let reentrant = if self.reentrant { "1" } else { "0" };
+        Request::script_in(
+            ks,
+            &ACQUIRE_FENCED,
+            Access::Write,
+            vec![self.holder.clone(), self.counter.clone()],
+            vec![
+                owner.into_arg(),
+                ttl_ms(ttl)?.into_arg(),
+                reentrant.into_arg(),
+            ],
+        )
+    }
+
+    fn extend(self, ks: &Keyspace, owner: &str, ttl: Duration) -> Result<Single<()>, Error> {
+        let request = Request::script_in(
+            ks,
+            &EXTEND_IF_HOLDER,
+            Access::Write,
+            vec![self.holder],
+            vec![owner.into_arg(), ttl_ms(ttl)?.into_arg()],
+        )?;
+        let what = self.what;
+        Ok(single(request, move |v| require(held(v)?, what)))
+    }
+
+    fn release(&self, ks: &Keyspace, owner: &str) -> Result<Request, Error> {
+        Request::script_in(
+            ks,
+            &RELEASE_IF_HOLDER,
+            Access::Write,
+            vec![self.holder.clone()],
+            vec![owner.into_arg()],
+        )
+    }
 }
 
 /// Acquires the lock `key` for `owner` for `ttl`. Yields the fence (strictly increasing per key,
@@ -161,7 +174,7 @@ pub fn lock_acquire(
     owner: &str,
     ttl: Duration,
 ) -> Result<Single<Option<u64>>, Error> {
-    Ok(single(lock_grant_request(ks, key, owner, ttl)?, grant))
+    Ok(single(Fenced::lock(ks, key).grant(ks, owner, ttl)?, grant))
 }
 
 /// Renews the lock for its holder; [`Error::NotHolder`] when `owner` lost it.
@@ -171,20 +184,12 @@ pub fn lock_extend(
     owner: &str,
     ttl: Duration,
 ) -> Result<Single<()>, Error> {
-    let request = Request::script_in(
-        ks,
-        &EXTEND_IF_HOLDER,
-        Access::Write,
-        vec![ks.lock(key)],
-        vec![owner.into_arg(), ttl_ms(ttl)?.into_arg()],
-    )?;
-    let what = format!("lock {key:?}");
-    Ok(single(request, move |v| require(held(v)?, what)))
+    Fenced::lock(ks, key).extend(ks, owner, ttl)
 }
 
 /// Releases the lock; yields whether `owner` still held it.
 pub fn lock_release(ks: &Keyspace, key: &str, owner: &str) -> Result<Single<bool>, Error> {
-    Ok(single(lock_release_request(ks, key, owner)?, held))
+    Ok(single(Fenced::lock(ks, key).release(ks, owner)?, held))
 }
 
 /// Campaigns for the leadership `name`. Yields the term when `candidate` wins or already leads
@@ -195,7 +200,8 @@ pub fn leader_campaign(
     candidate: &str,
     ttl: Duration,
 ) -> Result<Single<Option<u64>>, Error> {
-    Ok(single(campaign_request(ks, name, candidate, ttl)?, grant))
+    let request = Fenced::leadership(ks, name).grant(ks, candidate, ttl)?;
+    Ok(single(request, grant))
 }
 
 /// Renews the leadership; [`Error::NotHolder`] when `candidate` lost it.
@@ -205,20 +211,15 @@ pub fn leader_renew(
     candidate: &str,
     ttl: Duration,
 ) -> Result<Single<()>, Error> {
-    let request = Request::script_in(
-        ks,
-        &EXTEND_IF_HOLDER,
-        Access::Write,
-        vec![ks.leader(name)],
-        vec![candidate.into_arg(), ttl_ms(ttl)?.into_arg()],
-    )?;
-    let what = format!("leadership {name:?}");
-    Ok(single(request, move |v| require(held(v)?, what)))
+    Fenced::leadership(ks, name).extend(ks, candidate, ttl)
 }
 
 /// Resigns the leadership; yields whether `candidate` still led.
 pub fn leader_resign(ks: &Keyspace, name: &str, candidate: &str) -> Result<Single<bool>, Error> {
-    Ok(single(resign_request(ks, name, candidate)?, held))
+    Ok(single(
+        Fenced::leadership(ks, name).release(ks, candidate)?,
+        held,
+    ))
 }
 
 // --- replicated grants (opt-in WAIT) --------------------------------------------------------
@@ -319,8 +320,9 @@ pub fn lock_acquire_replicated(
     replicas: u32,
     timeout: Duration,
 ) -> Result<Replicated, Error> {
-    let grant = lock_grant_request(ks, key, owner, ttl)?;
-    let give_back = lock_release_request(ks, key, owner)?;
+    let lock = Fenced::lock(ks, key);
+    let grant = lock.grant(ks, owner, ttl)?;
+    let give_back = lock.release(ks, owner)?;
     Replicated::new(
         grant,
         Box::new(move |_| Ok(give_back)),
@@ -340,8 +342,9 @@ pub fn leader_campaign_replicated(
     replicas: u32,
     timeout: Duration,
 ) -> Result<Replicated, Error> {
-    let grant = campaign_request(ks, name, candidate, ttl)?;
-    let give_back = resign_request(ks, name, candidate)?;
+    let leadership = Fenced::leadership(ks, name);
+    let grant = leadership.grant(ks, candidate, ttl)?;
+    let give_back = leadership.release(ks, candidate)?;
     Replicated::new(
         grant,
         Box::new(move |_| Ok(give_back)),

@@ -235,6 +235,29 @@ impl Request {
         self
     }
 
+    /// The script's name, or the command's name: what a log line or a snapshot calls it.
+    pub fn name(&self) -> String {
+        match &self.body {
+            Body::Script { script, .. } => script.name().to_owned(),
+            Body::Command(args) => args
+                .first()
+                .map(|n| String::from_utf8_lossy(n).into_owned())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The arguments after the name (for a script, after `numkeys` and the keys), as text with
+    /// invalid UTF-8 replaced: for logs, snapshots and tests.
+    pub fn arguments(&self) -> Vec<String> {
+        let args: &[Bytes] = match &self.body {
+            Body::Script { args, .. } => args,
+            Body::Command(args) => args.get(1..).unwrap_or_default(),
+        };
+        args.iter()
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect()
+    }
+
     /// The declared keys.
     pub fn keys(&self) -> &[Key] {
         &self.keys

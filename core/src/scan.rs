@@ -70,7 +70,7 @@ impl Plan for Scan {
     type Output = Vec<Bytes>;
 
     fn start(&mut self) -> Step<Vec<Bytes>> {
-        match Request::cmd(Access::Read, "CLUSTER").arg("SLOTS").build() {
+        match masters_request() {
             Ok(request) => Step::Send(vec![request]),
             Err(e) => Step::Done(Err(e)),
         }
@@ -82,28 +82,8 @@ impl Plan for Scan {
         };
         if !self.started {
             self.started = true;
-            self.nodes = match reply {
-                Ok(value) => match parse_cluster_slots(&value, "") {
-                    Ok(topo) => {
-                        let mut nodes: Vec<Option<String>> = topo
-                            .shards
-                            .iter()
-                            .map(|s| Some(s.master.to_string()))
-                            .collect();
-                        nodes.sort();
-                        nodes.dedup();
-                        nodes
-                    }
-                    Err(e) => {
-                        return Step::Done(Err(Error::UnexpectedReply {
-                            detail: e.to_string(),
-                        }))
-                    }
-                },
-                // Not a cluster: one node holds every key.
-                Err(Error::Server(e)) if e.text().contains("cluster support disabled") => {
-                    vec![None]
-                }
+            self.nodes = match masters_of(reply) {
+                Ok(nodes) => nodes,
                 Err(e) => return Step::Done(Err(e)),
             };
             if self.nodes.is_empty() {
@@ -127,6 +107,34 @@ impl Plan for Scan {
             }
         }
         self.send_next()
+    }
+}
+
+/// The request that lists the masters: `CLUSTER SLOTS`, answered by [`masters_of`].
+pub fn masters_request() -> Result<Request, Error> {
+    Request::cmd(Access::Read, "CLUSTER").arg("SLOTS").build()
+}
+
+/// The masters named by a reply to [`masters_request`], sorted, as addresses for
+/// [`Route::Node`](crate::request::Route::Node); `[None]` for a node that is not a cluster (it
+/// holds every key, and any route reaches it).
+pub fn masters_of(reply: crate::plan::Reply) -> Result<Vec<Option<String>>, Error> {
+    match reply {
+        Ok(value) => {
+            let topo = parse_cluster_slots(&value, "").map_err(|e| Error::UnexpectedReply {
+                detail: e.to_string(),
+            })?;
+            let mut nodes: Vec<Option<String>> = topo
+                .shards
+                .iter()
+                .map(|s| Some(s.master.to_string()))
+                .collect();
+            nodes.sort();
+            nodes.dedup();
+            Ok(nodes)
+        }
+        Err(Error::Server(e)) if e.text().contains("cluster support disabled") => Ok(vec![None]),
+        Err(e) => Err(e),
     }
 }
 

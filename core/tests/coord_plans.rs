@@ -20,44 +20,31 @@ use bytes::Bytes;
 
 use botmesh_redis_core::coord::{self, SkipReason, TurnEvent, TurnGrant, TurnGuard, TurnOptions};
 use botmesh_redis_core::plan::scripted;
+use botmesh_redis_core::testing::{both_layouts, NASTY_IDS};
 use botmesh_redis_core::{
     Error, Keyspace, Layout, Plan, Reply, Request, Route, ServerError, Step, Value,
 };
 
 // --- helpers ------------------------------------------------------------------------------------
 
-const NASTY: &[&str] = &["a:b", "{x}", "}{", "*?[", "50%", "a b", "😀", ""];
+const NASTY: &[&str] = NASTY_IDS;
+
+fn both() -> [(Layout, Keyspace); 2] {
+    both_layouts("bot").unwrap()
+}
 
 fn keyspace(layout: Layout) -> Keyspace {
     Keyspace::new(layout, "bot").unwrap()
 }
 
-fn both() -> [(Layout, Keyspace); 2] {
-    [
-        (Layout::Legacy, keyspace(Layout::Legacy)),
-        (Layout::Cluster, keyspace(Layout::Cluster)),
-    ]
-}
-
 /// The script name, or the command name, of a request.
 fn name(req: &Request) -> String {
-    match req.script_ref() {
-        Some(script) => script.name().to_owned(),
-        None => String::from_utf8_lossy(&req.wire_args(false)[0]).into_owned(),
-    }
+    req.name()
 }
 
 /// The arguments after the command name (after `numkeys` and the keys for a script).
 fn args(req: &Request) -> Vec<String> {
-    let wire = req.wire_args(false);
-    let skip = match req.script_ref() {
-        Some(_) => 3 + req.keys().len(),
-        None => 1,
-    };
-    wire[skip..]
-        .iter()
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect()
+    req.arguments()
 }
 
 /// The operation of a multi-operation script (`turn`, `lease`, `schedule`, `durable`), or the

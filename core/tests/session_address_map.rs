@@ -3,18 +3,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use botmesh_redis_core::keys::slot;
 use botmesh_redis_core::session::Config;
-use botmesh_redis_core::testing::{get, set, Harness, SimCluster};
+use botmesh_redis_core::testing::{get, set, start, Harness, SimCluster};
 use botmesh_redis_core::topology::NodeAddr;
 use botmesh_redis_core::Value;
-
-#[allow(clippy::disallowed_methods)] // simulated time starts at one real instant
-fn start() -> Instant {
-    Instant::now()
-}
 
 #[test]
 fn announced_addresses_are_identities_and_dial_addresses_are_mapped() {

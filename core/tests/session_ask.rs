@@ -3,22 +3,14 @@
 //! migration ends, `MOVED` takes over.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use botmesh_redis_core::keys::slot;
-use botmesh_redis_core::session::Config;
-use botmesh_redis_core::testing::{get, set, Harness, Rule, Sequence, SimCluster};
+use botmesh_redis_core::testing::{get, set, Harness, Rule, Sequence};
 use botmesh_redis_core::{Reply, Value};
 
-#[allow(clippy::disallowed_methods)] // simulated time starts at one real instant
-fn start() -> Instant {
-    Instant::now()
-}
-
 fn cluster() -> Harness {
-    let sim = SimCluster::cluster(3, 1);
-    let config = Config::cluster(sim.masters());
-    Harness::new(start(), sim, config)
+    Harness::cluster(3, 1)
 }
 
 #[test]

@@ -2,23 +2,16 @@
 //! and matches replies in order; a single node needs no topology.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use botmesh_redis_core::error::Error;
 use botmesh_redis_core::session::{Config, Output, Session, TimerReason, Token};
-use botmesh_redis_core::testing::{get, incr, set, Batch, Harness, SimCluster};
+use botmesh_redis_core::testing::{get, incr, set, start, Batch, Harness, SimCluster};
 use botmesh_redis_core::topology::NodeAddr;
 use botmesh_redis_core::{Plan, Reply, Step, Value};
 
-#[allow(clippy::disallowed_methods)] // simulated time starts at one real instant
-fn start() -> Instant {
-    Instant::now()
-}
-
 fn cluster() -> Harness {
-    let sim = SimCluster::cluster(3, 1);
-    let config = Config::cluster(sim.masters());
-    Harness::new(start(), sim, config)
+    Harness::cluster(3, 1)
 }
 
 #[test]

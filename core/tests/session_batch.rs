@@ -2,23 +2,15 @@
 //! in the batch's order whatever order the nodes answer in.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use botmesh_redis_core::error::Error;
 use botmesh_redis_core::keys::slot;
-use botmesh_redis_core::session::Config;
-use botmesh_redis_core::testing::{get, incr, set, Harness, Rule, SimCluster};
+use botmesh_redis_core::testing::{get, incr, set, Harness, Rule};
 use botmesh_redis_core::Value;
 
-#[allow(clippy::disallowed_methods)] // simulated time starts at one real instant
-fn start() -> Instant {
-    Instant::now()
-}
-
 fn cluster() -> Harness {
-    let sim = SimCluster::cluster(3, 1);
-    let config = Config::cluster(sim.masters());
-    Harness::new(start(), sim, config)
+    Harness::cluster(3, 1)
 }
 
 #[test]

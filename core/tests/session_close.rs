@@ -2,17 +2,14 @@
 //! closed session refuses new plans and ignores late events.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use botmesh_redis_core::error::Error;
 use botmesh_redis_core::session::{Config, ConnId, Output, Session, Token};
-use botmesh_redis_core::testing::{get, incr, set, Batch, ConnectMode, Harness, Rule, SimCluster};
+use botmesh_redis_core::testing::{
+    get, incr, set, start, Batch, ConnectMode, Harness, Rule, SimCluster,
+};
 use botmesh_redis_core::Reply;
-
-#[allow(clippy::disallowed_methods)] // simulated time starts at one real instant
-fn start() -> Instant {
-    Instant::now()
-}
 
 #[test]
 fn close_completes_every_plan() {

@@ -2,18 +2,13 @@
 //! refused password, and requests queued on a connection that never opened.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use botmesh_redis_core::error::Error;
 use botmesh_redis_core::session::{Auth, Config};
-use botmesh_redis_core::testing::{get, incr, set, ConnectMode, Harness, SimCluster};
+use botmesh_redis_core::testing::{get, incr, set, start, ConnectMode, Harness, SimCluster};
 use botmesh_redis_core::topology::NodeAddr;
 use botmesh_redis_core::Value;
-
-#[allow(clippy::disallowed_methods)] // simulated time starts at one real instant
-fn start() -> Instant {
-    Instant::now()
-}
 
 fn single(mode: ConnectMode) -> (Harness, NodeAddr) {
     let mut sim = SimCluster::single();

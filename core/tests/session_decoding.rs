@@ -3,22 +3,15 @@
 //! then outcome unknown, a read is asked again).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::Instant;
-
 use botmesh_redis_core::error::Error;
 use botmesh_redis_core::session::Config;
-use botmesh_redis_core::testing::{get, incr, mget, set, Chunking, Harness, Rule, SimCluster};
+use botmesh_redis_core::testing::{
+    get, incr, mget, set, start, Chunking, Harness, Rule, SimCluster,
+};
 use botmesh_redis_core::{Reply, Value};
 
-#[allow(clippy::disallowed_methods)] // simulated time starts at one real instant
-fn start() -> Instant {
-    Instant::now()
-}
-
 fn cluster() -> Harness {
-    let sim = SimCluster::cluster(3, 0);
-    let config = Config::cluster(sim.masters());
-    Harness::new(start(), sim, config)
+    Harness::cluster(3, 0)
 }
 
 fn workload(h: &mut Harness) -> Vec<Reply> {

@@ -3,23 +3,16 @@
 //! after the redirection limit instead of bouncing forever.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use botmesh_redis_core::error::Error;
 use botmesh_redis_core::keys::slot;
 use botmesh_redis_core::session::Config;
-use botmesh_redis_core::testing::{get, set, Harness, Rule, SimCluster};
+use botmesh_redis_core::testing::{get, set, start, Harness, Rule, SimCluster};
 use botmesh_redis_core::{ServerError, Value};
 
-#[allow(clippy::disallowed_methods)] // simulated time starts at one real instant
-fn start() -> Instant {
-    Instant::now()
-}
-
 fn cluster() -> Harness {
-    let sim = SimCluster::cluster(3, 1);
-    let config = Config::cluster(sim.masters());
-    Harness::new(start(), sim, config)
+    Harness::cluster(3, 1)
 }
 
 fn count(commands: &[String], wanted: &str) -> usize {

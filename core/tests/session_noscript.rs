@@ -3,13 +3,11 @@
 //! `ASKING`. Script calls are routed by their first key.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::Instant;
-
 use botmesh_redis_core::error::Error;
 use botmesh_redis_core::keys::slot;
 use botmesh_redis_core::script::Script;
 use botmesh_redis_core::session::Config;
-use botmesh_redis_core::testing::{Data, Demotion, Harness, SimCluster};
+use botmesh_redis_core::testing::{start, Data, Demotion, Harness, SimCluster};
 use botmesh_redis_core::{Access, Key, Request, ServerError, Value};
 use bytes::Bytes;
 
@@ -17,11 +15,6 @@ static COUNTER: Script = Script::new(
     "counter",
     "-- KEYS[1] a counter; ARGV[1] the step\nreturn redis.call('INCRBY', KEYS[1], ARGV[1])",
 );
-
-#[allow(clippy::disallowed_methods)] // simulated time starts at one real instant
-fn start() -> Instant {
-    Instant::now()
-}
 
 fn incr_by(data: &mut Data, keys: &[Bytes], args: &[Bytes]) -> botmesh_redis_core::value::Frame {
     let step: i64 = std::str::from_utf8(&args[0]).unwrap().parse().unwrap();

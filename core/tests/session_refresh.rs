@@ -3,23 +3,18 @@
 //! off, and requests waiting for a first map count them as attempts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use botmesh_redis_core::error::Error;
 use botmesh_redis_core::session::Config;
-use botmesh_redis_core::testing::{encode_reply, get, set, ConnectMode, Harness, Rule, SimCluster};
+use botmesh_redis_core::testing::{
+    encode_reply, get, set, start, ConnectMode, Harness, Rule, SimCluster,
+};
 use botmesh_redis_core::{ServerError, Value};
 use bytes::BytesMut;
 
-#[allow(clippy::disallowed_methods)] // simulated time starts at one real instant
-fn start() -> Instant {
-    Instant::now()
-}
-
 fn cluster() -> Harness {
-    let sim = SimCluster::cluster(3, 1);
-    let config = Config::cluster(sim.masters());
-    Harness::new(start(), sim, config)
+    Harness::cluster(3, 1)
 }
 
 fn refresh_times(h: &Harness) -> Vec<Duration> {

@@ -2,18 +2,13 @@
 //! outcome leads to, how many times the request is written, and whether the map is refreshed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use botmesh_redis_core::error::Error;
 use botmesh_redis_core::retry::RetryPolicy;
 use botmesh_redis_core::session::Config;
-use botmesh_redis_core::testing::{get, incr, Harness, Rule, SimCluster};
+use botmesh_redis_core::testing::{get, incr, start, Harness, Rule, SimCluster};
 use botmesh_redis_core::{ServerError, Value};
-
-#[allow(clippy::disallowed_methods)] // simulated time starts at one real instant
-fn start() -> Instant {
-    Instant::now()
-}
 
 fn cluster_with(config: impl FnOnce(&mut Config)) -> Harness {
     let sim = SimCluster::cluster(3, 1);

@@ -3,17 +3,12 @@
 //! timeout; a connect that hangs ends at the connect timeout.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use botmesh_redis_core::error::Error;
 use botmesh_redis_core::session::Config;
-use botmesh_redis_core::testing::{get, incr, set, ConnectMode, Harness, Rule, SimCluster};
+use botmesh_redis_core::testing::{get, incr, set, start, ConnectMode, Harness, Rule, SimCluster};
 use botmesh_redis_core::{Reply, Value};
-
-#[allow(clippy::disallowed_methods)] // simulated time starts at one real instant
-fn start() -> Instant {
-    Instant::now()
-}
 
 fn cluster_with(config: impl FnOnce(&mut Config)) -> Harness {
     let sim = SimCluster::cluster(3, 1);

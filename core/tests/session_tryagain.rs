@@ -2,17 +2,12 @@
 //! slot is retried with short, jittered backoff until the migration finishes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use botmesh_redis_core::keys::slot;
 use botmesh_redis_core::session::Config;
-use botmesh_redis_core::testing::{mget, set, Harness, SimCluster};
+use botmesh_redis_core::testing::{mget, set, start, Harness, SimCluster};
 use botmesh_redis_core::{Reply, Value};
-
-#[allow(clippy::disallowed_methods)] // simulated time starts at one real instant
-fn start() -> Instant {
-    Instant::now()
-}
 
 #[test]
 fn tryagain_is_retried_until_the_migration_finishes() {

@@ -21,6 +21,7 @@
 //! assert_eq!(h.run_one(get("k")).ok(), Some(Value::from("v")));
 //! ```
 
+pub mod chaos;
 mod cluster;
 mod harness;
 
@@ -30,10 +31,43 @@ pub use cluster::{
 };
 pub use harness::{Chunking, Harness, Wire, HANG};
 
+use std::time::Instant;
+
 use crate::error::Error;
 use crate::keys::Key;
+use crate::layout::{Keyspace, Layout};
 use crate::plan::{misuse, Plan, Reply, Step};
 use crate::request::{Access, Request};
+use crate::session::Config;
+
+/// The one reading of the real clock a deterministic test makes: simulated time starts there
+/// and never looks again.
+#[allow(clippy::disallowed_methods)]
+pub fn start() -> Instant {
+    Instant::now()
+}
+
+impl Harness {
+    /// A harness over a fresh simulated cluster of `masters` shards with `replicas` each, and
+    /// the default cluster configuration.
+    pub fn cluster(masters: usize, replicas: usize) -> Harness {
+        let sim = SimCluster::cluster(masters, replicas);
+        let config = Config::cluster(sim.masters());
+        Harness::new(start(), sim, config)
+    }
+}
+
+/// Ids that break naive key schemes: separators, braces, glob characters, `%`, a space, an
+/// emoji and the empty string.
+pub const NASTY_IDS: &[&str] = &["a:b", "{x}", "}{", "*?[", "50%", "a b", "😀", ""];
+
+/// The keyspace of `prefix` in each layout, legacy first.
+pub fn both_layouts(prefix: &str) -> Result<[(Layout, Keyspace); 2], Error> {
+    Ok([
+        (Layout::Legacy, Keyspace::new(Layout::Legacy, prefix)?),
+        (Layout::Cluster, Keyspace::new(Layout::Cluster, prefix)?),
+    ])
+}
 
 /// A plan that sends one batch and yields its replies, whatever they are.
 #[derive(Debug)]
