@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use botmesh_redis_tests::{ClusterOptions, RedisCluster};
 use botmesh_redis_tokio::coordinator::{Coordinator, Durability, Schedules};
 use botmesh_redis_tokio::scan;
-use botmesh_redis_tokio::store::{MessageQuery, Store, StoreOptions};
+use botmesh_redis_tokio::store::{MessageQuery, RecordPage, Store, StoreOptions};
 use botmesh_redis_tokio::{
     Access, Client, ClientOptions, Error, Executor, Keyspace, Layout, Request, Value,
 };
@@ -546,6 +546,24 @@ async fn all_messages(store: &Store<Client>, chat: &str) -> Result<BTreeSet<Stri
 
 type Listing = (&'static str, bool, String);
 
+/// Every id of a paged record listing, page after page (16 at a time, to exercise paging).
+async fn all_ids<F, Fut>(mut page: F) -> Result<BTreeSet<String>, Error>
+where
+    F: FnMut(Option<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<RecordPage, Error>>,
+{
+    let mut ids = BTreeSet::new();
+    let mut after = None;
+    loop {
+        let listed = page(after).await?;
+        ids.extend(listed.records.into_iter().map(|r| r.id));
+        match listed.next {
+            Some(next) => after = Some(next),
+            None => return Ok(ids),
+        }
+    }
+}
+
 /// Lists everything back and compares with what the replicas wrote.
 async fn check_listings(store: &Store<Client>, deleted: &Deleted) -> Result<Vec<Listing>, Error> {
     let compare = |what, got: BTreeSet<String>, want: BTreeSet<String>| -> Listing {
@@ -563,40 +581,15 @@ async fn check_listings(store: &Store<Client>, deleted: &Deleted) -> Result<Vec<
         .collect();
 
     let mut out = Vec::new();
-    let mut got = BTreeSet::new();
-    let mut after: Option<String> = None;
-    loop {
-        let page = store.list_chats(after.as_deref(), 16).await?;
-        got.extend(page.records.into_iter().map(|r| r.id));
-        match page.next {
-            Some(next) => after = Some(next),
-            None => break,
-        }
-    }
+    let got = all_ids(|after| async move { store.list_chats(after.as_deref(), 16).await }).await?;
     out.push(compare("chats", got, chats));
 
-    let mut got = BTreeSet::new();
-    let mut after: Option<String> = None;
-    loop {
-        let page = store.list_contacts(after.as_deref(), 16).await?;
-        got.extend(page.records.into_iter().map(|r| r.id));
-        match page.next {
-            Some(next) => after = Some(next),
-            None => break,
-        }
-    }
+    let got =
+        all_ids(|after| async move { store.list_contacts(after.as_deref(), 16).await }).await?;
     out.push(compare("contacts", got, senders.clone()));
 
-    let mut got = BTreeSet::new();
-    let mut after: Option<String> = None;
-    loop {
-        let page = store.list_checkpoints(after.as_deref(), 16).await?;
-        got.extend(page.records.into_iter().map(|r| r.id));
-        match page.next {
-            Some(next) => after = Some(next),
-            None => break,
-        }
-    }
+    let got =
+        all_ids(|after| async move { store.list_checkpoints(after.as_deref(), 16).await }).await?;
     out.push(compare("checkpoints", got, all_chats));
 
     let mut exact = true;

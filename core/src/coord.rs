@@ -1026,17 +1026,7 @@ pub fn turn_extend(
     guard: &TurnGuard,
     options: &TurnOptions,
 ) -> Result<Single<()>, Error> {
-    let request = turn_request(
-        ks,
-        &guard.chat,
-        "extend",
-        guard.ticket,
-        &guard.member,
-        options,
-        None,
-    )?;
-    let what = format!("turn {} of chat {:?}", guard.ticket, guard.chat);
-    Ok(single(request, move |v| require(held(v)?, what)))
+    holder_call(ks, guard, "extend", options)
 }
 
 /// Ends a held turn and serves the next ticket; [`Error::NotHolder`] when it was lost (the
@@ -1046,10 +1036,20 @@ pub fn turn_release(
     guard: &TurnGuard,
     options: &TurnOptions,
 ) -> Result<Single<()>, Error> {
+    holder_call(ks, guard, "release", options)
+}
+
+/// A `turn` operation only the holder may make: it answers 1 when the guard holds the turn.
+fn holder_call(
+    ks: &Keyspace,
+    guard: &TurnGuard,
+    op: &str,
+    options: &TurnOptions,
+) -> Result<Single<()>, Error> {
     let request = turn_request(
         ks,
         &guard.chat,
-        "release",
+        op,
         guard.ticket,
         &guard.member,
         options,

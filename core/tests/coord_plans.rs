@@ -37,21 +37,13 @@ fn keyspace(layout: Layout) -> Keyspace {
     Keyspace::new(layout, "bot").unwrap()
 }
 
-/// The script name, or the command name, of a request.
-fn name(req: &Request) -> String {
-    req.name()
-}
-
-/// The arguments after the command name (after `numkeys` and the keys for a script).
-fn args(req: &Request) -> Vec<String> {
-    req.arguments()
-}
-
 /// The operation of a multi-operation script (`turn`, `lease`, `schedule`, `durable`), or the
 /// script or command name.
 fn op(req: &Request) -> String {
-    match name(req).as_str() {
-        "turn" | "lease" | "schedule" | "durable" => format!("{} {}", name(req), args(req)[0]),
+    match req.name().as_str() {
+        "turn" | "lease" | "schedule" | "durable" => {
+            format!("{} {}", req.name(), req.arguments()[0])
+        }
         other => other.to_owned(),
     }
 }
@@ -338,7 +330,7 @@ fn heartbeats_probe_and_live_replicas() {
             scan_page("17", &["bot:co:rep:r:1", "bot:co:rep:r2"]),
         ];
         let (got, t) = run(coord::live_replicas(ks, 100), |req| {
-            if name(req) == "CLUSTER" {
+            if req.name() == "CLUSTER" {
                 Err(Error::Server(ServerError::new(
                     "ERR This instance has cluster support disabled",
                 )))
@@ -352,7 +344,7 @@ fn heartbeats_probe_and_live_replicas() {
         out += "# live replicas on two masters: every master is scanned\n";
         let (got, t) = run(coord::live_replicas(ks, 100), |req| {
             let text = req.to_string();
-            if name(req) == "CLUSTER" {
+            if req.name() == "CLUSTER" {
                 Ok(two_masters())
             } else if text.contains("node=127.0.0.1:7000") {
                 scan_page("0", &["bot:co:rep:r1", "bot:co:rep:r3"])
@@ -767,7 +759,7 @@ fn schedule_list_hides_markers() {
                 .iter()
                 .map(|k| String::from_utf8_lossy(k.as_bytes()).into_owned())
                 .collect();
-            match name(req).as_str() {
+            match req.name().as_str() {
                 "CLUSTER" => Err(Error::Server(ServerError::new(
                     "ERR This instance has cluster support disabled",
                 ))),

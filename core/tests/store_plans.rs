@@ -36,16 +36,6 @@ fn keyspace(layout: Layout) -> Keyspace {
     Keyspace::new(layout, "bot").unwrap()
 }
 
-/// The script name, or the command name, of a request.
-fn name(req: &Request) -> String {
-    req.name()
-}
-
-/// The arguments after the command name (after `numkeys` and the keys for a script).
-fn args(req: &Request) -> Vec<String> {
-    req.arguments()
-}
-
 fn bulk(s: &str) -> Value {
     Value::from(s)
 }
@@ -122,7 +112,7 @@ fn get_and_delete_message() {
 #[test]
 fn list_messages_pages() {
     for (layout, ks) in both() {
-        let answer = |req: &Request| match name(req).as_str() {
+        let answer = |req: &Request| match req.name().as_str() {
             "message_page" => Ok(arr(vec![
                 Value::Int(1),
                 bulk("m 1"),
@@ -147,7 +137,7 @@ fn list_messages_pages() {
         }));
         out.push_str(&run(
             messages::list_messages(&ks, "a:b", &next),
-            |req| match name(req).as_str() {
+            |req| match req.name().as_str() {
                 "message_page" => Ok(arr(vec![Value::Int(0), bulk("😀"), Value::Int(1500)])),
                 "message_items" => Ok(arr(vec![arr(vec![
                     bulk("😀"),
@@ -170,9 +160,9 @@ fn list_messages_pages() {
 fn delete_chat_in_two_chunks() {
     for (layout, ks) in both() {
         let plan = delete_chat::delete_chat(&ks, "a:b").with_chunk_size(2);
-        let out = run(plan, |req| match name(req).as_str() {
+        let out = run(plan, |req| match req.name().as_str() {
             "delete_chat_begin" => Ok(arr(vec![bulk("m1"), bulk("{m2}")])),
-            "delete_chat_chunk" if args(req)[1] == "m1" => {
+            "delete_chat_chunk" if req.arguments()[1] == "m1" => {
                 Ok(arr(vec![Value::Int(2), arr(vec![bulk("😀")])]))
             }
             "delete_chat_chunk" => Ok(arr(vec![Value::Int(1), arr(vec![])])),
@@ -187,7 +177,7 @@ fn delete_chat_in_two_chunks() {
 fn delete_chat_of_an_empty_chat() {
     for (layout, ks) in both() {
         let plan = delete_chat::delete_chat(&ks, "");
-        let out = run(plan, |req| match name(req).as_str() {
+        let out = run(plan, |req| match req.name().as_str() {
             "delete_chat_begin" => Ok(arr(vec![])),
             _ => Ok(Value::Int(0)),
         });
@@ -199,7 +189,7 @@ fn delete_chat_of_an_empty_chat() {
 fn delete_chat_stops_when_a_chunk_makes_no_progress() {
     let ks = keyspace(Layout::Cluster);
     let run = scripted::run(delete_chat::delete_chat(&ks, "c"), 10, |req| {
-        match name(req).as_str() {
+        match req.name().as_str() {
             "delete_chat_begin" => Ok(arr(vec![bulk("m1")])),
             _ => Ok(arr(vec![Value::Int(0), arr(vec![bulk("m1")])])),
         }
@@ -216,7 +206,7 @@ fn chat_and_contact_records() {
         let mut out = String::new();
         for id in NASTY {
             let plan = records::upsert_record(&ks, RecordKind::Chat, id, "v".into()).unwrap();
-            out.push_str(&run(plan, |req| match name(req).as_str() {
+            out.push_str(&run(plan, |req| match req.name().as_str() {
                 "SET" => status_ok(),
                 _ => Ok(Value::Int(1)),
             }));
@@ -252,13 +242,14 @@ fn listed_ids() -> Vec<&'static str> {
 fn answer_listing(ks: &Keyspace, kind: RecordKind, req: &Request) -> Reply {
     let ids = listed_ids();
     let key = req.keys()[0].to_string();
-    match name(req).as_str() {
+    match req.name().as_str() {
         "ZRANGE" | "list_expiring_index" => {
             let b = (0..32u8)
                 .find(|&b| ks.record_index(kind, b).unwrap().to_string() == key)
                 .unwrap();
             // ZRANGE key min max BYLEX ...: the min is `(after` on later pages.
-            let after = args(req)
+            let after = req
+                .arguments()
                 .get(1)
                 .and_then(|min| min.strip_prefix('('))
                 .map(str::to_owned);
@@ -289,7 +280,7 @@ fn answer_listing(ks: &Keyspace, kind: RecordKind, req: &Request) -> Reply {
 /// Answers a legacy listing: not a cluster, one SCAN page of every record key, then the GETs.
 fn answer_legacy_listing(ks: &Keyspace, kind: RecordKind, req: &Request) -> Reply {
     let ids = listed_ids();
-    match name(req).as_str() {
+    match req.name().as_str() {
         "CLUSTER" => not_a_cluster(),
         "SCAN" => {
             let keys: Vec<String> = ids
@@ -330,7 +321,7 @@ fn checkpoints() {
         let mut out = String::new();
         for ttl in [Some(Duration::from_millis(300)), None] {
             let plan = records::set_checkpoint(&ks, "a:b", "v".into(), ttl).unwrap();
-            out.push_str(&run(plan, |req| match name(req).as_str() {
+            out.push_str(&run(plan, |req| match req.name().as_str() {
                 "SET" => status_ok(),
                 _ => Ok(Value::Int(1_700_000_000_300)),
             }));
@@ -356,7 +347,7 @@ fn user_data() {
         let mut out = String::new();
         for ttl in [Some(Duration::from_millis(300)), None] {
             let plan = user::set_user_data(&ks, "u:1", "n{s}", "k*", "v".into(), ttl).unwrap();
-            out.push_str(&run(plan, |req| match name(req).as_str() {
+            out.push_str(&run(plan, |req| match req.name().as_str() {
                 "SET" => status_ok(),
                 _ => Ok(Value::Int(-1)),
             }));
@@ -382,7 +373,7 @@ fn user_data() {
             .iter()
             .map(|(ns, key)| ks.user_entry("u:1", ns, key).to_string())
             .collect();
-        let answer = |req: &Request| match name(req).as_str() {
+        let answer = |req: &Request| match req.name().as_str() {
             "list_expiring_index" | "ZRANGE" => Ok(arr(members.clone())),
             "CLUSTER" => not_a_cluster(),
             "SCAN" => scan_page("0", &keys),
@@ -445,7 +436,7 @@ fn answer_start<'a>(
     keys: &'a [String],
     set_nx: Reply,
 ) -> impl FnMut(&Request) -> Reply + 'a {
-    move |req: &Request| match name(req).as_str() {
+    move |req: &Request| match req.name().as_str() {
         "GET" => Ok(marker.map(bulk).unwrap_or(Value::Nil)),
         "CLUSTER" => not_a_cluster(),
         "SCAN" => scan_page("0", keys),
@@ -511,7 +502,7 @@ fn start_guard() {
     // Another replica writes the marker between our scan and our SET NX.
     let mut gets = 0;
     let race = run(guard::start(&cluster, false), |req| {
-        match name(req).as_str() {
+        match req.name().as_str() {
             "GET" => {
                 gets += 1;
                 Ok(if gets == 1 {
@@ -539,7 +530,7 @@ fn start_guard_scans_every_master_of_a_cluster() {
     ]);
     let transcript = run(guard::start(&ks, false), |req| {
         let text = req.to_string();
-        match name(req).as_str() {
+        match req.name().as_str() {
             "GET" => Ok(Value::Nil),
             "CLUSTER" => Ok(slots.clone()),
             "SCAN" if text.contains("7000") => scan_page("0", &["bot:{ch:1}:idx".to_owned()]),
