@@ -227,6 +227,15 @@ impl<W, C> Shell<W, C> {
         }
     }
 
+    /// The writer of an open connection, to change it (a driver that writes directly and
+    /// hands its socket to a task while the socket is full).
+    pub fn writer_mut(&mut self, conn: ConnId) -> Option<&mut W> {
+        match self.conns.get_mut(&conn) {
+            Some(Slot::Open(writer)) => Some(writer),
+            _ => None,
+        }
+    }
+
     /// The connections still open or opening, for a driver that shuts down.
     pub fn connections(&self) -> Vec<ConnId> {
         self.conns.keys().copied().collect()

@@ -23,10 +23,12 @@
 #![forbid(unsafe_code)]
 
 use std::future::Future;
-use std::io;
+use std::io::{self, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
 use std::time::Instant;
 
-use async_net::TcpStream;
+use async_io::Async;
 use bytes::BytesMut;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 
@@ -43,11 +45,11 @@ pub struct AsyncStd;
 
 /// The reading half of a connection.
 #[derive(Debug)]
-pub struct Reader(TcpStream);
+pub struct Reader(Arc<Async<TcpStream>>);
 
 /// The writing half of a connection.
 #[derive(Debug)]
-pub struct Writer(TcpStream);
+pub struct Writer(Arc<Async<TcpStream>>);
 
 impl Runtime for AsyncStd {
     /// Dropping an `async_task::Task` cancels it.
@@ -68,8 +70,11 @@ impl Runtime for AsyncStd {
     }
 
     async fn connect(addr: &NodeAddr) -> io::Result<(Reader, Writer)> {
-        let stream = TcpStream::connect((addr.host.as_str(), addr.port)).await?;
+        // async-net resolves the host name; its stream is an `Async<TcpStream>` underneath,
+        // which the writer needs for non-blocking writes from the session task.
+        let stream = async_net::TcpStream::connect((addr.host.as_str(), addr.port)).await?;
         stream.set_nodelay(true)?;
+        let stream: Arc<Async<TcpStream>> = stream.into();
         Ok((Reader(stream.clone()), Writer(stream)))
     }
 }
@@ -81,19 +86,24 @@ impl ReadHalf for Reader {
         let start = buf.len();
         let window = (buf.capacity() - start).clamp(1, 16 * 1024);
         buf.resize(start + window, 0);
-        let result = self.0.read(&mut buf[start..]).await;
+        let result = (&*self.0).read(&mut buf[start..]).await;
         buf.truncate(start + *result.as_ref().unwrap_or(&0));
         result
     }
 }
 
 impl WriteHalf for Writer {
+    fn try_write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        // `Async` made the socket non-blocking: a full socket answers `WouldBlock`.
+        (&*self.0.get_ref()).write(bytes)
+    }
+
     async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.0.write_all(bytes).await
+        AsyncWriteExt::write_all(&mut &*self.0, bytes).await
     }
 
     async fn shutdown(&mut self) {
-        let _ = self.0.close().await;
+        let _ = self.0.get_ref().shutdown(std::net::Shutdown::Write);
     }
 }
 

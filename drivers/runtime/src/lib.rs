@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_channel::{Receiver, Sender};
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use futures_channel::oneshot;
 use futures_lite::future;
 
@@ -71,22 +71,44 @@ pub trait ReadHalf: Send + 'static {
 
 /// Writes to a connection.
 pub trait WriteHalf: Send + 'static {
+    /// Writes what the socket takes now without waiting: `Ok(n)` for `n` bytes written (maybe
+    /// fewer than given), `WouldBlock` when it takes none.
+    fn try_write(&mut self, bytes: &[u8]) -> io::Result<usize>;
     /// Writes all of `bytes`.
     fn write_all(&mut self, bytes: &[u8]) -> impl Future<Output = io::Result<()>> + Send;
     /// Flushes and shuts the writing side down.
     fn shutdown(&mut self) -> impl Future<Output = ()> + Send;
 }
 
-type Writer = Sender<Bytes>;
-type Waiter = oneshot::Sender<Completion>;
-type Submit = Box<dyn FnOnce(&mut Shell<Writer, Waiter>, Instant) + Send>;
+/// The writing side of a connection, owned by the session task. Bytes go straight to the
+/// socket while it takes them; when it is full, the half goes to a flusher task with the rest,
+/// and what the session writes meanwhile waits here, in order, until the half comes back.
+enum WriteSide<W> {
+    Ready(W),
+    Flushing(BytesMut),
+}
 
-enum Msg<T> {
-    Submit(Submit),
-    Event(Event<Writer>),
+type Side<R> = WriteSide<<R as Runtime>::Writer>;
+type Waiter = oneshot::Sender<Completion>;
+type SessionShell<R> = Shell<Side<R>, Waiter>;
+type Submit<R> = Box<dyn FnOnce(&mut SessionShell<R>, Instant) + Send>;
+
+enum Msg<R: Runtime> {
+    Submit(Submit<R>),
+    Event(Event<Side<R>>),
     /// A connection's reader task, to stop with the connection.
-    Reader(ConnId, T),
+    Reader(ConnId, R::Task),
+    /// A flusher wrote everything it was given (or failed), and hands the half back.
+    Flushed(ConnId, R::Writer, io::Result<()>),
     Close,
+}
+
+/// The tasks of the session's connections; dropping a task cancels it.
+struct Tasks<R: Runtime> {
+    /// Connect and reader tasks, per connection.
+    conns: HashMap<ConnId, Vec<R::Task>>,
+    /// The one flusher a connection may have at a time.
+    flushers: HashMap<ConnId, R::Task>,
 }
 
 /// A connection to a Redis node or cluster: runs plans, shared by cloning.
@@ -103,7 +125,7 @@ impl<R: Runtime> Clone for Client<R> {
 }
 
 struct Shared<R: Runtime> {
-    tx: Sender<Msg<R::Task>>,
+    tx: Sender<Msg<R>>,
     closed: Receiver<()>,
     cluster: bool,
     _runtime: PhantomData<fn() -> R>,
@@ -175,7 +197,7 @@ impl<R: Runtime> Client<R> {
 impl<R: Runtime> Executor for Client<R> {
     async fn run<P: Plan>(&self, plan: P) -> Result<P::Output, Error> {
         let (done, rx) = oneshot::channel();
-        let submit: Submit = Box::new(move |shell, now| shell.submit(now, plan, done));
+        let submit: Submit<R> = Box::new(move |shell, now| shell.submit(now, plan, done));
         self.shared
             .tx
             .send(Msg::Submit(submit))
@@ -187,13 +209,15 @@ impl<R: Runtime> Executor for Client<R> {
 
 /// The session task: feeds events to the shell and carries out its actions.
 async fn run<R: Runtime>(
-    mut shell: Shell<Writer, Waiter>,
-    tx: Sender<Msg<R::Task>>,
-    rx: Receiver<Msg<R::Task>>,
+    mut shell: SessionShell<R>,
+    tx: Sender<Msg<R>>,
+    rx: Receiver<Msg<R>>,
     _closed: Sender<()>,
 ) {
-    // The tasks of each connection; dropping a task cancels it.
-    let mut tasks: HashMap<ConnId, Vec<R::Task>> = HashMap::new();
+    let mut tasks = Tasks::<R> {
+        conns: HashMap::new(),
+        flushers: HashMap::new(),
+    };
     let mut deadline: Option<Instant> = None;
     loop {
         let next = async { Some(rx.recv().await) };
@@ -209,13 +233,13 @@ async fn run<R: Runtime>(
         };
         let Some(msg) = msg else {
             shell.handle_timeout(Instant::now());
-            deadline = drain::<R>(&mut shell, &tx, &mut tasks);
+            deadline = drain(&mut shell, &tx, &mut tasks);
             continue;
         };
         let Ok(msg) = msg else {
             break;
         };
-        let mut closing = apply::<R>(&mut shell, &mut tasks, msg);
+        let mut closing = apply(&mut shell, &tx, &mut tasks, msg);
         // Take everything already queued before draining, so that all requests submitted
         // meanwhile leave in one write per connection. One yield first lets callers on other
         // worker threads add theirs: on a multi-thread runtime the task would otherwise wake
@@ -223,32 +247,54 @@ async fn run<R: Runtime>(
         future::yield_now().await;
         for _ in 0..1024 {
             match rx.try_recv() {
-                Ok(msg) => closing |= apply::<R>(&mut shell, &mut tasks, msg),
+                Ok(msg) => closing |= apply(&mut shell, &tx, &mut tasks, msg),
                 Err(_) => break,
             }
         }
         if closing {
             break;
         }
-        deadline = drain::<R>(&mut shell, &tx, &mut tasks);
+        deadline = drain(&mut shell, &tx, &mut tasks);
     }
     shell.close(Instant::now());
-    drain::<R>(&mut shell, &tx, &mut tasks);
+    drain(&mut shell, &tx, &mut tasks);
 }
 
 /// Applies one message; returns whether the client is closing.
 fn apply<R: Runtime>(
-    shell: &mut Shell<Writer, Waiter>,
-    tasks: &mut HashMap<ConnId, Vec<R::Task>>,
-    msg: Msg<R::Task>,
+    shell: &mut SessionShell<R>,
+    tx: &Sender<Msg<R>>,
+    tasks: &mut Tasks<R>,
+    msg: Msg<R>,
 ) -> bool {
+    let now = Instant::now();
     match msg {
-        Msg::Submit(submit) => submit(shell, Instant::now()),
-        Msg::Event(event) => shell.handle(Instant::now(), event),
+        Msg::Submit(submit) => submit(shell, now),
+        Msg::Event(event) => shell.handle(now, event),
         Msg::Reader(conn, reader) => {
             // A reader of a connection the session already dropped is cancelled by the drop.
             if shell.is_live(conn) {
-                tasks.entry(conn).or_default().push(reader);
+                tasks.conns.entry(conn).or_default().push(reader);
+            }
+        }
+        Msg::Flushed(conn, half, result) => {
+            tasks.flushers.remove(&conn);
+            match result {
+                Err(e) => {
+                    let reason = e.to_string();
+                    shell.handle(now, Event::Closed { conn, reason });
+                }
+                Ok(()) => {
+                    if let Some(side) = shell.writer_mut(conn) {
+                        let queued = match std::mem::replace(side, WriteSide::Ready(half)) {
+                            WriteSide::Flushing(queued) => queued,
+                            WriteSide::Ready(_) => BytesMut::new(),
+                        };
+                        if !queued.is_empty() {
+                            write(conn, side, &queued, tx, tasks);
+                        }
+                    }
+                }
             }
         }
         Msg::Close => return true,
@@ -256,11 +302,55 @@ fn apply<R: Runtime>(
     false
 }
 
+/// Writes `bytes` to a connection: straight to the socket while it takes them, else behind
+/// the flusher that owns the socket.
+fn write<R: Runtime>(
+    conn: ConnId,
+    side: &mut Side<R>,
+    bytes: &[u8],
+    tx: &Sender<Msg<R>>,
+    tasks: &mut Tasks<R>,
+) {
+    let half = match side {
+        WriteSide::Flushing(queued) => return queued.extend_from_slice(bytes),
+        WriteSide::Ready(half) => half,
+    };
+    let mut written = 0;
+    while written < bytes.len() {
+        match half.try_write(&bytes[written..]) {
+            Ok(0) => break,
+            Ok(n) => written += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => {
+                let reason = e.to_string();
+                let _ = tx.try_send(Msg::Event(Event::Closed { conn, reason }));
+                return;
+            }
+        }
+    }
+    if written == bytes.len() {
+        return;
+    }
+    // The socket is full: a flusher waits for it with the rest, and hands the half back.
+    let WriteSide::Ready(mut half) = std::mem::replace(side, WriteSide::Flushing(BytesMut::new()))
+    else {
+        return;
+    };
+    let rest = bytes[written..].to_vec();
+    let tx = tx.clone();
+    let flusher = R::spawn(async move {
+        let result = half.write_all(&rest).await;
+        let _ = tx.send(Msg::Flushed(conn, half, result)).await;
+    });
+    tasks.flushers.insert(conn, flusher);
+}
+
 /// Carries out the shell's actions until it says what to wait for.
 fn drain<R: Runtime>(
-    shell: &mut Shell<Writer, Waiter>,
-    tx: &Sender<Msg<R::Task>>,
-    tasks: &mut HashMap<ConnId, Vec<R::Task>>,
+    shell: &mut SessionShell<R>,
+    tx: &Sender<Msg<R>>,
+    tasks: &mut Tasks<R>,
 ) -> Option<Instant> {
     loop {
         match shell.poll() {
@@ -270,16 +360,20 @@ fn drain<R: Runtime>(
                 timeout,
             } => {
                 let task = R::spawn(open::<R>(conn, dial, timeout, tx.clone()));
-                tasks.entry(conn).or_default().push(task);
+                tasks.conns.entry(conn).or_default().push(task);
             }
             Action::Write { conn, bytes } => {
-                if let Some(writer) = shell.writer(conn) {
-                    let _ = writer.try_send(bytes);
+                if let Some(side) = shell.writer_mut(conn) {
+                    write(conn, side, &bytes, tx, tasks);
                 }
             }
-            Action::Drop { conn, .. } => {
-                // Dropping the writer ends the writer task; dropping the others cancels them.
-                tasks.remove(&conn);
+            Action::Drop { conn, writer } => {
+                // Dropping the tasks cancels them; a writing side that is ours is shut down.
+                tasks.conns.remove(&conn);
+                tasks.flushers.remove(&conn);
+                if let Some(WriteSide::Ready(mut half)) = writer {
+                    R::spawn_detached(async move { half.shutdown().await });
+                }
             }
             Action::Complete { waiter, completion } => {
                 let _ = waiter.send(completion);
@@ -289,27 +383,21 @@ fn drain<R: Runtime>(
     }
 }
 
-/// Opens one connection and starts its reader and writer.
-async fn open<R: Runtime>(
-    conn: ConnId,
-    dial: NodeAddr,
-    timeout: Duration,
-    tx: Sender<Msg<R::Task>>,
-) {
+/// Opens one connection and starts its reader.
+async fn open<R: Runtime>(conn: ConnId, dial: NodeAddr, timeout: Duration, tx: Sender<Msg<R>>) {
     let event = |event| Msg::Event(event);
     let connect = async { R::connect(&dial).await.map_err(|e| e.to_string()) };
     let deadline = async {
         R::sleep_until(Instant::now() + timeout).await;
         Err(format!("no connection within {timeout:?}"))
     };
-    let (mut read, mut write) = match future::or(connect, deadline).await {
+    let (mut read, write) = match future::or(connect, deadline).await {
         Ok(halves) => halves,
         Err(reason) => {
             let _ = tx.send(event(Event::ConnectFailed { conn, reason })).await;
             return;
         }
     };
-    let (writer, outbox) = async_channel::unbounded::<Bytes>();
     let reader_tx = tx.clone();
     let reader = R::spawn(async move {
         let mut buf = BytesMut::with_capacity(64 * 1024);
@@ -334,31 +422,7 @@ async fn open<R: Runtime>(
         };
         let _ = reader_tx.send(event(Event::Closed { conn, reason })).await;
     });
-    let writer_tx = tx.clone();
-    // The writer ends by itself when the session drops the connection's writer handle.
-    R::spawn_detached(async move {
-        while let Ok(first) = outbox.recv().await {
-            // Chunks queued while the last write ran leave together, in one syscall.
-            let bytes = match outbox.try_recv() {
-                Err(_) => first,
-                Ok(second) => {
-                    let mut joined = BytesMut::with_capacity(first.len() + second.len());
-                    joined.extend_from_slice(&first);
-                    joined.extend_from_slice(&second);
-                    while let Ok(more) = outbox.try_recv() {
-                        joined.extend_from_slice(&more);
-                    }
-                    joined.freeze()
-                }
-            };
-            if let Err(e) = write.write_all(&bytes).await {
-                let reason = e.to_string();
-                let _ = writer_tx.send(event(Event::Closed { conn, reason })).await;
-                return;
-            }
-        }
-        write.shutdown().await;
-    });
     let _ = tx.send(Msg::Reader(conn, reader)).await;
+    let writer = WriteSide::Ready(write);
     let _ = tx.send(event(Event::Connected { conn, writer })).await;
 }

@@ -87,6 +87,10 @@ impl ReadHalf for Reader {
 }
 
 impl WriteHalf for Writer {
+    fn try_write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.try_write(bytes)
+    }
+
     async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.0.write_all(bytes).await
     }
