@@ -95,7 +95,7 @@ impl ReadHalf for Reader {
 impl WriteHalf for Writer {
     fn try_write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         // `Async` made the socket non-blocking: a full socket answers `WouldBlock`.
-        (&*self.0.get_ref()).write(bytes)
+        self.0.get_ref().write(bytes)
     }
 
     async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
