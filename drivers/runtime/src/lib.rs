@@ -1,7 +1,7 @@
 //! # botmesh-redis-runtime
 //!
 //! The botmesh-redis client, written once over a small [`Runtime`] trait (quinn style): the
-//! session task, the per-connection reader and writer, `connect`, `close`. A runtime supplies
+//! session task, the per-connection reader and flusher, `connect`, `close`. A runtime supplies
 //! only spawning, a timer and TCP; `botmesh-redis-tokio` and `botmesh-redis-async-std` are
 //! those few calls each. Every protocol decision is the core's
 //! ([`Session`](botmesh_redis_core::session::Session)); the bookkeeping around it is the core's
@@ -10,14 +10,15 @@
 //! ## Tasks
 //!
 //! ```text
-//!  callers ──Submit──►┐
-//!  readers ──Event───►├─► session task: Shell (core) ──Write──► writer task ──► TCP
-//!  timer   ──────────►┘         │
-//!                               └──Complete──► caller
+//!  callers ──Submit──►┐                               ┌──try_write──► TCP
+//!  readers ──Event───►├─► session task: Shell (core) ─┤
+//!  flushers ─Flushed─►│         │                     └──► flusher task ──► TCP (socket full)
+//!  timer   ──────────►┘         └──Complete──► caller
 //! ```
 //!
 //! The session task takes every message already queued before it drains the shell, so all
-//! requests submitted meanwhile leave in one write per connection.
+//! requests submitted meanwhile leave in one write per connection, which it makes itself while
+//! the socket takes the bytes.
 #![forbid(unsafe_code)]
 
 use std::collections::hash_map::RandomState;
