@@ -151,6 +151,26 @@ impl Fenced {
         Ok(single(request, move |v| require(held(v)?, what)))
     }
 
+    /// The grant, counted only once `replicas` replicas acknowledged it; given back otherwise.
+    fn replicated(
+        self,
+        ks: &Keyspace,
+        owner: &str,
+        ttl: Duration,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<Replicated, Error> {
+        let grant = self.grant(ks, owner, ttl)?;
+        let give_back = self.release(ks, owner)?;
+        Replicated::new(
+            grant,
+            Box::new(move |_| Ok(give_back)),
+            replicas,
+            timeout,
+            self.what,
+        )
+    }
+
     fn release(&self, ks: &Keyspace, owner: &str) -> Result<Request, Error> {
         Request::script_in(
             ks,
@@ -320,16 +340,7 @@ pub fn lock_acquire_replicated(
     replicas: u32,
     timeout: Duration,
 ) -> Result<Replicated, Error> {
-    let lock = Fenced::lock(ks, key);
-    let grant = lock.grant(ks, owner, ttl)?;
-    let give_back = lock.release(ks, owner)?;
-    Replicated::new(
-        grant,
-        Box::new(move |_| Ok(give_back)),
-        replicas,
-        timeout,
-        format!("lock {key:?}"),
-    )
+    Fenced::lock(ks, key).replicated(ks, owner, ttl, replicas, timeout)
 }
 
 /// [`leader_campaign`] that counts only once `replicas` replicas acknowledged the grant. A
@@ -342,16 +353,7 @@ pub fn leader_campaign_replicated(
     replicas: u32,
     timeout: Duration,
 ) -> Result<Replicated, Error> {
-    let leadership = Fenced::leadership(ks, name);
-    let grant = leadership.grant(ks, candidate, ttl)?;
-    let give_back = leadership.release(ks, candidate)?;
-    Replicated::new(
-        grant,
-        Box::new(move |_| Ok(give_back)),
-        replicas,
-        timeout,
-        format!("leadership {name:?}"),
-    )
+    Fenced::leadership(ks, name).replicated(ks, candidate, ttl, replicas, timeout)
 }
 
 /// [`lease_acquire`] that counts only once `replicas` replicas acknowledged the grant.
