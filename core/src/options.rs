@@ -1,6 +1,6 @@
 //! What a user configures when creating a client, shared by every driver: the URL or root
 //! nodes, credentials, the address map and the retry knobs, turned into a session
-//! [`Config`](crate::session::Config).
+//! [`Config`].
 
 use std::fmt;
 use std::sync::Arc;

@@ -22,7 +22,7 @@
 //! runs on a single node, where the same scripts are sent with
 //! [`Request::single_node_script`]. Scripts never build key names: where a script needs keys
 //! that depend on data (the items of a page of messages, the members of a chunk), the plan reads
-//! the ids first, builds the keys in Rust with [`Keyspace`] and passes them as `KEYS`.
+//! the ids first, builds the keys in Rust with [`Keyspace`](crate::layout::Keyspace) and passes them as `KEYS`.
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! # botmesh-redis-tokio
 //!
 //! botmesh-redis on tokio: the store of a multi-replica bot on Redis and Redis Cluster. This
-//! crate is only the tokio [`Runtime`](botmesh_redis_runtime::Runtime): spawning, a timer and
+//! crate is only the tokio [`Runtime`]: spawning, a timer and
 //! TCP. The client is `botmesh-redis-runtime`'s, the protocol logic `botmesh-redis-core`'s;
 //! both are re-exported, so this is the one crate to depend on.
 //!
