@@ -1,0 +1,122 @@
+//! The durability table: an inbound journal and an outbox.
+
+use super::*;
+
+/// The durability table's parts, in the script's KEYS order.
+pub const DURABLE_PARTS: [&str; 7] = [
+    "journal", "items", "ready", "seq", "claims", "owners", "done",
+];
+
+fn durable_request(ks: &Keyspace, table: &str, args: Vec<Bytes>) -> Result<Request, Error> {
+    let keys = DURABLE_PARTS
+        .iter()
+        .map(|part| ks.durable(table, part))
+        .collect::<Result<Vec<_>, _>>()?;
+    // One hash tag, {durable:<table>}, in both layouts: always one slot.
+    Request::script(&DURABLE, Access::Write, keys, args)
+}
+
+/// Marks inbound message `id` as being processed: yields `true` the first time within
+/// `window`, `false` for a duplicate delivery.
+pub fn journal_begin(
+    ks: &Keyspace,
+    table: &str,
+    id: &str,
+    window: Duration,
+) -> Result<Single<bool>, Error> {
+    let args = vec![
+        "begin".into_arg(),
+        id.into_arg(),
+        ttl_ms(window)?.into_arg(),
+    ];
+    Ok(single(durable_request(ks, table, args)?, held))
+}
+
+/// Forgets inbound message `id` after its processing failed, so a redelivery is processed.
+pub fn journal_forget(ks: &Keyspace, table: &str, id: &str) -> Result<Single<bool>, Error> {
+    let args = vec!["forget".into_arg(), id.into_arg()];
+    Ok(single(durable_request(ks, table, args)?, held))
+}
+
+/// Queues an outbound send under an idempotency `key`: yields `false` when that key is already
+/// queued, claimed, or was acked within `window`.
+pub fn outbox_enqueue(
+    ks: &Keyspace,
+    table: &str,
+    key: &str,
+    payload: Bytes,
+    window: Duration,
+) -> Result<Single<bool>, Error> {
+    let args = vec![
+        "enqueue".into_arg(),
+        key.into_arg(),
+        ttl_ms(window)?.into_arg(),
+        payload,
+    ];
+    Ok(single(durable_request(ks, table, args)?, held))
+}
+
+/// One claimed outbound send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claimed {
+    /// The idempotency key.
+    pub key: String,
+    /// The payload.
+    pub payload: Bytes,
+}
+
+/// Claims up to `max` sends for `instance`; each stays claimed for `visibility`, then returns
+/// to the queue unless acked (so work of an instance that stopped is recovered).
+pub fn outbox_claim(
+    ks: &Keyspace,
+    table: &str,
+    instance: &str,
+    max: u32,
+    visibility: Duration,
+) -> Result<Single<Vec<Claimed>>, Error> {
+    let args = vec![
+        "claim".into_arg(),
+        instance.into_arg(),
+        ttl_ms(visibility)?.into_arg(),
+        max.into_arg(),
+    ];
+    Ok(single(durable_request(ks, table, args)?, |v| {
+        let items = v.into_array()?;
+        if items.len() % 2 != 0 {
+            return Err(Error::UnexpectedReply {
+                detail: "an outbox claim answered an odd number of items".into(),
+            });
+        }
+        let mut claimed = Vec::with_capacity(items.len() / 2);
+        let mut items = items.into_iter();
+        while let (Some(key), Some(payload)) = (items.next(), items.next()) {
+            claimed.push(Claimed {
+                key: key.into_string()?,
+                payload: payload.into_bytes()?,
+            });
+        }
+        Ok(claimed)
+    }))
+}
+
+/// Acks a sent item; [`Error::NotHolder`] when `instance` no longer holds its claim (its
+/// visibility timeout passed, the claim went back to the queue, and the send may be made again
+/// by another instance).
+pub fn outbox_ack(
+    ks: &Keyspace,
+    table: &str,
+    key: &str,
+    instance: &str,
+) -> Result<Single<()>, Error> {
+    let args = vec!["ack".into_arg(), key.into_arg(), instance.into_arg()];
+    let what = format!("outbox claim {key:?}");
+    Ok(single(durable_request(ks, table, args)?, move |v| {
+        require(held(v)?, what)
+    }))
+}
+
+/// Puts every claim of a stopped `instance` back in the queue now; yields how many.
+pub fn outbox_recover(ks: &Keyspace, table: &str, instance: &str) -> Result<Single<i64>, Error> {
+    let args = vec!["recover".into_arg(), instance.into_arg()];
+    Ok(single(durable_request(ks, table, args)?, |v| v.as_i64()))
+}

@@ -1,0 +1,310 @@
+//! Locks and leaderships: a holder key with a TTL and a counter that hands out fences
+//! (terms), and grants that wait for replicas (`WAIT`).
+
+use super::*;
+
+/// A lock and a leadership are one primitive on different keys: a holder key with a TTL and a
+/// counter that hands out the fence (or term). A leadership may be taken again by its holder,
+/// which keeps the term and renews the TTL; a lock may not.
+struct Fenced {
+    holder: Key,
+    counter: Key,
+    reentrant: bool,
+    what: String,
+}
+
+impl Fenced {
+    fn lock(ks: &Keyspace, key: &str) -> Fenced {
+        Fenced {
+            holder: ks.lock(key),
+            counter: ks.lock_fence(key),
+            reentrant: false,
+            what: format!("lock {key:?}"),
+        }
+    }
+
+    fn leadership(ks: &Keyspace, name: &str) -> Fenced {
+        Fenced {
+            holder: ks.leader(name),
+            counter: ks.leader_term(name),
+            reentrant: true,
+            what: format!("leadership {name:?}"),
+        }
+    }
+
+    fn grant(&self, ks: &Keyspace, owner: &str, ttl: Duration) -> Result<Request, Error> {
+        let reentrant = if self.reentrant { "1" } else { "0" };
+        Request::script_in(
+            ks,
+            &ACQUIRE_FENCED,
+            Access::Write,
+            vec![self.holder.clone(), self.counter.clone()],
+            vec![
+                owner.into_arg(),
+                ttl_ms(ttl)?.into_arg(),
+                reentrant.into_arg(),
+            ],
+        )
+    }
+
+    fn extend(self, ks: &Keyspace, owner: &str, ttl: Duration) -> Result<Single<()>, Error> {
+        let request = Request::script_in(
+            ks,
+            &EXTEND_IF_HOLDER,
+            Access::Write,
+            vec![self.holder],
+            vec![owner.into_arg(), ttl_ms(ttl)?.into_arg()],
+        )?;
+        let what = self.what;
+        Ok(single(request, move |v| require(held(v)?, what)))
+    }
+
+    /// The grant, counted only once `replicas` replicas acknowledged it; given back otherwise.
+    fn replicated(
+        self,
+        ks: &Keyspace,
+        owner: &str,
+        ttl: Duration,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<Replicated, Error> {
+        let grant = self.grant(ks, owner, ttl)?;
+        let give_back = self.release(ks, owner)?;
+        Replicated::new(
+            grant,
+            Box::new(move |_| Ok(give_back)),
+            replicas,
+            timeout,
+            self.what,
+        )
+    }
+
+    fn release(&self, ks: &Keyspace, owner: &str) -> Result<Request, Error> {
+        Request::script_in(
+            ks,
+            &RELEASE_IF_HOLDER,
+            Access::Write,
+            vec![self.holder.clone()],
+            vec![owner.into_arg()],
+        )
+    }
+}
+
+/// Acquires the lock `key` for `owner` for `ttl`. Yields the fence (strictly increasing per key,
+/// forever) or `None` while another owner (or `owner` itself) holds it.
+///
+/// `owner` names the holder for extend and release: make it unique per acquisition (replica id
+/// and a counter), so that a holder that lost the lock and took it again is not confused with
+/// its earlier self.
+pub fn lock_acquire(
+    ks: &Keyspace,
+    key: &str,
+    owner: &str,
+    ttl: Duration,
+) -> Result<Single<Option<u64>>, Error> {
+    Ok(single(Fenced::lock(ks, key).grant(ks, owner, ttl)?, grant))
+}
+
+/// Renews the lock for its holder; [`Error::NotHolder`] when `owner` lost it.
+pub fn lock_extend(
+    ks: &Keyspace,
+    key: &str,
+    owner: &str,
+    ttl: Duration,
+) -> Result<Single<()>, Error> {
+    Fenced::lock(ks, key).extend(ks, owner, ttl)
+}
+
+/// Releases the lock; yields whether `owner` still held it.
+pub fn lock_release(ks: &Keyspace, key: &str, owner: &str) -> Result<Single<bool>, Error> {
+    Ok(single(Fenced::lock(ks, key).release(ks, owner)?, held))
+}
+
+/// Campaigns for the leadership `name`. Yields the term when `candidate` wins or already leads
+/// (the TTL is renewed and the term kept), or `None` while another candidate leads.
+pub fn leader_campaign(
+    ks: &Keyspace,
+    name: &str,
+    candidate: &str,
+    ttl: Duration,
+) -> Result<Single<Option<u64>>, Error> {
+    let request = Fenced::leadership(ks, name).grant(ks, candidate, ttl)?;
+    Ok(single(request, grant))
+}
+
+/// Renews the leadership; [`Error::NotHolder`] when `candidate` lost it.
+pub fn leader_renew(
+    ks: &Keyspace,
+    name: &str,
+    candidate: &str,
+    ttl: Duration,
+) -> Result<Single<()>, Error> {
+    Fenced::leadership(ks, name).extend(ks, candidate, ttl)
+}
+
+/// Resigns the leadership; yields whether `candidate` still led.
+pub fn leader_resign(ks: &Keyspace, name: &str, candidate: &str) -> Result<Single<bool>, Error> {
+    Ok(single(
+        Fenced::leadership(ks, name).release(ks, candidate)?,
+        held,
+    ))
+}
+
+// --- replicated grants (opt-in WAIT) --------------------------------------------------------
+
+pub(super) type GiveBack = Box<dyn FnOnce(u64) -> Result<Request, Error> + Send>;
+
+/// A grant (lock, leadership or lease) that is reported as won only once `replicas` replicas
+/// acknowledged it (`WAIT`); otherwise it is given back and the plan fails with
+/// [`Error::NotReplicated`] (or with the `WAIT` error). What this buys is in
+/// `docs/coordination.md`.
+///
+/// ```text
+/// grant ──nil──► Done(None)
+///   │ fence
+///   ▼
+/// WAIT n ms ──acked >= n──► Done(Some(fence))
+///   │ acked < n, or an error
+///   ▼
+/// give back ──any reply──► Done(Err(NotReplicated | the WAIT error))
+/// ```
+pub struct Replicated {
+    grant: Option<Request>,
+    wait: Option<Request>,
+    give_back: Option<GiveBack>,
+    wanted: u32,
+    what: String,
+    state: ReplicatedState,
+}
+
+impl std::fmt::Debug for Replicated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replicated")
+            .field("grant", &self.grant)
+            .field("wait", &self.wait)
+            .field("wanted", &self.wanted)
+            .field("what", &self.what)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug)]
+enum ReplicatedState {
+    Granting,
+    Waiting(u64),
+    GivingBack(Error),
+    Finished,
+}
+
+impl Replicated {
+    pub(super) fn new(
+        grant: Request,
+        give_back: GiveBack,
+        replicas: u32,
+        timeout: Duration,
+        what: String,
+    ) -> Result<Replicated, Error> {
+        // WAIT counts the writes of its own connection: it goes to the grant's master, on the
+        // connection that carried the grant (one connection per master). It is marked a write
+        // so that a lost reply is never answered by sending it again.
+        let wait = Request::cmd(Access::Write, "WAIT")
+            .arg(replicas)
+            .arg(ttl_ms(timeout)?)
+            .build()?
+            .routed_like(&grant);
+        Ok(Replicated {
+            grant: Some(grant),
+            wait: Some(wait),
+            give_back: Some(give_back),
+            wanted: replicas,
+            what,
+            state: ReplicatedState::Granting,
+        })
+    }
+
+    fn give_back(&mut self, fence: u64, error: Error) -> Step<Option<u64>> {
+        let request = self.give_back.take().map(|build| build(fence));
+        match request {
+            Some(Ok(request)) => {
+                self.state = ReplicatedState::GivingBack(error);
+                Step::Send(vec![request])
+            }
+            _ => {
+                self.state = ReplicatedState::Finished;
+                Step::Done(Err(error))
+            }
+        }
+    }
+}
+
+/// [`lock_acquire`] that counts only once `replicas` replicas acknowledged the grant (at most
+/// `timeout` of waiting).
+pub fn lock_acquire_replicated(
+    ks: &Keyspace,
+    key: &str,
+    owner: &str,
+    ttl: Duration,
+    replicas: u32,
+    timeout: Duration,
+) -> Result<Replicated, Error> {
+    Fenced::lock(ks, key).replicated(ks, owner, ttl, replicas, timeout)
+}
+
+/// [`leader_campaign`] that counts only once `replicas` replicas acknowledged the grant. A
+/// campaign that falls short resigns, even a re-entrant one (the leadership was not safe).
+pub fn leader_campaign_replicated(
+    ks: &Keyspace,
+    name: &str,
+    candidate: &str,
+    ttl: Duration,
+    replicas: u32,
+    timeout: Duration,
+) -> Result<Replicated, Error> {
+    Fenced::leadership(ks, name).replicated(ks, candidate, ttl, replicas, timeout)
+}
+
+impl Plan for Replicated {
+    type Output = Option<u64>;
+
+    fn start(&mut self) -> Step<Option<u64>> {
+        match self.grant.take() {
+            Some(grant) => Step::Send(vec![grant]),
+            None => Step::Done(Err(misuse("Replicated started twice"))),
+        }
+    }
+
+    fn resume(&mut self, replies: Vec<Reply>) -> Step<Option<u64>> {
+        let Some(reply) = replies.into_iter().next() else {
+            return Step::Done(Err(misuse("Replicated resumed without a reply")));
+        };
+        match std::mem::replace(&mut self.state, ReplicatedState::Finished) {
+            ReplicatedState::Granting => match reply.and_then(grant) {
+                Ok(Some(fence)) => match self.wait.take() {
+                    Some(wait) => {
+                        self.state = ReplicatedState::Waiting(fence);
+                        Step::Send(vec![wait])
+                    }
+                    None => Step::Done(Err(misuse("WAIT sent twice"))),
+                },
+                other => Step::Done(other),
+            },
+            ReplicatedState::Waiting(fence) => match reply.and_then(|v| v.as_i64()) {
+                Ok(acked) if acked >= i64::from(self.wanted) => Step::Done(Ok(Some(fence))),
+                Ok(acked) => {
+                    let error = Error::NotReplicated {
+                        what: std::mem::take(&mut self.what),
+                        wanted: self.wanted,
+                        acked,
+                    };
+                    self.give_back(fence, error)
+                }
+                // The grant stands on the server while its WAIT failed: give it back too, so a
+                // caller that sees an error never holds the lock.
+                Err(error) => self.give_back(fence, error),
+            },
+            ReplicatedState::GivingBack(error) => Step::Done(Err(error)),
+            ReplicatedState::Finished => Step::Done(Err(misuse("Replicated resumed after done"))),
+        }
+    }
+}

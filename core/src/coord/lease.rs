@@ -1,0 +1,85 @@
+//! Named leases with tokens that never go backwards.
+
+use super::*;
+
+pub(super) fn lease_request(
+    ks: &Keyspace,
+    op: &str,
+    name: &str,
+    holder: &str,
+    ttl: Duration,
+    token: u64,
+) -> Result<Request, Error> {
+    Request::script_in(
+        ks,
+        &LEASE,
+        Access::Write,
+        vec![ks.lease(name)],
+        vec![
+            op.into_arg(),
+            holder.into_arg(),
+            ttl_ms(ttl)?.into_arg(),
+            token.into_arg(),
+        ],
+    )
+}
+
+/// Acquires the lease `name` for `holder`. Yields its token (greater than any token handed out
+/// before, even after expiry; the same token when `holder` takes its live lease again) or
+/// `None` while another holder's lease is live.
+pub fn lease_acquire(
+    ks: &Keyspace,
+    name: &str,
+    holder: &str,
+    ttl: Duration,
+) -> Result<Single<Option<u64>>, Error> {
+    let request = lease_request(ks, "acquire", name, holder, ttl, 0)?;
+    Ok(single(request, grant))
+}
+
+/// Extends a live lease; [`Error::NotHolder`] when it expired or passed to another holder.
+pub fn lease_renew(
+    ks: &Keyspace,
+    name: &str,
+    holder: &str,
+    token: u64,
+    ttl: Duration,
+) -> Result<Single<()>, Error> {
+    let request = lease_request(ks, "renew", name, holder, ttl, token)?;
+    let what = format!("lease {name:?}");
+    Ok(single(request, move |v| require(held(v)?, what)))
+}
+
+/// Ends a lease early; yields whether `holder` still held it (live, with that token). The token
+/// counter stays.
+pub fn lease_release(
+    ks: &Keyspace,
+    name: &str,
+    holder: &str,
+    token: u64,
+) -> Result<Single<bool>, Error> {
+    let request = lease_request(ks, "release", name, holder, Duration::ZERO, token)?;
+    Ok(single(request, held))
+}
+
+/// [`lease_acquire`] that counts only once `replicas` replicas acknowledged the grant.
+pub fn lease_acquire_replicated(
+    ks: &Keyspace,
+    name: &str,
+    holder: &str,
+    ttl: Duration,
+    replicas: u32,
+    timeout: Duration,
+) -> Result<Replicated, Error> {
+    let grant = lease_request(ks, "acquire", name, holder, ttl, 0)?;
+    let (ks, name_owned, holder) = (ks.clone(), name.to_owned(), holder.to_owned());
+    Replicated::new(
+        grant,
+        Box::new(move |token| {
+            lease_request(&ks, "release", &name_owned, &holder, Duration::ZERO, token)
+        }),
+        replicas,
+        timeout,
+        format!("lease {name:?}"),
+    )
+}

@@ -1,0 +1,108 @@
+//! Plans of the coordination primitives: locks with fences, per-chat turns, leaderships with
+//! terms, replica heartbeats, schedules with fencing tokens, leases, and the durability table.
+//!
+//! What they promise, and what they do not, is in `docs/coordination.md`. In short: while
+//! Redis loses no acknowledged write, fences and terms are unique and strictly increasing, and
+//! only the current holder can release, extend or renew. No primitive promises that only one
+//! process *believes* it holds something: a paused process wakes up and acts, so callers
+//! protect their writes with the fence. All expiry uses server time (`PX`, `TIME` in scripts).
+//!
+//! Every multi-key script call shares one hash tag in the cluster layout; the legacy layout has
+//! no hash tags and runs on one node, where the same scripts go out as
+//! [`Request::single_node_script`].
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::error::Error;
+use crate::keys::{enc, Key};
+use crate::layout::{Keyspace, Layout, RecordKind, TurnPart};
+use crate::plan::{misuse, single, Plan, Reply, Single, Step};
+use crate::request::{Access, Arg, Request};
+use crate::script::Script;
+use crate::ttl::ttl_ms;
+use crate::value::Value;
+
+crate::lua_script!(
+    /// Takes a lock or leadership and hands out the next fence or term.
+    pub ACQUIRE_FENCED = "acquire_fenced"
+);
+crate::lua_script!(
+    /// Renews a lock or leadership for its holder.
+    pub EXTEND_IF_HOLDER = "extend_if_holder"
+);
+crate::lua_script!(
+    /// Releases a lock or leadership for its holder.
+    pub RELEASE_IF_HOLDER = "release_if_holder"
+);
+crate::lua_script!(
+    /// A chat's turn queue: take, poll, skip, release, extend.
+    pub TURN = "turn"
+);
+crate::lua_script!(
+    /// A named lease: acquire, renew, release.
+    pub LEASE = "lease"
+);
+crate::lua_script!(
+    /// Schedule records guarded by fencing tokens: put, delete.
+    pub SCHEDULE = "schedule"
+);
+crate::lua_script!(
+    /// A durability table: inbound journal and outbox.
+    pub DURABLE = "durable"
+);
+
+/// The scripts of this module (for the registry and for preloading).
+pub static SCRIPTS: &[&Script] = &[
+    &ACQUIRE_FENCED,
+    &EXTEND_IF_HOLDER,
+    &RELEASE_IF_HOLDER,
+    &TURN,
+    &LEASE,
+    &SCHEDULE,
+    &DURABLE,
+];
+
+/// The largest fencing token a schedule accepts in either direction: Lua compares tokens as
+/// doubles, which are exact integers up to 2^53.
+pub const MAX_SCHEDULE_TOKEN: i64 = 1 << 53;
+
+fn held(v: Value) -> Result<bool, Error> {
+    Ok(v.as_i64()? == 1)
+}
+
+fn grant(v: Value) -> Result<Option<u64>, Error> {
+    match v {
+        Value::Nil => Ok(None),
+        other => u64::try_from(other.as_i64()?)
+            .map(Some)
+            .map_err(|_| Error::UnexpectedReply {
+                detail: "a negative fence".into(),
+            }),
+    }
+}
+
+fn require(ok: bool, what: String) -> Result<(), Error> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::NotHolder { what })
+    }
+}
+
+mod durable;
+mod fence;
+mod heartbeat;
+mod lease;
+mod schedule;
+mod turn;
+
+pub use durable::*;
+pub use fence::*;
+pub use heartbeat::*;
+pub use lease::*;
+pub use schedule::*;
+pub use turn::*;

@@ -1,0 +1,265 @@
+//! Schedules guarded by fencing tokens, with deleted markers and bucket listings.
+
+use super::*;
+
+/// A stored schedule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    /// Its fencing token.
+    pub token: i64,
+    /// Its data, as written.
+    pub data: Bytes,
+}
+
+fn schedule_request(
+    ks: &Keyspace,
+    op: &str,
+    id: &str,
+    token: i64,
+    data: Bytes,
+) -> Result<Request, Error> {
+    if !(-MAX_SCHEDULE_TOKEN..=MAX_SCHEDULE_TOKEN).contains(&token) {
+        return Err(Error::Config(format!(
+            "schedule {id:?}: the fencing token {token} is outside ±2^53 (scripts compare tokens \
+             as doubles)"
+        )));
+    }
+    let mut keys = vec![ks.record(RecordKind::Schedule, id)];
+    keys.extend(ks.record_index_of(RecordKind::Schedule, id));
+    Request::script_in(
+        ks,
+        &SCHEDULE,
+        Access::Write,
+        keys,
+        vec![op.into_arg(), id.into_arg(), token.into_arg(), data],
+    )
+}
+
+fn schedule_written(id: String, token: i64) -> impl FnOnce(Value) -> Result<(), Error> {
+    move |v| {
+        let mut items = v.into_array()?.into_iter();
+        let status = items.next().map(Value::into_string).transpose()?;
+        let stored = items.next().map(|v| v.as_i64()).transpose()?;
+        match (status.as_deref(), stored) {
+            (Some("ok"), _) => Ok(()),
+            (Some("stale"), Some(stored)) => Err(Error::Stale {
+                what: format!("schedule {id:?}"),
+                token,
+                stored,
+            }),
+            _ => Err(Error::UnexpectedReply {
+                detail: "a schedule write answered neither ok nor stale".into(),
+            }),
+        }
+    }
+}
+
+/// Writes a schedule with fencing token `token` (within ±2^53); [`Error::Stale`] when the
+/// stored token is higher (a stale writer cannot overwrite a newer schedule or resurrect a
+/// deleted one). An equal token is the same writer and is accepted.
+pub fn schedule_put(ks: &Keyspace, id: &str, token: i64, data: Bytes) -> Result<Single<()>, Error> {
+    let request = schedule_request(ks, "put", id, token, data)?;
+    Ok(single(request, schedule_written(id.to_owned(), token)))
+}
+
+/// Deletes a schedule, leaving a marker that keeps the token; [`Error::Stale`] as for put.
+pub fn schedule_delete(ks: &Keyspace, id: &str, token: i64) -> Result<Single<()>, Error> {
+    let request = schedule_request(ks, "delete", id, token, Bytes::new())?;
+    Ok(single(request, schedule_written(id.to_owned(), token)))
+}
+
+/// Reads a schedule; a deleted marker reads as `None`.
+pub fn schedule_get(ks: &Keyspace, id: &str) -> Result<Single<Option<Schedule>>, Error> {
+    Ok(single(schedule_get_request(ks, id)?, decode_schedule))
+}
+
+fn schedule_get_request(ks: &Keyspace, id: &str) -> Result<Request, Error> {
+    Request::cmd(Access::Read, "HMGET")
+        .key(&ks.record(RecordKind::Schedule, id))
+        .arg("token")
+        .arg("data")
+        .arg("deleted")
+        .build()
+}
+
+fn decode_schedule(v: Value) -> Result<Option<Schedule>, Error> {
+    let mut items = v.into_array()?.into_iter();
+    let (Some(token), Some(data), Some(deleted)) = (items.next(), items.next(), items.next())
+    else {
+        return Err(Error::UnexpectedReply {
+            detail: "HMGET of a schedule answered fewer than 3 fields".into(),
+        });
+    };
+    if token == Value::Nil || deleted.into_opt_bytes()?.as_deref() == Some(b"1") {
+        return Ok(None);
+    }
+    Ok(Some(Schedule {
+        token: token.as_i64()?,
+        data: data.into_opt_bytes()?.unwrap_or_default(),
+    }))
+}
+
+/// The most schedules a listing returns.
+pub const MAX_SCHEDULES: usize = 10_000;
+
+/// Lists the live schedules (deleted markers hidden), sorted by id: the first `limit` (clamped
+/// to [`MAX_SCHEDULES`]). Cluster layout: the 32 bucket indexes, read in one batch, then the
+/// records; exact even while slots move. Legacy layout: `SCAN` for the records (at most
+/// [`MAX_SCHEDULES`] record keys, markers included, are considered).
+pub fn schedule_list(ks: &Keyspace, limit: usize) -> Result<ListSchedules, Error> {
+    let limit = limit.clamp(1, MAX_SCHEDULES);
+    let indexes = ks
+        .record_indexes(RecordKind::Schedule)
+        .iter()
+        .map(|index| {
+            Request::cmd(Access::Read, "ZRANGE")
+                .key(index)
+                .arg("0")
+                .arg("-1")
+                .build()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let scan = match ks.record_pattern(RecordKind::Schedule) {
+        // The whole scan, not `limit` keys: SCAN returns keys in no order, and markers count
+        // among them; the first `limit` live ids are picked after sorting.
+        Some(pattern) if indexes.is_empty() => Some(crate::scan::scan(pattern, MAX_SCHEDULES)),
+        _ => None,
+    };
+    Ok(ListSchedules {
+        ks: ks.clone(),
+        limit,
+        indexes,
+        scan,
+        ids: Vec::new(),
+        next: 0,
+        found: Vec::new(),
+    })
+}
+
+/// The plan of [`schedule_list`].
+#[derive(Debug)]
+pub struct ListSchedules {
+    ks: Keyspace,
+    limit: usize,
+    /// The bucket index reads (cluster layout); sent by `start`.
+    indexes: Vec<Request>,
+    /// The record scan (legacy layout), until it is done.
+    scan: Option<crate::scan::Scan>,
+    /// The ids to read, sorted; `next` is the first not yet read.
+    ids: Vec<String>,
+    next: usize,
+    found: Vec<(String, Schedule)>,
+}
+
+/// Records read per step of a listing.
+const SCHEDULE_READ_CHUNK: usize = 1000;
+
+impl ListSchedules {
+    fn got_ids(&mut self, mut ids: Vec<String>) -> Step<Vec<(String, Schedule)>> {
+        ids.sort();
+        ids.dedup();
+        self.ids = ids;
+        self.read_next()
+    }
+
+    fn read_next(&mut self) -> Step<Vec<(String, Schedule)>> {
+        if self.next >= self.ids.len() || self.found.len() >= self.limit {
+            let mut found = std::mem::take(&mut self.found);
+            found.truncate(self.limit);
+            return Step::Done(Ok(found));
+        }
+        let end = (self.next + SCHEDULE_READ_CHUNK).min(self.ids.len());
+        let batch = self.ids[self.next..end]
+            .iter()
+            .map(|id| schedule_get_request(&self.ks, id))
+            .collect::<Result<Vec<_>, _>>();
+        match batch {
+            Ok(batch) => Step::Send(batch),
+            Err(e) => Step::Done(Err(e)),
+        }
+    }
+
+    fn got_records(&mut self, replies: Vec<Reply>) -> Step<Vec<(String, Schedule)>> {
+        let end = (self.next + SCHEDULE_READ_CHUNK).min(self.ids.len());
+        if replies.len() != end - self.next {
+            return Step::Done(Err(misuse("a schedule batch answered with another count")));
+        }
+        for (id, reply) in self.ids[self.next..end].iter().zip(replies) {
+            // A record deleted (or turned into a marker) since the ids were read is left out.
+            match reply.and_then(decode_schedule) {
+                Ok(Some(schedule)) => self.found.push((id.clone(), schedule)),
+                Ok(None) => {}
+                Err(e) => return Step::Done(Err(e)),
+            }
+        }
+        self.next = end;
+        self.read_next()
+    }
+}
+
+impl Plan for ListSchedules {
+    type Output = Vec<(String, Schedule)>;
+
+    fn start(&mut self) -> Step<Self::Output> {
+        if let Some(scan) = self.scan.as_mut() {
+            return match scan.start() {
+                Step::Done(Ok(keys)) => {
+                    self.scan = None;
+                    let ids = self.ids_of(keys);
+                    self.got_ids(ids)
+                }
+                Step::Done(Err(e)) => Step::Done(Err(e)),
+                Step::Send(b) => Step::Send(b),
+                Step::Wait(d) => Step::Wait(d),
+            };
+        }
+        Step::Send(self.indexes.clone())
+    }
+
+    fn resume(&mut self, replies: Vec<Reply>) -> Step<Self::Output> {
+        if let Some(scan) = self.scan.as_mut() {
+            return match scan.resume(replies) {
+                Step::Done(Ok(keys)) => {
+                    self.scan = None;
+                    let ids = self.ids_of(keys);
+                    self.got_ids(ids)
+                }
+                Step::Done(Err(e)) => Step::Done(Err(e)),
+                Step::Send(b) => Step::Send(b),
+                Step::Wait(d) => Step::Wait(d),
+            };
+        }
+        if !self.indexes.is_empty() {
+            self.indexes.clear();
+            let mut ids = Vec::new();
+            for reply in replies {
+                match reply.and_then(Value::into_array) {
+                    Ok(members) => {
+                        for member in members {
+                            match member.into_string() {
+                                Ok(id) => ids.push(id),
+                                Err(e) => return Step::Done(Err(e)),
+                            }
+                        }
+                    }
+                    Err(e) => return Step::Done(Err(e)),
+                }
+            }
+            return self.got_ids(ids);
+        }
+        self.got_records(replies)
+    }
+}
+
+impl ListSchedules {
+    /// The ids of scanned legacy record keys (`p:schedule:<id>`).
+    fn ids_of(&self, keys: Vec<Bytes>) -> Vec<String> {
+        let prefix_len = self.ks.record(RecordKind::Schedule, "").as_bytes().len();
+        keys.into_iter()
+            .filter_map(|k| {
+                k.get(prefix_len..)
+                    .map(|id| String::from_utf8_lossy(id).into_owned())
+            })
+            .collect()
+    }
+}
