@@ -91,6 +91,16 @@ impl<T: Send + 'static> Plan for Single<T> {
     }
 }
 
+/// Passes on the step of a sub-plan, or hands back its output when it is done.
+pub(crate) fn forward<T, O>(step: Step<T>) -> Result<T, Step<O>> {
+    match step {
+        Step::Done(Ok(output)) => Ok(output),
+        Step::Done(Err(e)) => Err(Step::Done(Err(e))),
+        Step::Send(batch) => Err(Step::Send(batch)),
+        Step::Wait(d) => Err(Step::Wait(d)),
+    }
+}
+
 /// An error for a plan driven out of order: a bug in a runner, reported instead of a panic.
 pub(crate) fn misuse(what: &str) -> Error {
     Error::UnexpectedReply {

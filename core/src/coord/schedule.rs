@@ -197,37 +197,35 @@ impl ListSchedules {
     }
 }
 
+impl ListSchedules {
+    /// Passes on a step of the legacy scan; once it is done, reads the schedules it found.
+    fn after_scan(&mut self, step: Step<Vec<Bytes>>) -> Step<Vec<(String, Schedule)>> {
+        match crate::plan::forward(step) {
+            Ok(keys) => {
+                self.scan = None;
+                let ids = self.ids_of(keys);
+                self.got_ids(ids)
+            }
+            Err(step) => step,
+        }
+    }
+}
+
 impl Plan for ListSchedules {
     type Output = Vec<(String, Schedule)>;
 
     fn start(&mut self) -> Step<Self::Output> {
         if let Some(scan) = self.scan.as_mut() {
-            return match scan.start() {
-                Step::Done(Ok(keys)) => {
-                    self.scan = None;
-                    let ids = self.ids_of(keys);
-                    self.got_ids(ids)
-                }
-                Step::Done(Err(e)) => Step::Done(Err(e)),
-                Step::Send(b) => Step::Send(b),
-                Step::Wait(d) => Step::Wait(d),
-            };
+            let step = scan.start();
+            return self.after_scan(step);
         }
         Step::Send(self.indexes.clone())
     }
 
     fn resume(&mut self, replies: Vec<Reply>) -> Step<Self::Output> {
         if let Some(scan) = self.scan.as_mut() {
-            return match scan.resume(replies) {
-                Step::Done(Ok(keys)) => {
-                    self.scan = None;
-                    let ids = self.ids_of(keys);
-                    self.got_ids(ids)
-                }
-                Step::Done(Err(e)) => Step::Done(Err(e)),
-                Step::Send(b) => Step::Send(b),
-                Step::Wait(d) => Step::Wait(d),
-            };
+            let step = scan.resume(replies);
+            return self.after_scan(step);
         }
         if !self.indexes.is_empty() {
             self.indexes.clear();

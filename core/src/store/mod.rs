@@ -29,7 +29,6 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::error::Error;
-use crate::plan::Step;
 use crate::request::{Access, Request};
 use crate::script::Script;
 use crate::value::Value;
@@ -72,22 +71,13 @@ pub(crate) static SCRIPTS: &[&Script] = &[
 /// The largest page of a listing, and the largest chunk of a multi-key script call.
 pub const MAX_PAGE: usize = 1000;
 
+pub(crate) use crate::plan::forward;
 use crate::ttl::ttl_ms;
 pub use crate::ttl::MAX_TTL;
 
 /// Clamps a page size to `1..=MAX_PAGE`.
 pub(crate) fn clamp_limit(limit: usize) -> usize {
     limit.clamp(1, MAX_PAGE)
-}
-
-/// Passes on the step of a sub-plan, or hands back its output when it is done.
-pub(crate) fn forward<T, O>(step: Step<T>) -> Result<T, Step<O>> {
-    match step {
-        Step::Done(Ok(output)) => Ok(output),
-        Step::Done(Err(e)) => Err(Step::Done(Err(e))),
-        Step::Send(batch) => Err(Step::Send(batch)),
-        Step::Wait(d) => Err(Step::Wait(d)),
-    }
 }
 
 /// Splits the replies of a batch into values, failing on the first error.
