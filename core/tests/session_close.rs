@@ -6,16 +6,12 @@ use std::time::Duration;
 
 use botmesh_redis_core::error::Error;
 use botmesh_redis_core::session::{Config, ConnId, Output, Session, Token};
-use botmesh_redis_core::testing::{
-    get, incr, set, start, Batch, ConnectMode, Harness, Rule, SimCluster,
-};
+use botmesh_redis_core::testing::{get, incr, set, start, Batch, ConnectMode, Harness, Rule};
 use botmesh_redis_core::Reply;
 
 #[test]
 fn close_completes_every_plan() {
-    let sim = SimCluster::cluster(3, 0);
-    let config = Config::cluster(sim.masters());
-    let mut h = Harness::new(start(), sim, config);
+    let mut h = Harness::cluster(3, 0);
     let (a, b, c) = (h.sim.master(0), h.sim.master(1), h.sim.master(2));
     let ka = h.sim.keys_on(&a, 1).remove(0);
     let kb = h.sim.keys_on(&b, 1).remove(0);

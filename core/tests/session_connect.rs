@@ -146,9 +146,7 @@ fn cluster_requests_queued_on_a_dead_node_are_retried_after_a_refresh() {
     // A master dies; its connection is gone, so requests for its slots queue on a new
     // connection that hangs. At the connect timeout they are retried, and by then the
     // refresh has found the promoted replica.
-    let sim = SimCluster::cluster(3, 1);
-    let config = Config::cluster(sim.masters());
-    let mut h = Harness::new(start(), sim, config);
+    let mut h = Harness::cluster(3, 1);
     let a = h.sim.master(0);
     let keys = h.sim.keys_on(&a, 2);
     h.run_batch(vec![set(&keys[0], "x"), set(&keys[1], "y")]);

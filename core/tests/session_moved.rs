@@ -141,9 +141,7 @@ fn the_redirection_limit_is_configurable() {
 
 #[test]
 fn other_slots_keep_flowing_while_a_refresh_is_pending() {
-    let sim = SimCluster::cluster(4, 0);
-    let config = Config::cluster(sim.masters());
-    let mut h = Harness::new(start(), sim, config);
+    let mut h = Harness::cluster(4, 0);
     let masters = h.sim.masters();
     let mut setup = Vec::new();
     for m in &masters {

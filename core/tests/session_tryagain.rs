@@ -5,15 +5,12 @@
 use std::time::Duration;
 
 use botmesh_redis_core::keys::slot;
-use botmesh_redis_core::session::Config;
-use botmesh_redis_core::testing::{mget, set, start, Harness, SimCluster};
+use botmesh_redis_core::testing::{mget, set, Harness};
 use botmesh_redis_core::{Reply, Value};
 
 #[test]
 fn tryagain_is_retried_until_the_migration_finishes() {
-    let sim = SimCluster::cluster(3, 0);
-    let config = Config::cluster(sim.masters());
-    let mut h = Harness::new(start(), sim, config);
+    let mut h = Harness::cluster(3, 0);
     let (a, b) = (h.sim.master(0), h.sim.master(1));
     let tag = h.sim.keys_on(&a, 1).remove(0);
     let (k1, k2) = (format!("{{{tag}}}:1"), format!("{{{tag}}}:2"));
@@ -56,9 +53,7 @@ fn tryagain_is_retried_until_the_migration_finishes() {
 
 #[test]
 fn the_importing_side_also_says_tryagain_for_split_keys() {
-    let sim = SimCluster::cluster(3, 0);
-    let config = Config::cluster(sim.masters());
-    let mut h = Harness::new(start(), sim, config);
+    let mut h = Harness::cluster(3, 0);
     let (a, b) = (h.sim.master(0), h.sim.master(1));
     let tag = h.sim.keys_on(&a, 1).remove(0);
     let (k1, k2) = (format!("{{{tag}}}:1"), format!("{{{tag}}}:2"));

@@ -45,6 +45,16 @@ pub use botmesh_redis_tokio::Tokio;
 /// `both_drivers!(first, #[ignore = "a known bug"] second);`. See [`conformance`](crate::conformance).
 #[macro_export]
 macro_rules! both_drivers {
+    // One generic body run on several setups: `both_drivers!(body { name => setup, ... })`
+    // defines `async fn name<R>() { body::<R>(setup).await }` for each and runs them all.
+    ($body:ident { $($(#[$attr:meta])* $name:ident => $setup:expr),+ $(,)? }) => {
+        $(
+            async fn $name<R: $crate::conformance::Runtime>() {
+                $body::<R>($setup).await;
+            }
+        )+
+        $crate::both_drivers!($($(#[$attr])* $name),+);
+    };
     ($($(#[$attr:meta])* $name:ident),+ $(,)?) => {
         $(
             mod $name {

@@ -183,18 +183,6 @@ async fn contended_lock<R: Runtime>(target: Target) {
     client.close().await;
 }
 
-async fn contended_lock_single_node_legacy<R: Runtime>() {
-    contended_lock::<R>(Target::SingleLegacy).await;
-}
-
-async fn contended_lock_single_node_cluster_layout<R: Runtime>() {
-    contended_lock::<R>(Target::SingleCluster).await;
-}
-
-async fn contended_lock_cluster<R: Runtime>() {
-    contended_lock::<R>(Target::Cluster).await;
-}
-
 const CAMPAIGNERS: u64 = 8;
 const LEADERSHIPS: u64 = 200;
 const LEADER_TTL: Duration = Duration::from_millis(200);
@@ -278,18 +266,6 @@ async fn contended_leadership<R: Runtime>(target: Target) {
         clock.now()
     );
     client.close().await;
-}
-
-async fn contended_leadership_single_node_legacy<R: Runtime>() {
-    contended_leadership::<R>(Target::SingleLegacy).await;
-}
-
-async fn contended_leadership_single_node_cluster_layout<R: Runtime>() {
-    contended_leadership::<R>(Target::SingleCluster).await;
-}
-
-async fn contended_leadership_cluster<R: Runtime>() {
-    contended_leadership::<R>(Target::Cluster).await;
 }
 
 /// A fence survives its lock: after the holder's TTL runs out the next holder gets a larger
@@ -381,13 +357,19 @@ async fn replicated_grants_wait_for_replicas<R: Runtime>() {
     }
 }
 
+both_drivers!(contended_lock {
+    contended_lock_single_node_legacy => Target::SingleLegacy,
+    contended_lock_single_node_cluster_layout => Target::SingleCluster,
+    contended_lock_cluster => Target::Cluster,
+});
+
+both_drivers!(contended_leadership {
+    contended_leadership_single_node_legacy => Target::SingleLegacy,
+    contended_leadership_single_node_cluster_layout => Target::SingleCluster,
+    contended_leadership_cluster => Target::Cluster,
+});
+
 both_drivers!(
-    contended_lock_single_node_legacy,
-    contended_lock_single_node_cluster_layout,
-    contended_lock_cluster,
-    contended_leadership_single_node_legacy,
-    contended_leadership_single_node_cluster_layout,
-    contended_leadership_cluster,
     fence_outlives_expiry_all_targets,
     replicated_grants_wait_for_replicas,
 );

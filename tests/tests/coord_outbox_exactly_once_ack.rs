@@ -195,14 +195,6 @@ async fn outbox_acks_every_send_once<R: Runtime>(target: Target) {
     client.close().await;
 }
 
-async fn outbox_acks_every_send_once_single_node<R: Runtime>() {
-    outbox_acks_every_send_once::<R>(Target::SingleLegacy).await;
-}
-
-async fn outbox_acks_every_send_once_cluster<R: Runtime>() {
-    outbox_acks_every_send_once::<R>(Target::Cluster).await;
-}
-
 /// `recover` puts a stopped instance's claims back at once; its late acks are refused.
 async fn recover_requeues_claims_of_a_stopped_instance<R: Runtime>(
     client: Client<R>,
@@ -268,8 +260,9 @@ async fn outbox_recover_and_journal_all_targets<R: Runtime>() {
     }
 }
 
-both_drivers!(
-    outbox_acks_every_send_once_single_node,
-    outbox_acks_every_send_once_cluster,
-    outbox_recover_and_journal_all_targets,
-);
+both_drivers!(outbox_acks_every_send_once {
+    outbox_acks_every_send_once_single_node => Target::SingleLegacy,
+    outbox_acks_every_send_once_cluster => Target::Cluster,
+});
+
+both_drivers!(outbox_recover_and_journal_all_targets,);

@@ -200,18 +200,6 @@ async fn turns_exclude_and_serve_in_order<R: Runtime>(target: Target) {
     );
 }
 
-async fn turns_exclude_and_serve_in_order_single_node_legacy<R: Runtime>() {
-    turns_exclude_and_serve_in_order::<R>(Target::SingleLegacy).await;
-}
-
-async fn turns_exclude_and_serve_in_order_single_node_cluster_layout<R: Runtime>() {
-    turns_exclude_and_serve_in_order::<R>(Target::SingleCluster).await;
-}
-
-async fn turns_exclude_and_serve_in_order_cluster<R: Runtime>() {
-    turns_exclude_and_serve_in_order::<R>(Target::Cluster).await;
-}
-
 const STOP_HEARTBEAT_TTL: Duration = Duration::from_millis(800);
 const STOP_POLL: Duration = Duration::from_millis(50);
 /// Round trips of the last poll, probe, skip and granting poll, and scheduling on a busy
@@ -364,18 +352,6 @@ async fn queued_ticket<R: Runtime>(
             .starts_with(&prefix)
             .then(|| pair[1].as_i64().unwrap() as u64)
     })
-}
-
-async fn stopped_replica_loses_its_turn_single_node_legacy<R: Runtime>() {
-    stopped_replica_loses_its_turn::<R>(Target::SingleLegacy).await;
-}
-
-async fn stopped_replica_loses_its_turn_single_node_cluster_layout<R: Runtime>() {
-    stopped_replica_loses_its_turn::<R>(Target::SingleCluster).await;
-}
-
-async fn stopped_replica_loses_its_turn_cluster<R: Runtime>() {
-    stopped_replica_loses_its_turn::<R>(Target::Cluster).await;
 }
 
 /// A holder whose owner TTL runs out while it sleeps (its replica alive and heartbeating) loses
@@ -560,28 +536,25 @@ async fn live_replicas_are_exactly_the_live_ones<R: Runtime>(target: Target) {
     client.close().await;
 }
 
-async fn live_replicas_single_node_legacy<R: Runtime>() {
-    live_replicas_are_exactly_the_live_ones::<R>(Target::SingleLegacy).await;
-}
+both_drivers!(turns_exclude_and_serve_in_order {
+    turns_exclude_and_serve_in_order_single_node_legacy => Target::SingleLegacy,
+    turns_exclude_and_serve_in_order_single_node_cluster_layout => Target::SingleCluster,
+    turns_exclude_and_serve_in_order_cluster => Target::Cluster,
+});
 
-async fn live_replicas_single_node_cluster_layout<R: Runtime>() {
-    live_replicas_are_exactly_the_live_ones::<R>(Target::SingleCluster).await;
-}
+both_drivers!(stopped_replica_loses_its_turn {
+    stopped_replica_loses_its_turn_single_node_legacy => Target::SingleLegacy,
+    stopped_replica_loses_its_turn_single_node_cluster_layout => Target::SingleCluster,
+    stopped_replica_loses_its_turn_cluster => Target::Cluster,
+});
 
-async fn live_replicas_cluster<R: Runtime>() {
-    live_replicas_are_exactly_the_live_ones::<R>(Target::Cluster).await;
-}
+both_drivers!(live_replicas_are_exactly_the_live_ones {
+    live_replicas_single_node_legacy => Target::SingleLegacy,
+    live_replicas_single_node_cluster_layout => Target::SingleCluster,
+    live_replicas_cluster => Target::Cluster,
+});
 
 both_drivers!(
-    turns_exclude_and_serve_in_order_single_node_legacy,
-    turns_exclude_and_serve_in_order_single_node_cluster_layout,
-    turns_exclude_and_serve_in_order_cluster,
-    stopped_replica_loses_its_turn_single_node_legacy,
-    stopped_replica_loses_its_turn_single_node_cluster_layout,
-    stopped_replica_loses_its_turn_cluster,
     paused_holder_gets_not_holder_all_targets,
     abandoned_waiter_leaves_the_queue_all_targets,
-    live_replicas_single_node_legacy,
-    live_replicas_single_node_cluster_layout,
-    live_replicas_cluster,
 );

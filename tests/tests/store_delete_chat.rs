@@ -206,20 +206,8 @@ async fn run_all<R: Runtime>(setup: Setup) {
     }
 }
 
-async fn single_node_legacy_layout<R: Runtime>() {
-    run_all::<R>(Setup::SingleLegacy).await;
-}
-
-async fn single_node_cluster_layout<R: Runtime>() {
-    run_all::<R>(Setup::SingleCluster).await;
-}
-
-async fn cluster<R: Runtime>() {
-    run_all::<R>(Setup::Cluster).await;
-}
-
-both_drivers!(
-    single_node_legacy_layout,
-    single_node_cluster_layout,
-    cluster,
-);
+both_drivers!(run_all {
+    single_node_legacy_layout => Setup::SingleLegacy,
+    single_node_cluster_layout => Setup::SingleCluster,
+    cluster => Setup::Cluster,
+});

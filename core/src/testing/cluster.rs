@@ -515,17 +515,21 @@ impl SimCluster {
         }
     }
 
+    /// The connections open to `node`.
+    fn conns_of(&self, node: &NodeAddr) -> Vec<ConnId> {
+        self.conns
+            .iter()
+            .filter(|(_, c)| &c.node == node)
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
     /// The node answers again, first everything it took while stalled.
     pub fn unstall(&mut self, now: Instant, node: &NodeAddr) {
         if let Some(n) = self.nodes.get_mut(node) {
             n.stalled = false;
         }
-        let conns: Vec<ConnId> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| &c.node == node)
-            .map(|(&id, _)| id)
-            .collect();
+        let conns = self.conns_of(node);
         for conn in conns {
             self.process(now, conn);
         }
@@ -533,12 +537,7 @@ impl SimCluster {
 
     /// The node closes every connection it has.
     pub fn drop_connections(&mut self, now: Instant, node: &NodeAddr, reason: &str) {
-        let conns: Vec<ConnId> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| &c.node == node)
-            .map(|(&id, _)| id)
-            .collect();
+        let conns = self.conns_of(node);
         for conn in conns {
             self.close_from_node(now, conn, reason);
         }
