@@ -26,7 +26,12 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
 /// no `:`, `{`, `}`, `%` or glob character survives and the encoding is injective: an id can never
 /// end a hash tag early or alias another key.
 pub fn enc(segment: &str) -> String {
-    percent_encode(segment.as_bytes(), SEGMENT).to_string()
+    enc_display(segment).to_string()
+}
+
+/// [`enc`] as a `Display`, for writing a segment straight into a key being formatted.
+pub(crate) fn enc_display(segment: &str) -> impl fmt::Display + '_ {
+    percent_encode(segment.as_bytes(), SEGMENT)
 }
 
 /// The hash tag of `key`: the bytes between the first `{` and the first `}` after it, when that

@@ -4,7 +4,8 @@
 //! `docs/key-layout.md` can be read (and reviewed) in one place. Nothing outside this module
 //! formats a key name.
 
-use crate::keys::{bucket, enc, Key, BUCKET_COUNT};
+// Segments are written straight into the key being formatted, without a String of their own.
+use crate::keys::{bucket, enc_display as enc, Key, BUCKET_COUNT};
 use std::fmt;
 
 /// The value of the layout marker key in the cluster layout.
@@ -168,7 +169,12 @@ impl Keyspace {
     }
 
     fn key(&self, rest: std::fmt::Arguments<'_>) -> Key {
-        Key::new(format!("{}:{}", self.prefix, rest).into_bytes())
+        use std::fmt::Write;
+        // Most keys fit, so the key is built in one allocation.
+        let mut key = String::with_capacity(self.prefix.len() + 64);
+        // Writing into a String cannot fail.
+        let _ = write!(key, "{}:{rest}", self.prefix);
+        Key::new(key.into_bytes())
     }
 
     fn is_cluster(&self) -> bool {

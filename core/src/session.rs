@@ -188,18 +188,39 @@ pub struct ConnId(pub u64);
 pub struct Token(pub u64);
 
 /// The result of a plan, typed by the plan's output; see [`Completion::into_result`].
-pub struct Completion(Box<dyn Any + Send>);
+///
+/// It is the finished plan itself, holding its result: completing a plan allocates nothing.
+pub struct Completion(Box<dyn ErasedPlan>);
 
 impl Completion {
     /// The plan's result. `T` is the `Output` of the submitted plan; asking for another type is
     /// a driver bug, reported as an error rather than a panic.
-    pub fn into_result<T: 'static>(self) -> Result<T, Error> {
-        match self.0.downcast::<Result<T, Error>>() {
-            Ok(result) => *result,
-            Err(_) => Err(Error::UnexpectedReply {
+    pub fn into_result<T: 'static>(mut self) -> Result<T, Error> {
+        match self.0.output().downcast_mut::<Option<Result<T, Error>>>() {
+            Some(output) => output
+                .take()
+                .unwrap_or_else(|| Err(crate::plan::misuse("completed without a result"))),
+            None => Err(Error::UnexpectedReply {
                 detail: "completion read as the wrong output type".into(),
             }),
         }
+    }
+}
+
+/// A plan boxed for [`Session::submit_boxed`]: a driver that moves plans to its session task
+/// boxes each one once, where it is submitted.
+pub struct BoxedPlan(Box<dyn ErasedPlan>);
+
+impl BoxedPlan {
+    /// Boxes `plan`; its output type is recovered by [`Completion::into_result`].
+    pub fn new<P: Plan>(plan: P) -> Self {
+        BoxedPlan(Box::new(Erased { plan, output: None }))
+    }
+}
+
+impl fmt::Debug for BoxedPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("BoxedPlan(..)")
     }
 }
 
@@ -274,6 +295,8 @@ trait ErasedPlan: Send {
     fn into_completion(self: Box<Self>) -> Completion;
     /// Ends the plan with `error` unless it already has a result.
     fn fail(self: Box<Self>, error: Error) -> Completion;
+    /// The result slot, an `Option<Result<Output, Error>>`.
+    fn output(&mut self) -> &mut dyn Any;
 }
 
 struct Erased<P: Plan> {
@@ -306,15 +329,17 @@ impl<P: Plan> ErasedPlan for Erased<P> {
     }
 
     fn into_completion(self: Box<Self>) -> Completion {
-        let result: Result<P::Output, Error> = self
-            .output
-            .unwrap_or_else(|| Err(crate::plan::misuse("completed without a result")));
-        Completion(Box::new(result))
+        // A plan done without a result reads as a misuse in `into_result`.
+        Completion(self)
     }
 
-    fn fail(self: Box<Self>, error: Error) -> Completion {
-        let result: Result<P::Output, Error> = self.output.unwrap_or(Err(error));
-        Completion(Box::new(result))
+    fn fail(mut self: Box<Self>, error: Error) -> Completion {
+        self.output.get_or_insert(Err(error));
+        Completion(self)
+    }
+
+    fn output(&mut self) -> &mut dyn Any {
+        &mut self.output
     }
 }
 
@@ -568,8 +593,13 @@ impl Session {
 
     /// Submits a plan; its result comes back as [`Output::Complete`] with `token`.
     pub fn submit<P: Plan>(&mut self, now: Instant, token: Token, plan: P) {
+        self.submit_boxed(now, token, BoxedPlan::new(plan));
+    }
+
+    /// [`Session::submit`] for a plan boxed already.
+    pub fn submit_boxed(&mut self, now: Instant, token: Token, plan: BoxedPlan) {
         self.now = now;
-        let plan: Box<dyn ErasedPlan> = Box::new(Erased { plan, output: None });
+        let BoxedPlan(plan) = plan;
         if self.closed {
             self.outputs.push_back(Output::Complete {
                 token,
@@ -1165,15 +1195,17 @@ impl Session {
     fn on_reply(&mut self, now: Instant, r: ReqRef, node: NodeId, asking: bool, frame: Frame) {
         let cluster = self.cluster;
         let max_redirections = self.config.max_redirections;
+        let error = match frame {
+            // `finish` ignores a stale reply.
+            Ok(value) => return self.finish(r, Ok(value)),
+            Err(e) => e,
+        };
+        // A redirect may name no host; it then means the node that answered.
         let host = self.nodes[node].host.clone();
         let Some(state) = self.req_mut(r) else {
             return;
         };
         state.sent = false;
-        let error = match frame {
-            Ok(value) => return self.finish(r, Ok(value)),
-            Err(e) => e,
-        };
         let decision = match classify(&error, &host) {
             Decision::Moved { .. } | Decision::Ask { .. } if !cluster => Decision::Final,
             d => d,

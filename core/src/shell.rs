@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 
 use crate::plan::Plan;
-use crate::session::{Completion, Config, ConnId, Output, Session, Token};
+use crate::session::{BoxedPlan, Completion, Config, ConnId, Output, Session, Token};
 use crate::topology::NodeAddr;
 
 /// An event the driver observed.
@@ -131,10 +131,15 @@ impl<W, C> Shell<W, C> {
 
     /// Submits a plan; `waiter` comes back in [`Action::Complete`] with its result.
     pub fn submit<P: Plan>(&mut self, now: Instant, plan: P, waiter: C) {
+        self.submit_boxed(now, BoxedPlan::new(plan), waiter);
+    }
+
+    /// [`Shell::submit`] for a plan boxed already (by a caller on another task).
+    pub fn submit_boxed(&mut self, now: Instant, plan: BoxedPlan, waiter: C) {
         let token = Token(self.next_token);
         self.next_token += 1;
         self.waiters.insert(token, waiter);
-        self.session.submit(now, token, plan);
+        self.session.submit_boxed(now, token, plan);
     }
 
     /// Applies a driver event. Events of connections the session already dropped are ignored.

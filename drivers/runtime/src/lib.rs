@@ -36,7 +36,7 @@ use futures_channel::oneshot;
 use futures_lite::future;
 
 use botmesh_redis_core::request::{Access, Request};
-use botmesh_redis_core::session::{Completion, ConnId};
+use botmesh_redis_core::session::{BoxedPlan, Completion, ConnId};
 use botmesh_redis_core::shell::{Action, Event, Shell};
 use botmesh_redis_core::{ClientOptions, Error, Executor, NodeAddr, Plan};
 
@@ -92,10 +92,10 @@ enum WriteSide<W> {
 type Side<R> = WriteSide<<R as Runtime>::Writer>;
 type Waiter = oneshot::Sender<Completion>;
 type SessionShell<R> = Shell<Side<R>, Waiter>;
-type Submit<R> = Box<dyn FnOnce(&mut SessionShell<R>, Instant) + Send>;
 
 enum Msg<R: Runtime> {
-    Submit(Submit<R>),
+    /// A plan boxed by its caller (the one allocation of a submission) and its waiter.
+    Submit(BoxedPlan, Waiter),
     Event(Event<Side<R>>),
     /// A connection's reader task, to stop with the connection.
     Reader(ConnId, R::Task),
@@ -198,10 +198,9 @@ impl<R: Runtime> Client<R> {
 impl<R: Runtime> Executor for Client<R> {
     async fn run<P: Plan>(&self, plan: P) -> Result<P::Output, Error> {
         let (done, rx) = oneshot::channel();
-        let submit: Submit<R> = Box::new(move |shell, now| shell.submit(now, plan, done));
         self.shared
             .tx
-            .send(Msg::Submit(submit))
+            .send(Msg::Submit(BoxedPlan::new(plan), done))
             .await
             .map_err(|_| Error::Closed)?;
         rx.await.map_err(|_| Error::Closed)?.into_result()
@@ -270,7 +269,7 @@ fn apply<R: Runtime>(
 ) -> bool {
     let now = Instant::now();
     match msg {
-        Msg::Submit(submit) => submit(shell, now),
+        Msg::Submit(plan, waiter) => shell.submit_boxed(now, plan, waiter),
         Msg::Event(event) => shell.handle(now, event),
         Msg::Reader(conn, reader) => {
             // A reader of a connection the session already dropped is cancelled by the drop.
