@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release -p botmesh-redis-tests --bin bench -- [--runtime multi|current] [--quick]
-//!     [--only W1,W2,W3] [--client botmesh|redis-rs] [--w3-callers N]
+//!     [--only W1,W2,W3] [--client botmesh|redis-rs] [--w3-callers N] [--rounds N]
 //! ```
 //!
 //! The binary starts its own Redis Cluster with the test harness: 3 masters and **no replicas**,
@@ -27,7 +27,9 @@
 //!   `Step::Send` holds the 32 requests; redis-rs joins 32 query futures (each on a clone of the
 //!   cluster connection) with `join_all`. One operation is one listing.
 //!
-//! `--quick` runs a tenth of every count (a smoke test). `--only` and `--client` restrict the run
+//! `--rounds N` runs each of W1-W3 N times with both clients (ours first in even rounds,
+//! redis-rs first in odd ones) and ends each workload with a ratio line (see below). `--quick` runs a tenth of every count
+//! (a smoke test). `--only` and `--client` restrict the run
 //! (for profiling one side with `perf`). `--w3-callers N` changes W3's callers: at 64 (2,048
 //! requests in flight) redis-rs saturates, its per-node pipelines queue (bounded at 50 by
 //! default) and its p99 climbs to hundreds of milliseconds; a smaller N shows both clients
@@ -50,7 +52,22 @@
 //!   a 10 ms resolution). The Redis servers are other processes and are not counted; the bench's
 //!   own caller loops (key formatting, timing) are, equally for both clients.
 //!
-//! Progress and notes go to stderr, prefixed with `#`. A call that fails is counted and reported
+//! After the rounds of a workload, one line compares the clients:
+//!
+//! ```text
+//! W1 ratio runtime=multi rounds=5 ops_per_s_x=1.12 (1.05-1.20) cpu_per_op_x=0.70 (0.66-0.74)
+//! ```
+//!
+//! Each round gives a ratio (ours / redis-rs) of its two adjacent runs; the line shows their
+//! median and range.
+//!
+//! Progress and notes go to stderr, prefixed with `#`. After each line, a note on stderr gives
+//! the servers' side of the same run: the Redis processes' CPU (from `/proc/<pid>/stat`, per
+//! 100,000 operations) and their read and write events per operation (`total_reads_processed`
+//! and `total_writes_processed` of `INFO stats`; a read event per 12 operations means the
+//! servers found 12 commands per read, that is, the client's batches). On a machine where the
+//! servers and the client share the cores, the servers' CPU bounds the throughput of any
+//! client. A call that fails is counted and reported
 //! on stderr after its workload; the line is printed all the same.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -61,7 +78,7 @@ use std::time::{Duration, Instant};
 
 use botmesh_redis_async_std::AsyncStd;
 use botmesh_redis_runtime::{Client, Runtime};
-use botmesh_redis_tests::{ClusterOptions, RedisCluster};
+use botmesh_redis_tests::{parse_info, AdminConn, ClusterOptions, RedisCluster};
 use botmesh_redis_tokio::store::{MessageQuery, Store, StoreOptions};
 use botmesh_redis_tokio::Tokio;
 use botmesh_redis_tokio::{
@@ -107,6 +124,7 @@ struct Args {
     only: Option<Vec<String>>,
     client: Option<String>,
     w3_callers: usize,
+    rounds: usize,
 }
 
 impl Args {
@@ -117,6 +135,7 @@ impl Args {
             only: None,
             client: None,
             w3_callers: CALLERS,
+            rounds: 1,
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -142,6 +161,13 @@ impl Args {
                         "--client wants botmesh or redis-rs, got {other:?}"
                     )),
                 },
+                "--rounds" => {
+                    args.rounds = it
+                        .next()
+                        .and_then(|n| n.parse().ok())
+                        .filter(|&n| n > 0)
+                        .unwrap_or_else(|| usage("--rounds wants a positive number"));
+                }
                 "--w3-callers" => {
                     args.w3_callers = it
                         .next()
@@ -182,7 +208,7 @@ fn usage(problem: &str) -> ! {
     }
     eprintln!(
         "usage: bench [--runtime multi|current|async-std] [--quick] [--only W1,W2,W3] \
-         [--client botmesh|redis-rs] [--w3-callers N]"
+         [--client botmesh|redis-rs] [--w3-callers N] [--rounds N]"
     );
     std::process::exit(2)
 }
@@ -203,15 +229,83 @@ fn clock_ticks() -> f64 {
         .unwrap_or(100.0)
 }
 
-/// User + system CPU seconds of this process so far (every thread, live or ended).
-fn cpu_seconds(ticks_per_s: f64) -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("read /proc/self/stat");
+/// User + system CPU seconds of process `pid` (`"self"` for this one) so far, every thread,
+/// live or ended.
+fn cpu_seconds_of(pid: &str, ticks_per_s: f64) -> f64 {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
     // The command name (field 2) is in parentheses and may hold spaces: count from the last ')'.
-    let rest = &stat[stat.rfind(')').expect("malformed /proc/self/stat") + 1..];
+    let rest = &stat[stat.rfind(')').expect("malformed /proc/<pid>/stat") + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // `rest` starts at field 3, so field 14 (utime) is index 11 and field 15 (stime) index 12.
     let ticks = |i: usize| fields[i].parse::<u64>().expect("a tick count");
     (ticks(11) + ticks(12)) as f64 / ticks_per_s
+}
+
+/// Where CPU time is read: this process, and the cluster's servers.
+struct Probe {
+    ticks_per_s: f64,
+    servers: Vec<String>,
+    nodes: Vec<std::net::SocketAddr>,
+}
+
+/// The servers' own counters, summed over the nodes.
+#[derive(Clone, Copy, Default)]
+struct ServerCounts {
+    /// Read events of the servers' event loops (`total_reads_processed`).
+    reads: u64,
+    /// Write events (`total_writes_processed`).
+    writes: u64,
+}
+
+impl Probe {
+    fn new(cluster: &RedisCluster) -> Probe {
+        let servers = cluster
+            .nodes()
+            .into_iter()
+            .map(|addr| {
+                cluster
+                    .server(addr)
+                    .expect("a node of the cluster")
+                    .pid()
+                    .to_string()
+            })
+            .collect();
+        Probe {
+            ticks_per_s: clock_ticks(),
+            servers,
+            nodes: cluster.nodes(),
+        }
+    }
+
+    /// `INFO stats` counters of every node, summed.
+    fn counts(&self) -> ServerCounts {
+        let mut sum = ServerCounts::default();
+        for &addr in &self.nodes {
+            let info = AdminConn::connect(addr)
+                .and_then(|mut c| c.cmd(&["INFO", "stats"]))
+                .expect("INFO stats");
+            let info = parse_info(info.as_str().expect("INFO is a bulk string"));
+            let count = |name: &str| {
+                info.get(name)
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            sum.reads += count("total_reads_processed");
+            sum.writes += count("total_writes_processed");
+        }
+        sum
+    }
+
+    /// CPU seconds so far: (this process, all servers together).
+    fn cpu(&self) -> (f64, f64) {
+        let servers = self
+            .servers
+            .iter()
+            .map(|pid| cpu_seconds_of(pid, self.ticks_per_s))
+            .sum();
+        (cpu_seconds_of("self", self.ticks_per_s), servers)
+    }
 }
 
 /// One client's operation, run by one caller; every caller owns its worker.
@@ -224,6 +318,11 @@ struct Measured {
     ops: usize,
     wall: Duration,
     cpu_s: f64,
+    /// CPU of the Redis servers over the same time.
+    server_cpu_s: f64,
+    /// The servers' read and write events over the same time.
+    server_reads: u64,
+    server_writes: u64,
     /// Per-call latencies in nanoseconds, sorted.
     latencies: Vec<u64>,
     errors: usize,
@@ -260,11 +359,12 @@ async fn drive<W: Worker>(
     rt: RuntimeKind,
     total: usize,
     callers: usize,
-    ticks_per_s: f64,
+    probe: &Probe,
     mut make: impl FnMut() -> W,
 ) -> Measured {
     let workers: Vec<W> = (0..callers).map(|_| make()).collect();
-    let cpu_before = cpu_seconds(ticks_per_s);
+    let counts_before = probe.counts();
+    let cpu_before = probe.cpu();
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(callers);
     for (first, mut worker) in workers.into_iter().enumerate() {
@@ -291,11 +391,15 @@ async fn drive<W: Worker>(
         results.push(task.await);
     }
     let wall = start.elapsed();
-    let cpu_s = cpu_seconds(ticks_per_s) - cpu_before;
+    let cpu_after = probe.cpu();
+    let counts_after = probe.counts();
     let mut measured = Measured {
         ops: total,
         wall,
-        cpu_s,
+        cpu_s: cpu_after.0 - cpu_before.0,
+        server_cpu_s: cpu_after.1 - cpu_before.1,
+        server_reads: counts_after.reads - counts_before.reads,
+        server_writes: counts_after.writes - counts_before.writes,
         latencies: Vec::with_capacity(total),
         errors: 0,
         first_error: None,
@@ -311,7 +415,150 @@ async fn drive<W: Worker>(
     measured
 }
 
-fn report(workload: &str, client: &str, runtime: RuntimeKind, m: &Measured) {
+/// The figures a comparison is about.
+#[derive(Clone, Copy)]
+struct Figures {
+    ops_per_s: f64,
+    cpu_per_100k: f64,
+}
+
+/// One workload's rounds: each round runs both clients, one after the other.
+#[derive(Default)]
+struct Rounds {
+    ours: Vec<Figures>,
+    theirs: Vec<Figures>,
+}
+
+impl Rounds {
+    /// Prints the median of the per-round ratios (ours / redis-rs) and their range. The two runs
+    /// of a round are adjacent in time and share the machine's state, so each round's ratio is
+    /// fairer than a ratio of two medians taken at different moments.
+    fn summarize(&self, workload: &str, runtime: RuntimeKind) {
+        let pairs = || self.ours.iter().zip(&self.theirs);
+        let speed: Vec<f64> = pairs().map(|(o, t)| o.ops_per_s / t.ops_per_s).collect();
+        let cpu: Vec<f64> = pairs()
+            .map(|(o, t)| o.cpu_per_100k / t.cpu_per_100k)
+            .collect();
+        let (Some(speed), Some(cpu)) = (Spread::of(speed), Spread::of(cpu)) else {
+            return;
+        };
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "{workload} ratio runtime={} rounds={} ops_per_s_x={:.2} ({:.2}-{:.2}) \
+             cpu_per_op_x={:.2} ({:.2}-{:.2})",
+            runtime.name(),
+            self.ours.len().min(self.theirs.len()),
+            speed.median,
+            speed.min,
+            speed.max,
+            cpu.median,
+            cpu.min,
+            cpu.max,
+        );
+        let _ = out.flush();
+    }
+}
+
+/// What every comparison shares.
+struct Bench<'a> {
+    runtime: RuntimeKind,
+    rounds: usize,
+    probe: &'a Probe,
+    /// Our client's name in the lines.
+    ours_name: &'a str,
+}
+
+/// One workload run by both clients, round after round.
+struct Compared<'a> {
+    workload: &'static str,
+    total: usize,
+    callers: usize,
+    /// Run before each client's run (W1 empties the cluster).
+    before_each: &'a dyn Fn(),
+}
+
+impl Compared<'_> {
+    /// Runs the rounds (a client given as `None` is skipped), prints a line per run and the
+    /// ratio line.
+    async fn run<A: Worker, B: Worker>(
+        &self,
+        bench: &Bench<'_>,
+        mut ours: Option<impl FnMut() -> A>,
+        mut theirs: Option<impl FnMut() -> B>,
+    ) {
+        let (rt, probe) = (bench.runtime, bench.probe);
+        let mut rounds = Rounds::default();
+        for round in 0..bench.rounds {
+            for side in Side::order(round) {
+                let (make_ours, make_theirs) = match side {
+                    Side::Ours => (ours.as_mut(), None),
+                    Side::Theirs => (None, theirs.as_mut()),
+                };
+                if let Some(make) = make_ours {
+                    (self.before_each)();
+                    let m = drive(rt, self.total, self.callers, probe, make).await;
+                    rounds
+                        .ours
+                        .push(report(self.workload, bench.ours_name, rt, &m));
+                }
+                if let Some(make) = make_theirs {
+                    (self.before_each)();
+                    let m = drive(rt, self.total, self.callers, probe, make).await;
+                    rounds
+                        .theirs
+                        .push(report(self.workload, "redis-rs", rt, &m));
+                }
+            }
+        }
+        rounds.summarize(self.workload, rt);
+    }
+}
+
+/// The two clients of a round.
+#[derive(Clone, Copy)]
+enum Side {
+    Ours,
+    Theirs,
+}
+
+impl Side {
+    /// Who runs first alternates, so that neither client always runs on a warmer (or more
+    /// fragmented) server.
+    fn order(round: usize) -> [Side; 2] {
+        if round % 2 == 0 {
+            [Side::Ours, Side::Theirs]
+        } else {
+            [Side::Theirs, Side::Ours]
+        }
+    }
+}
+
+/// Median and range of some figures.
+struct Spread {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Spread {
+    fn of(mut values: Vec<f64>) -> Option<Spread> {
+        values.sort_by(f64::total_cmp);
+        let n = values.len();
+        let median = match n {
+            0 => return None,
+            n if n % 2 == 1 => values[n / 2],
+            n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+        };
+        Some(Spread {
+            median,
+            min: values[0],
+            max: values[n - 1],
+        })
+    }
+}
+
+fn report(workload: &str, client: &str, runtime: RuntimeKind, m: &Measured) -> Figures {
     let ops_per_s = m.ops as f64 / m.wall.as_secs_f64();
     let cpu_per_100k = m.cpu_s * 100_000.0 / m.ops as f64;
     // A closed stdout (`bench | head -1`) must not panic: a panic keeps the servers' folders.
@@ -334,11 +581,20 @@ fn report(workload: &str, client: &str, runtime: RuntimeKind, m: &Measured) {
         );
     }
     eprintln!(
-        "#   ({workload} {client}: {} ops in {:.2} s wall, {:.2} s cpu)",
+        "#   ({workload} {client}: {} ops in {:.2} s wall, {:.2} s client cpu, {:.2} s server cpu, \
+         {:.3} server cpu s per 100k, {:.2} server reads and {:.2} writes per op)",
         m.ops,
         m.wall.as_secs_f64(),
-        m.cpu_s
+        m.cpu_s,
+        m.server_cpu_s,
+        m.server_cpu_s * 100_000.0 / m.ops as f64,
+        m.server_reads as f64 / m.ops as f64,
+        m.server_writes as f64 / m.ops as f64,
     );
+    Figures {
+        ops_per_s,
+        cpu_per_100k,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -682,7 +938,7 @@ async fn warm_up<R: Runtime>(
     rt: RuntimeKind,
     ours: Option<&Client<R>>,
     theirs: Option<&ClusterConnection>,
-    tck: f64,
+    probe: &Probe,
 ) {
     const WARM: usize = 5_000;
     if let Some(client) = ours {
@@ -693,7 +949,7 @@ async fn warm_up<R: Runtime>(
                 .expect("GET")
         };
         let get = Arc::new(get);
-        let m = drive(rt, WARM, CALLERS, tck, || Load {
+        let m = drive(rt, WARM, CALLERS, probe, || Load {
             client: client.clone(),
             request: get.clone(),
         })
@@ -701,7 +957,10 @@ async fn warm_up<R: Runtime>(
         assert_eq!(m.errors, 0, "warm-up failed: {:?}", m.first_error);
     }
     if let Some(conn) = theirs {
-        let m = drive(rt, WARM, CALLERS, tck, || WarmRedis { conn: conn.clone() }).await;
+        let m = drive(rt, WARM, CALLERS, probe, || WarmRedis {
+            conn: conn.clone(),
+        })
+        .await;
         assert_eq!(m.errors, 0, "warm-up failed: {:?}", m.first_error);
     }
 }
@@ -715,7 +974,13 @@ async fn run<R: Runtime>(
     theirs: Option<ClusterConnection>,
 ) {
     let rt = args.runtime;
-    let tck = clock_ticks();
+    let probe = &Probe::new(&cluster);
+    let bench = Bench {
+        runtime: rt,
+        rounds: args.rounds,
+        probe,
+        ours_name: name,
+    };
     let seeds = cluster.seeds();
     let ours = Client::<R>::connect(ClientOptions::cluster(seeds.clone()))
         .await
@@ -727,7 +992,7 @@ async fn run<R: Runtime>(
         rt,
         run_ours.then_some(&ours),
         theirs.filter(|_| run_theirs),
-        tck,
+        probe,
     )
     .await;
     let ks = Keyspace::new(Layout::Cluster, "bench").expect("keyspace");
@@ -741,27 +1006,27 @@ async fn run<R: Runtime>(
             "# W1: save_message over {CHATS} chats, {PAYLOAD_LEN}-byte payloads, \
              {total} calls, {CALLERS} callers"
         );
-        if run_ours {
-            flush(&cluster);
-            let m = drive(rt, total, CALLERS, tck, || SaveOurs {
-                client: ours.clone(),
-                ks: ks.clone(),
-                payload: payload.clone(),
-            })
-            .await;
-            report("W1", name, rt, &m);
-        }
-        if let Some(theirs) = theirs.filter(|_| run_theirs) {
-            flush(&cluster);
-            let m = drive(rt, total, CALLERS, tck, || SaveRedis {
-                conn: theirs.clone(),
+        let compared = Compared {
+            workload: "W1",
+            total,
+            callers: CALLERS,
+            // Both clients insert new data.
+            before_each: &|| flush(&cluster),
+        };
+        let theirs_worker = theirs.filter(|_| run_theirs).map(|conn| {
+            || SaveRedis {
+                conn: conn.clone(),
                 script: script.clone(),
                 ks: ks.clone(),
                 payload: payload.clone(),
-            })
-            .await;
-            report("W1", "redis-rs", rt, &m);
-        }
+            }
+        });
+        let ours_worker = run_ours.then_some(|| SaveOurs {
+            client: ours.clone(),
+            ks: ks.clone(),
+            payload: payload.clone(),
+        });
+        compared.run(&bench, ours_worker, theirs_worker).await;
     }
 
     if args.runs("W2") {
@@ -775,27 +1040,26 @@ async fn run<R: Runtime>(
                 .build()
                 .expect("SET")
         });
-        let loaded = drive(rt, total, CALLERS, tck, || Load {
+        let loaded = drive(rt, total, CALLERS, probe, || Load {
             client: ours.clone(),
             request: set.clone(),
         })
         .await;
         assert_eq!(loaded.errors, 0, "W2 preload: {:?}", loaded.first_error);
         eprintln!("# W2: GET of {total} existing keys over all slots, {CALLERS} callers");
-        if run_ours {
-            let m = drive(rt, total, CALLERS, tck, || GetOurs {
-                client: ours.clone(),
-            })
-            .await;
-            report("W2", name, rt, &m);
-        }
-        if let Some(theirs) = theirs.filter(|_| run_theirs) {
-            let m = drive(rt, total, CALLERS, tck, || GetRedis {
-                conn: theirs.clone(),
-            })
-            .await;
-            report("W2", "redis-rs", rt, &m);
-        }
+        let compared = Compared {
+            workload: "W2",
+            total,
+            callers: CALLERS,
+            before_each: &|| {},
+        };
+        let theirs_worker = theirs
+            .filter(|_| run_theirs)
+            .map(|conn| || GetRedis { conn: conn.clone() });
+        let ours_worker = run_ours.then_some(|| GetOurs {
+            client: ours.clone(),
+        });
+        compared.run(&bench, ours_worker, theirs_worker).await;
     }
 
     if args.runs("W3") {
@@ -815,7 +1079,7 @@ async fn run<R: Runtime>(
             }
             cmd.build().expect("ZADD")
         });
-        let loaded = drive(rt, BUCKETS, BUCKETS, tck, || Load {
+        let loaded = drive(rt, BUCKETS, BUCKETS, probe, || Load {
             client: ours.clone(),
             request: zadd.clone(),
         })
@@ -825,23 +1089,24 @@ async fn run<R: Runtime>(
             "# W3: {total} listings of {BUCKETS} x ZRANGE 0 -1 ({MEMBERS} members each), \
              {callers} callers"
         );
-        if run_ours {
-            let m = drive(rt, total, callers, tck, || ListOurs {
-                client: ours.clone(),
-                keys: keys.clone(),
-            })
-            .await;
-            report("W3", name, rt, &m);
-        }
-        if let Some(theirs) = theirs.filter(|_| run_theirs) {
-            let names = Arc::new(names);
-            let m = drive(rt, total, callers, tck, || ListRedis {
-                conn: theirs.clone(),
+        let names = Arc::new(names);
+        let compared = Compared {
+            workload: "W3",
+            total,
+            callers,
+            before_each: &|| {},
+        };
+        let theirs_worker = theirs.filter(|_| run_theirs).map(|conn| {
+            || ListRedis {
+                conn: conn.clone(),
                 keys: names.clone(),
-            })
-            .await;
-            report("W3", "redis-rs", rt, &m);
-        }
+            }
+        });
+        let ours_worker = run_ours.then_some(|| ListOurs {
+            client: ours.clone(),
+            keys: keys.clone(),
+        });
+        compared.run(&bench, ours_worker, theirs_worker).await;
     }
 
     // Store-level workloads (ours only: they measure the store's plans end to end).
@@ -854,7 +1119,7 @@ async fn run<R: Runtime>(
         let total = args.scaled(100_000);
         flush(&cluster);
         eprintln!("# S1: Store::save_message over {CHATS} chats, {PAYLOAD_LEN}-byte payloads");
-        let m = drive(rt, total, CALLERS, tck, || StoreSave {
+        let m = drive(rt, total, CALLERS, probe, || StoreSave {
             store: store.clone(),
             payload: payload.clone(),
         })
@@ -864,7 +1129,7 @@ async fn run<R: Runtime>(
     if args.runs("S2") {
         let total = args.scaled(20_000);
         flush(&cluster);
-        let loaded = drive(rt, S2_CHATS * S2_MESSAGES, CALLERS, tck, || StoreLoad {
+        let loaded = drive(rt, S2_CHATS * S2_MESSAGES, CALLERS, probe, || StoreLoad {
             store: store.clone(),
             payload: payload.clone(),
         })
@@ -874,7 +1139,7 @@ async fn run<R: Runtime>(
             "# S2: Store::list_messages, first page of 50, of {S2_CHATS} chats holding \
              {S2_MESSAGES} messages each"
         );
-        let m = drive(rt, total, CALLERS, tck, || StoreListMessages {
+        let m = drive(rt, total, CALLERS, probe, || StoreListMessages {
             store: store.clone(),
         })
         .await;
@@ -883,7 +1148,7 @@ async fn run<R: Runtime>(
     if args.runs("S3") {
         let total = args.scaled(5_000);
         flush(&cluster);
-        let loaded = drive(rt, S3_CHATS, CALLERS, tck, || StoreUpsertChat {
+        let loaded = drive(rt, S3_CHATS, CALLERS, probe, || StoreUpsertChat {
             store: store.clone(),
         })
         .await;
@@ -891,7 +1156,7 @@ async fn run<R: Runtime>(
         eprintln!(
             "# S3: Store::list_chats, a page of 50 from a random place, over {S3_CHATS} chats"
         );
-        let m = drive(rt, total, CALLERS, tck, || StoreListChats {
+        let m = drive(rt, total, CALLERS, probe, || StoreListChats {
             store: store.clone(),
         })
         .await;
