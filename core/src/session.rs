@@ -504,6 +504,9 @@ pub struct Session {
     timers: BTreeSet<(Instant, Timer)>,
     outputs: VecDeque<Output>,
     dirty: BTreeSet<ConnId>,
+    /// Where transmits are encoded: each is split off, and once the driver has written and
+    /// dropped them, the next ones reuse the allocation.
+    write_buf: BytesMut,
     refresh: Refresh,
     jitter: Jitter,
     closed: bool,
@@ -546,6 +549,7 @@ impl Session {
             timers: BTreeSet::new(),
             outputs: VecDeque::new(),
             dirty: BTreeSet::new(),
+            write_buf: BytesMut::new(),
             refresh: Refresh::default(),
             closed: false,
         };
@@ -805,8 +809,9 @@ impl Session {
             return None;
         }
         let was_idle = c.in_flight.is_empty();
-        let mut buf = BytesMut::new();
-        for queued in std::mem::take(&mut c.outbox) {
+        let buf = &mut self.write_buf;
+        // Drained in place: the outbox keeps its capacity for the next batch.
+        for queued in c.outbox.drain(..) {
             match queued {
                 Queued::Request { req, asking } => {
                     let Some(state) = self
@@ -820,10 +825,10 @@ impl Session {
                     // ASKING and its request go out in one write, back to back: nothing can
                     // come between them on the wire.
                     if asking {
-                        encode_args(vec![Bytes::from_static(b"ASKING")], &mut buf);
+                        encode_args(vec![Bytes::from_static(b"ASKING")], buf);
                         c.in_flight.push_back((Pending::Asking, now));
                     }
-                    state.request.encode(state.with_source, &mut buf);
+                    state.request.encode(state.with_source, buf);
                     state.sent = true;
                     c.in_flight
                         .push_back((Pending::Request { req, asking }, now));
@@ -835,7 +840,7 @@ impl Session {
                     }
                     encode_args(
                         vec![Bytes::from_static(b"CLUSTER"), Bytes::from_static(b"SLOTS")],
-                        &mut buf,
+                        buf,
                     );
                     c.in_flight.push_back((Pending::Topology(round), now));
                 }
@@ -844,12 +849,13 @@ impl Session {
         if buf.is_empty() {
             return None;
         }
+        let bytes = buf.split().freeze();
         if was_idle {
             if let Some(at) = after(now, self.config.response_timeout) {
                 self.schedule_check(conn, at);
             }
         }
-        Some(buf.freeze())
+        Some(bytes)
     }
 
     // --- plans ------------------------------------------------------------------------------
