@@ -372,22 +372,27 @@ fn header_len(n: usize) -> usize {
     1 + digits + 2
 }
 
+/// Writes `*<n>\r\n` or `$<n>\r\n` in one copy.
 fn put_header(buf: &mut bytes::BytesMut, kind: u8, n: usize) {
-    buf.extend_from_slice(&[kind]);
-    buf.extend_from_slice(Decimal::new(n).as_bytes());
-    buf.extend_from_slice(b"\r\n");
+    let mut header = Decimal::new(n);
+    header.digits[header.start - 1] = kind;
+    buf.extend_from_slice(&header.digits[header.start - 1..]);
 }
 
-/// The decimal digits of a `usize`, on the stack.
+/// The decimal digits of a `usize` on the stack, followed by `\r\n`, with a byte free in
+/// front for a header's kind.
 struct Decimal {
-    digits: [u8; 20],
+    digits: [u8; 23],
     start: usize,
 }
 
 impl Decimal {
     fn new(mut n: usize) -> Decimal {
-        let mut digits = [0; 20];
-        let mut start = digits.len();
+        let mut digits = [0; 23];
+        digits[21] = b'\r';
+        digits[22] = b'\n';
+        // `usize::MAX` has 20 digits: they fill 1..21, and byte 0 stays free.
+        let mut start = 21;
         loop {
             start -= 1;
             // A remainder below 10 always fits a byte.
@@ -400,8 +405,9 @@ impl Decimal {
         Decimal { digits, start }
     }
 
+    /// The digits alone.
     fn as_bytes(&self) -> &[u8] {
-        &self.digits[self.start..]
+        &self.digits[self.start..21]
     }
 }
 
@@ -511,6 +517,21 @@ mod tests {
             let mut reference = bytes::BytesMut::new();
             redis_protocol::resp2::encode::extend_encode(&mut reference, &frame, false).unwrap();
             assert_eq!(direct, reference, "with_source={with_source}");
+        }
+    }
+
+    #[test]
+    fn headers_at_the_digit_extremes() {
+        for (n, text) in [
+            (0, "$0\r\n"),
+            (9, "$9\r\n"),
+            (10, "$10\r\n"),
+            (usize::MAX, &*format!("${}\r\n", usize::MAX)),
+        ] {
+            let mut buf = bytes::BytesMut::new();
+            put_header(&mut buf, b'$', n);
+            assert_eq!(&buf[..], text.as_bytes());
+            assert_eq!(header_len(n), text.len());
         }
     }
 
