@@ -392,7 +392,56 @@ impl SlotTable {
         (0..SLOT_COUNT).filter_map(|slot| self.get(slot))
     }
 }
-type OpId = u64;
+/// An op's id: its submission number, and where it is stored. Ids order by submission, and the
+/// id of an ended op never finds a later op stored in its place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct OpId {
+    seq: u64,
+    index: usize,
+}
+
+/// The ops in progress. A slab rather than a map: ops come and go at the request rate, and a
+/// B-tree moved every op (about a hundred bytes) around its nodes on inserts and removals.
+#[derive(Default)]
+struct Ops {
+    table: slab::Slab<Op>,
+    next_seq: u64,
+}
+
+impl Ops {
+    fn insert(&mut self, mut op: Op) -> OpId {
+        self.next_seq += 1;
+        op.seq = self.next_seq;
+        let index = self.table.insert(op);
+        OpId {
+            seq: self.next_seq,
+            index,
+        }
+    }
+
+    fn get_mut(&mut self, id: OpId) -> Option<&mut Op> {
+        self.table.get_mut(id.index).filter(|op| op.seq == id.seq)
+    }
+
+    fn remove(&mut self, id: OpId) -> Option<Op> {
+        self.get_mut(id)?;
+        self.table.try_remove(id.index)
+    }
+
+    fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Every op, in submission order; the table is left empty.
+    fn take_all(&mut self) -> Vec<Op> {
+        let mut ops: Vec<Op> = std::mem::take(&mut self.table)
+            .into_iter()
+            .map(|(_, op)| op)
+            .collect();
+        ops.sort_by_key(|op| op.seq);
+        ops
+    }
+}
 
 /// One dispatch of one request of an op's current batch.
 ///
@@ -499,6 +548,8 @@ struct ReqState {
 }
 
 struct Op {
+    /// Set by [`Ops::insert`].
+    seq: u64,
     token: Token,
     plan: Box<dyn ErasedPlan>,
     reqs: Vec<ReqState>,
@@ -532,8 +583,7 @@ pub struct Session {
     map_loaded: bool,
     conns: BTreeMap<ConnId, Conn>,
     next_conn: u64,
-    ops: BTreeMap<OpId, Op>,
-    next_op: OpId,
+    ops: Ops,
     next_attempt: u64,
     unrouted: Vec<ReqRef>,
     to_dispatch: VecDeque<ReqRef>,
@@ -577,8 +627,7 @@ impl Session {
             map_loaded: false,
             conns: BTreeMap::new(),
             next_conn: 1,
-            ops: BTreeMap::new(),
-            next_op: 1,
+            ops: Ops::default(),
             next_attempt: 1,
             unrouted: Vec::new(),
             to_dispatch: VecDeque::new(),
@@ -644,18 +693,14 @@ impl Session {
             });
             return;
         }
-        let id = self.next_op;
-        self.next_op += 1;
-        self.ops.insert(
-            id,
-            Op {
-                token,
-                plan,
-                reqs: Vec::new(),
-                remaining: 0,
-                deadline: None,
-            },
-        );
+        let id = self.ops.insert(Op {
+            seq: 0,
+            token,
+            plan,
+            reqs: Vec::new(),
+            remaining: 0,
+            deadline: None,
+        });
         self.step_op(now, id, None);
         self.pump(now);
     }
@@ -788,8 +833,7 @@ impl Session {
         self.unrouted.clear();
         self.to_dispatch.clear();
         self.to_advance.clear();
-        let ops = std::mem::take(&mut self.ops);
-        for (_, op) in ops {
+        for op in self.ops.take_all() {
             let unknown = op
                 .reqs
                 .iter()
@@ -849,7 +893,7 @@ impl Session {
                 Queued::Request { req, asking } => {
                     let Some(state) = self
                         .ops
-                        .get_mut(&req.op)
+                        .get_mut(req.op)
                         .and_then(|op| op.reqs.get_mut(req.idx))
                         .filter(|s| s.attempt == req.attempt && s.reply.is_none())
                     else {
@@ -895,7 +939,7 @@ impl Session {
 
     /// Runs an op's plan until it sends, waits or is done.
     fn step_op(&mut self, now: Instant, id: OpId, replies: Option<Vec<Reply>>) {
-        let Some(op) = self.ops.get_mut(&id) else {
+        let Some(op) = self.ops.get_mut(id) else {
             return;
         };
         let mut step = match replies {
@@ -946,7 +990,7 @@ impl Session {
                     return;
                 }
                 Step::Done(_) => {
-                    if let Some(op) = self.ops.remove(&id) {
+                    if let Some(op) = self.ops.remove(id) {
                         self.outputs.push_back(Output::Complete {
                             token: op.token,
                             result: op.plan.into_completion(),
@@ -957,7 +1001,7 @@ impl Session {
             }
         }
         let stuck = crate::plan::misuse("the plan sent 1024 empty batches in a row");
-        if let Some(op) = self.ops.remove(&id) {
+        if let Some(op) = self.ops.remove(id) {
             self.outputs.push_back(Output::Complete {
                 token: op.token,
                 result: op.plan.fail(stuck),
@@ -971,7 +1015,7 @@ impl Session {
             if let Some(req) = self.to_dispatch.pop_front() {
                 self.dispatch(now, req);
             } else if let Some(id) = self.to_advance.pop_front() {
-                let replies = self.ops.get_mut(&id).map(|op| {
+                let replies = self.ops.get_mut(id).map(|op| {
                     if let Some(deadline) = op.deadline.take() {
                         self.timers.remove(&(deadline, Timer::Deadline(id)));
                     }
@@ -995,7 +1039,7 @@ impl Session {
     /// The request as dispatched by `r`, while it awaits its reply; `None` for anything stale.
     fn req_mut(&mut self, r: ReqRef) -> Option<&mut ReqState> {
         self.ops
-            .get_mut(&r.op)?
+            .get_mut(r.op)?
             .reqs
             .get_mut(r.idx)
             .filter(|s| s.attempt == r.attempt && s.reply.is_none())
@@ -1007,7 +1051,7 @@ impl Session {
         };
         state.reply = Some(reply);
         state.sent = false;
-        let Some(op) = self.ops.get_mut(&r.op) else {
+        let Some(op) = self.ops.get_mut(r.op) else {
             return;
         };
         op.remaining -= 1;
@@ -1394,7 +1438,7 @@ impl Session {
     /// Ends every open request of the op's batch with `Timeout`. Their bytes may still be on
     /// a connection; late replies are recognised as stale and dropped.
     fn expire(&mut self, id: OpId) {
-        let Some(op) = self.ops.get_mut(&id) else {
+        let Some(op) = self.ops.get_mut(id) else {
             return;
         };
         op.deadline = None;
@@ -1661,4 +1705,42 @@ impl Session {
 
 fn is_loading(e: &ServerError) -> bool {
     e.code() == "LOADING"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(token: u64) -> Op {
+        Op {
+            seq: 0,
+            token: Token(token),
+            plan: BoxedPlan::new(crate::plan::single(
+                Request::cmd(Access::Read, "PING").build().unwrap(),
+                |_| Ok(()),
+            ))
+            .0,
+            reqs: Vec::new(),
+            remaining: 0,
+            deadline: None,
+        }
+    }
+
+    #[test]
+    fn an_ended_ops_id_never_finds_a_later_op() {
+        let mut ops = Ops::default();
+        let first = ops.insert(op(1));
+        assert_eq!(ops.remove(first).map(|op| op.token), Some(Token(1)));
+        // The place is reused; the old id must not find the new op.
+        let second = ops.insert(op(2));
+        assert_eq!(second.index, first.index);
+        assert!(ops.get_mut(first).is_none());
+        assert!(ops.remove(first).is_none());
+        assert_eq!(ops.len(), 1);
+        let third = ops.insert(op(3));
+        assert!(first < second && second < third, "ids order by submission");
+        let tokens: Vec<Token> = ops.take_all().into_iter().map(|op| op.token).collect();
+        assert_eq!(tokens, [Token(2), Token(3)]);
+        assert_eq!(ops.len(), 0);
+    }
 }

@@ -93,6 +93,46 @@ pub enum Action<W, C> {
     },
 }
 
+/// The callers waiting for their plans, by token: a slab, in and out at the request rate.
+///
+/// A token holds the waiter's place in its low 32 bits and a submission count in its high 32
+/// bits, so a token that was already answered never reaches a later waiter in the same place.
+struct Waiters<C> {
+    table: slab::Slab<(u32, C)>,
+    count: u32,
+}
+
+impl<C> Default for Waiters<C> {
+    fn default() -> Self {
+        Waiters {
+            table: slab::Slab::new(),
+            count: 0,
+        }
+    }
+}
+
+impl<C> Waiters<C> {
+    fn insert(&mut self, waiter: C) -> Token {
+        self.count = self.count.wrapping_add(1);
+        let index = self.table.insert((self.count, waiter));
+        // An index stays below 2^32: four billion callers waiting at once cannot fit in memory.
+        Token(u64::from(self.count) << 32 | index as u64)
+    }
+
+    fn remove(&mut self, token: Token) -> Option<C> {
+        let index = usize::try_from(token.0 & u64::from(u32::MAX)).ok()?;
+        let count = (token.0 >> 32) as u32;
+        match self.table.get(index) {
+            Some(&(c, _)) if c == count => self.table.try_remove(index).map(|(_, waiter)| waiter),
+            _ => None,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.table.len()
+    }
+}
+
 enum Slot<W> {
     Connecting,
     Open(W),
@@ -103,8 +143,7 @@ pub struct Shell<W, C> {
     session: Session,
     connect_timeout: Duration,
     conns: BTreeMap<ConnId, Slot<W>>,
-    waiters: BTreeMap<Token, C>,
-    next_token: u64,
+    waiters: Waiters<C>,
 }
 
 impl<W, C> std::fmt::Debug for Shell<W, C> {
@@ -124,8 +163,7 @@ impl<W, C> Shell<W, C> {
             connect_timeout: config.connect_timeout,
             session: Session::new(config, now),
             conns: BTreeMap::new(),
-            waiters: BTreeMap::new(),
-            next_token: 1,
+            waiters: Waiters::default(),
         }
     }
 
@@ -136,9 +174,7 @@ impl<W, C> Shell<W, C> {
 
     /// [`Shell::submit`] for a plan boxed already (by a caller on another task).
     pub fn submit_boxed(&mut self, now: Instant, plan: BoxedPlan, waiter: C) {
-        let token = Token(self.next_token);
-        self.next_token += 1;
-        self.waiters.insert(token, waiter);
+        let token = self.waiters.insert(waiter);
         self.session.submit_boxed(now, token, plan);
     }
 
@@ -212,7 +248,7 @@ impl<W, C> Shell<W, C> {
                     return Action::Drop { conn, writer };
                 }
                 Output::Complete { token, result } => {
-                    if let Some(waiter) = self.waiters.remove(&token) {
+                    if let Some(waiter) = self.waiters.remove(token) {
                         return Action::Complete {
                             waiter,
                             completion: result,
@@ -244,5 +280,25 @@ impl<W, C> Shell<W, C> {
     /// The connections still open or opening, for a driver that shuts down.
     pub fn connections(&self) -> Vec<ConnId> {
         self.conns.keys().copied().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Waiters;
+
+    #[test]
+    fn an_answered_token_never_reaches_a_later_waiter() {
+        let mut waiters = Waiters::default();
+        let first = waiters.insert("first");
+        assert_eq!(waiters.remove(first), Some("first"));
+        // The place is reused; the old token must not find the new waiter.
+        let second = waiters.insert("second");
+        assert_ne!(first, second);
+        assert_eq!(waiters.remove(first), None);
+        assert_eq!(waiters.len(), 1);
+        assert_eq!(waiters.remove(second), Some("second"));
+        assert_eq!(waiters.remove(second), None);
+        assert_eq!(waiters.len(), 0);
     }
 }
