@@ -161,20 +161,8 @@ impl Args {
                         "--client wants botmesh or redis-rs, got {other:?}"
                     )),
                 },
-                "--rounds" => {
-                    args.rounds = it
-                        .next()
-                        .and_then(|n| n.parse().ok())
-                        .filter(|&n| n > 0)
-                        .unwrap_or_else(|| usage("--rounds wants a positive number"));
-                }
-                "--w3-callers" => {
-                    args.w3_callers = it
-                        .next()
-                        .and_then(|n| n.parse().ok())
-                        .filter(|&n| n > 0)
-                        .unwrap_or_else(|| usage("--w3-callers wants a positive number"));
-                }
+                "--rounds" => args.rounds = positive(it.next(), "--rounds"),
+                "--w3-callers" => args.w3_callers = positive(it.next(), "--w3-callers"),
                 "-h" | "--help" => usage(""),
                 other => usage(&format!("unknown argument {other:?}")),
             }
@@ -200,6 +188,14 @@ impl Args {
             n
         }
     }
+}
+
+/// The positive number that follows `flag`, or the usage and exit.
+fn positive(value: Option<String>, flag: &str) -> usize {
+    value
+        .and_then(|n| n.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| usage(&format!("{flag} wants a positive number")))
 }
 
 fn usage(problem: &str) -> ! {
