@@ -388,17 +388,22 @@ fn put_header(buf: &mut bytes::BytesMut, kind: u8, n: usize) {
     let digits = digit_count(n);
     let mut block = [0u8; HEADER_ROOM];
     block[0] = kind;
-    let mut rest = n;
-    for place in block[1..=digits].iter_mut().rev() {
-        // A remainder below 10 always fits a byte.
-        *place = b'0' + (rest % 10) as u8;
-        rest /= 10;
-    }
+    fill_digits(&mut block[1..=digits], n);
     block[digits + 1] = b'\r';
     block[digits + 2] = b'\n';
     let end = buf.len() + digits + 3;
     buf.extend_from_slice(&block);
     buf.truncate(end);
+}
+
+/// Writes the decimal digits of `n` into `out`, which is [`digit_count`]`(n)` bytes long.
+fn fill_digits(out: &mut [u8], n: usize) {
+    let mut rest = n;
+    for place in out.iter_mut().rev() {
+        // A remainder below 10 always fits a byte.
+        *place = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
 }
 
 /// The decimal digits of a `usize`, on the stack.
@@ -411,12 +416,7 @@ impl Decimal {
     fn new(n: usize) -> Decimal {
         let len = digit_count(n);
         let mut digits = [0; 20];
-        let mut rest = n;
-        for place in digits[..len].iter_mut().rev() {
-            // A remainder below 10 always fits a byte.
-            *place = b'0' + (rest % 10) as u8;
-            rest /= 10;
-        }
+        fill_digits(&mut digits[..len], n);
         Decimal { digits, len }
     }
 

@@ -432,6 +432,7 @@ impl SlotTable {
         self.ranges.iter().map(|r| r.owner)
     }
 }
+
 /// An op's id: its submission number, and where it is stored. Ids order by submission, and the
 /// id of an ended op never finds a later op stored in its place.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -444,28 +445,29 @@ struct OpId {
 /// B-tree moved every op (about a hundred bytes) around its nodes on inserts and removals.
 #[derive(Default)]
 struct Ops {
-    table: slab::Slab<Op>,
+    /// Each op with its submission number.
+    table: slab::Slab<(u64, Op)>,
     next_seq: u64,
 }
 
 impl Ops {
-    fn insert(&mut self, mut op: Op) -> OpId {
+    fn insert(&mut self, op: Op) -> OpId {
         self.next_seq += 1;
-        op.seq = self.next_seq;
-        let index = self.table.insert(op);
-        OpId {
-            seq: self.next_seq,
-            index,
-        }
+        let seq = self.next_seq;
+        let index = self.table.insert((seq, op));
+        OpId { seq, index }
     }
 
     fn get_mut(&mut self, id: OpId) -> Option<&mut Op> {
-        self.table.get_mut(id.index).filter(|op| op.seq == id.seq)
+        match self.table.get_mut(id.index) {
+            Some((seq, op)) if *seq == id.seq => Some(op),
+            _ => None,
+        }
     }
 
     fn remove(&mut self, id: OpId) -> Option<Op> {
         self.get_mut(id)?;
-        self.table.try_remove(id.index)
+        self.table.try_remove(id.index).map(|(_, op)| op)
     }
 
     fn len(&self) -> usize {
@@ -474,12 +476,12 @@ impl Ops {
 
     /// Every op, in submission order; the table is left empty.
     fn take_all(&mut self) -> Vec<Op> {
-        let mut ops: Vec<Op> = std::mem::take(&mut self.table)
+        let mut ops: Vec<(u64, Op)> = std::mem::take(&mut self.table)
             .into_iter()
-            .map(|(_, op)| op)
+            .map(|(_, entry)| entry)
             .collect();
-        ops.sort_by_key(|op| op.seq);
-        ops
+        ops.sort_by_key(|&(seq, _)| seq);
+        ops.into_iter().map(|(_, op)| op).collect()
     }
 }
 
@@ -588,8 +590,6 @@ struct ReqState {
 }
 
 struct Op {
-    /// Set by [`Ops::insert`].
-    seq: u64,
     token: Token,
     plan: Box<dyn ErasedPlan>,
     reqs: Vec<ReqState>,
@@ -733,7 +733,6 @@ impl Session {
             return;
         }
         let id = self.ops.insert(Op {
-            seq: 0,
             token,
             plan,
             reqs: Vec::new(),
@@ -1750,7 +1749,6 @@ mod tests {
 
     fn op(token: u64) -> Op {
         Op {
-            seq: 0,
             token: Token(token),
             plan: BoxedPlan::new(crate::plan::single(
                 Request::cmd(Access::Read, "PING").build().unwrap(),
@@ -1774,7 +1772,9 @@ mod tests {
         use proptest::prelude::*;
         // Boundaries from a few points, so that ranges often start or end on each other.
         let point = prop_oneof![
-            3 => proptest::sample::select(vec![0u16, 1, 2, 100, 101, 5460, 5461, 5462, 16382, 16383, 16384]),
+            3 => proptest::sample::select(vec![
+                0u16, 1, 2, 100, 101, 5460, 5461, 5462, 16382, 16383, 16384,
+            ]),
             1 => 0u16..16_400,
         ];
         let len = prop_oneof![

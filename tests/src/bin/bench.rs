@@ -28,9 +28,9 @@
 //!   cluster connection) with `join_all`. One operation is one listing.
 //!
 //! `--rounds N` runs each of W1-W3 N times with both clients (ours first in even rounds,
-//! redis-rs first in odd ones) and ends each workload with a ratio line (see below). `--quick` runs a tenth of every count
-//! (a smoke test). `--only` and `--client` restrict the run
-//! (for profiling one side with `perf`). `--w3-callers N` changes W3's callers: at 64 (2,048
+//! redis-rs first in odd ones) and ends each workload with a ratio line (see below). `--quick`
+//! runs a tenth of every count (a smoke test). `--only` and `--client` restrict the run (for
+//! profiling one side with `perf`). `--w3-callers N` changes W3's callers: at 64 (2,048
 //! requests in flight) redis-rs saturates, its per-node pipelines queue (bounded at 50 by
 //! default) and its p99 climbs to hundreds of milliseconds; a smaller N shows both clients
 //! unsaturated.
@@ -67,8 +67,10 @@
 //! and `total_writes_processed` of `INFO stats`; a read event per 12 operations means the
 //! servers found 12 commands per read, that is, the client's batches). On a machine where the
 //! servers and the client share the cores, the servers' CPU bounds the throughput of any
-//! client. A call that fails is counted and reported
-//! on stderr after its workload; the line is printed all the same.
+//! client.
+//!
+//! A call that fails is counted and reported on stderr after its workload; the line is printed
+//! all the same.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::future::Future;
