@@ -30,10 +30,10 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_channel::{Receiver, Sender};
 use bytes::BytesMut;
+use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender};
 use futures_channel::oneshot;
-use futures_lite::future;
+use futures_lite::{future, StreamExt};
 
 use botmesh_redis_core::request::{Access, Request};
 use botmesh_redis_core::session::{BoxedPlan, Completion, ConnId};
@@ -92,6 +92,10 @@ enum WriteSide<W> {
 type Side<R> = WriteSide<<R as Runtime>::Writer>;
 type Waiter = oneshot::Sender<Completion>;
 type SessionShell<R> = Shell<Side<R>, Waiter>;
+/// The session task's inbox. Sending never waits: a submit is a push and, when the task
+/// sleeps, a wake.
+type Tx<R> = UnboundedSender<Msg<R>>;
+type Rx<R> = UnboundedReceiver<Msg<R>>;
 
 enum Msg<R: Runtime> {
     /// A plan boxed by its caller (the one allocation of a submission) and its waiter.
@@ -126,8 +130,8 @@ impl<R: Runtime> Clone for Client<R> {
 }
 
 struct Shared<R: Runtime> {
-    tx: Sender<Msg<R>>,
-    closed: Receiver<()>,
+    tx: Tx<R>,
+    closed: async_channel::Receiver<()>,
     cluster: bool,
     _runtime: PhantomData<fn() -> R>,
 }
@@ -135,7 +139,7 @@ struct Shared<R: Runtime> {
 impl<R: Runtime> Drop for Shared<R> {
     fn drop(&mut self) {
         // The last handle is gone: end the session task, which ends every connection.
-        let _ = self.tx.try_send(Msg::Close);
+        let _ = self.tx.unbounded_send(Msg::Close);
     }
 }
 
@@ -168,7 +172,7 @@ impl<R: Runtime> Client<R> {
         seed.write_u64(0);
         let config = options.to_config(seed.finish())?;
         let shell = Shell::new(config, Instant::now());
-        let (tx, rx) = async_channel::unbounded();
+        let (tx, rx) = futures_channel::mpsc::unbounded();
         let (closed_tx, closed) = async_channel::bounded(1);
         R::spawn_detached(run::<R>(shell, tx.clone(), rx, closed_tx));
         Ok(Client {
@@ -189,7 +193,7 @@ impl<R: Runtime> Client<R> {
     /// Ends every pending plan (see [`Error::Closed`]), closes every connection and waits for
     /// the session task to finish. Other clones see [`Error::Closed`] afterwards.
     pub async fn close(&self) {
-        let _ = self.shared.tx.send(Msg::Close).await;
+        let _ = self.shared.tx.unbounded_send(Msg::Close);
         // The session task drops its end when it is done; that is the signal.
         let _ = self.shared.closed.recv().await;
     }
@@ -200,8 +204,7 @@ impl<R: Runtime> Executor for Client<R> {
         let (done, rx) = oneshot::channel();
         self.shared
             .tx
-            .send(Msg::Submit(BoxedPlan::new(plan), done))
-            .await
+            .unbounded_send(Msg::Submit(BoxedPlan::new(plan), done))
             .map_err(|_| Error::Closed)?;
         rx.await.map_err(|_| Error::Closed)?.into_result()
     }
@@ -210,9 +213,9 @@ impl<R: Runtime> Executor for Client<R> {
 /// The session task: feeds events to the shell and carries out its actions.
 async fn run<R: Runtime>(
     mut shell: SessionShell<R>,
-    tx: Sender<Msg<R>>,
-    rx: Receiver<Msg<R>>,
-    _closed: Sender<()>,
+    tx: Tx<R>,
+    mut rx: Rx<R>,
+    _closed: async_channel::Sender<()>,
 ) {
     let mut tasks = Tasks::<R> {
         conns: HashMap::new(),
@@ -220,7 +223,7 @@ async fn run<R: Runtime>(
     };
     let mut deadline: Option<Instant> = None;
     loop {
-        let next = async { Some(rx.recv().await) };
+        let next = async { Some(rx.next().await) };
         let msg = match deadline {
             Some(at) => {
                 let timer = async {
@@ -236,7 +239,8 @@ async fn run<R: Runtime>(
             deadline = drain(&mut shell, &tx, &mut tasks);
             continue;
         };
-        let Ok(msg) = msg else {
+        // The session task holds a sender itself, so the inbox never ends while it runs.
+        let Some(msg) = msg else {
             break;
         };
         let mut closing = apply(&mut shell, &tx, &mut tasks, msg, Instant::now());
@@ -265,7 +269,7 @@ async fn run<R: Runtime>(
 /// Applies one message; returns whether the client is closing.
 fn apply<R: Runtime>(
     shell: &mut SessionShell<R>,
-    tx: &Sender<Msg<R>>,
+    tx: &Tx<R>,
     tasks: &mut Tasks<R>,
     msg: Msg<R>,
     now: Instant,
@@ -310,7 +314,7 @@ fn write<R: Runtime>(
     conn: ConnId,
     side: &mut Side<R>,
     bytes: &[u8],
-    tx: &Sender<Msg<R>>,
+    tx: &Tx<R>,
     tasks: &mut Tasks<R>,
 ) {
     let half = match side {
@@ -326,7 +330,7 @@ fn write<R: Runtime>(
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) => {
                 let reason = e.to_string();
-                let _ = tx.try_send(Msg::Event(Event::Closed { conn, reason }));
+                let _ = tx.unbounded_send(Msg::Event(Event::Closed { conn, reason }));
                 return;
             }
         }
@@ -343,7 +347,7 @@ fn write<R: Runtime>(
     let tx = tx.clone();
     let flusher = R::spawn(async move {
         let result = half.write_all(&rest).await;
-        let _ = tx.send(Msg::Flushed(conn, half, result)).await;
+        let _ = tx.unbounded_send(Msg::Flushed(conn, half, result));
     });
     tasks.flushers.insert(conn, flusher);
 }
@@ -351,7 +355,7 @@ fn write<R: Runtime>(
 /// Carries out the shell's actions until it says what to wait for.
 fn drain<R: Runtime>(
     shell: &mut SessionShell<R>,
-    tx: &Sender<Msg<R>>,
+    tx: &Tx<R>,
     tasks: &mut Tasks<R>,
 ) -> Option<Instant> {
     loop {
@@ -386,7 +390,7 @@ fn drain<R: Runtime>(
 }
 
 /// Opens one connection and starts its reader.
-async fn open<R: Runtime>(conn: ConnId, dial: NodeAddr, timeout: Duration, tx: Sender<Msg<R>>) {
+async fn open<R: Runtime>(conn: ConnId, dial: NodeAddr, timeout: Duration, tx: Tx<R>) {
     let event = |event| Msg::Event(event);
     let connect = async { R::connect(&dial).await.map_err(|e| e.to_string()) };
     let deadline = async {
@@ -396,7 +400,7 @@ async fn open<R: Runtime>(conn: ConnId, dial: NodeAddr, timeout: Duration, tx: S
     let (mut read, write) = match future::or(connect, deadline).await {
         Ok(halves) => halves,
         Err(reason) => {
-            let _ = tx.send(event(Event::ConnectFailed { conn, reason })).await;
+            let _ = tx.unbounded_send(event(Event::ConnectFailed { conn, reason }));
             return;
         }
     };
@@ -412,8 +416,7 @@ async fn open<R: Runtime>(conn: ConnId, dial: NodeAddr, timeout: Duration, tx: S
                 Ok(_) => {
                     let bytes = buf.split();
                     if reader_tx
-                        .send(event(Event::Read { conn, bytes }))
-                        .await
+                        .unbounded_send(event(Event::Read { conn, bytes }))
                         .is_err()
                     {
                         return;
@@ -422,9 +425,9 @@ async fn open<R: Runtime>(conn: ConnId, dial: NodeAddr, timeout: Duration, tx: S
                 Err(e) => break e.to_string(),
             }
         };
-        let _ = reader_tx.send(event(Event::Closed { conn, reason })).await;
+        let _ = reader_tx.unbounded_send(event(Event::Closed { conn, reason }));
     });
-    let _ = tx.send(Msg::Reader(conn, reader)).await;
+    let _ = tx.unbounded_send(Msg::Reader(conn, reader));
     let writer = WriteSide::Ready(write);
-    let _ = tx.send(event(Event::Connected { conn, writer })).await;
+    let _ = tx.unbounded_send(event(Event::Connected { conn, writer }));
 }
