@@ -376,26 +376,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn prefix_rules() {
-        assert_eq!(
-            Keyspace::new(Layout::Legacy, ""),
-            Err(KeyError::EmptyPrefix)
-        );
-        assert_eq!(
-            Keyspace::new(Layout::Cluster, ""),
-            Err(KeyError::EmptyPrefix)
-        );
-        assert_eq!(
-            Keyspace::new(Layout::Cluster, "a{b"),
-            Err(KeyError::BraceInClusterPrefix {
-                prefix: "a{b".into()
-            })
-        );
-        assert!(Keyspace::new(Layout::Cluster, "a}").is_err());
-        assert!(Keyspace::new(Layout::Legacy, "a{b}").is_ok());
-    }
-
-    #[test]
     fn cluster_keys_share_their_group_slot() {
         let ks = Keyspace::new(Layout::Cluster, "bot").unwrap();
         assert_eq!(ks.message_log("c1").to_string(), "bot:{m:c1}:z");

@@ -774,6 +774,17 @@ fn rejected(stem: &str, src: &str) -> String {
     }
 }
 
+/// Each script body (under a valid header) is rejected, with a problem that names its case.
+fn assert_bodies_rejected(cases: &[(&str, &str)]) {
+    for &(code, expected) in cases {
+        let problems = rejected("t", &body(code));
+        assert!(
+            problems.contains(expected),
+            "{code}: expected {expected:?} in\n{problems}"
+        );
+    }
+}
+
 #[test]
 fn a_good_script_is_accepted() {
     let src = body(
@@ -895,13 +906,7 @@ fn keys_that_are_not_declared_keys_are_rejected() {
             "line 8: SET: key argument 1",
         ),
     ];
-    for (code, expected) in cases {
-        let problems = rejected("t", &body(code));
-        assert!(
-            problems.contains(expected),
-            "{code}: expected {expected:?} in\n{problems}"
-        );
-    }
+    assert_bodies_rejected(&cases);
 }
 
 #[test]
@@ -916,13 +921,7 @@ fn locals_that_are_not_pure_keys_are_rejected() {
         "for k = 1, 2 do redis.call('GET', k) end",
         "for _, k in ipairs(ARGV) do redis.call('GET', k) end",
     ];
-    for code in cases {
-        let problems = rejected("t", &body(code));
-        assert!(
-            problems.contains("GET: key argument 1"),
-            "{code}:\n{problems}"
-        );
-    }
+    assert_bodies_rejected(&cases.map(|code| (code, "GET: key argument 1")));
 }
 
 #[test]
@@ -942,13 +941,7 @@ fn undeclared_keys_and_argv_are_rejected() {
         ("KEYS[1] = 'bot:x'", "KEYS[...] is assigned to"),
         ("KEYS = {'bot:x'}", "KEYS is assigned to"),
     ];
-    for (code, expected) in cases {
-        let problems = rejected("t", &body(code));
-        assert!(
-            problems.contains(expected),
-            "{code}: expected {expected:?} in\n{problems}"
-        );
-    }
+    assert_bodies_rejected(&cases);
 }
 
 #[test]

@@ -1817,6 +1817,27 @@ pub fn poll_until<T>(
     }
 }
 
+/// Awaits `probe` every 10 ms until it yields `Some`, for at most `within`; panics naming `what`
+/// when the time is up. The async [`poll_until`], for conditions that depend on a client that
+/// runs meanwhile on the test's tokio runtime.
+pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what} (within {within:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Shared instances
 // ---------------------------------------------------------------------------------------------

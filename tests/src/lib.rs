@@ -8,9 +8,9 @@ pub mod harness;
 
 pub use conformance::{driver_name, exclusive, AsyncStd, Client, Runtime, Tokio};
 pub use harness::{
-    parse_cluster_slots, parse_info, poll_until, redis_server_path, shared_cluster, shared_single,
-    unique_prefix, AdminConn, ClusterOptions, Migration, RedisCluster, RedisServer, ServerOptions,
-    SingleNode, SlotRange, Value, MISSING_SERVER, SLOT_COUNT,
+    eventually, parse_cluster_slots, parse_info, poll_until, redis_server_path, shared_cluster,
+    shared_single, unique_prefix, AdminConn, ClusterOptions, Migration, RedisCluster, RedisServer,
+    ServerOptions, SingleNode, SlotRange, Value, MISSING_SERVER, SLOT_COUNT,
 };
 
 /// The repository README's example, compiled as a doctest.

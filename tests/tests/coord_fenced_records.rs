@@ -13,7 +13,8 @@ use botmesh_redis_core::coordinator::{Leases, Schedules};
 use botmesh_redis_core::Error;
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::Runtime;
-use coord_support::{eventually, Target};
+use botmesh_redis_tests::eventually;
+use coord_support::Target;
 
 fn stale(id: &str, token: i64, stored: i64) -> Error {
     Error::Stale {

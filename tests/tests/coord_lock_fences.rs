@@ -24,6 +24,7 @@ use botmesh_redis_core::coordinator::Coordinator;
 use botmesh_redis_core::Error;
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::{driver_name, Runtime};
+use botmesh_redis_tests::eventually;
 use coord_support::{Clock, Rng, Target};
 
 /// One grant of a lock or leadership, as the test saw it.
@@ -279,7 +280,7 @@ async fn fence_outlives_expiry<R: Runtime>(target: Target) {
     assert_eq!(coord.lock("k", "b#1", ttl).await.unwrap(), None);
     // The same owner is not re-entrant on a lock.
     assert_eq!(coord.lock("k", "a#1", ttl).await.unwrap(), None);
-    let fence = coord_support::eventually(Duration::from_secs(5), "the lock to expire", || {
+    let fence = eventually(Duration::from_secs(5), "the lock to expire", || {
         let coord = coord.clone();
         async move {
             coord

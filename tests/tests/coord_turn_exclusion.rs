@@ -24,8 +24,8 @@ use botmesh_redis_core::coordinator::Coordinator;
 use botmesh_redis_core::keys::slot;
 use botmesh_redis_core::Error;
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
-use botmesh_redis_tests::{both_drivers, parse_cluster_slots, shared_cluster};
-use coord_support::{eventually, start_heartbeat, Clock, Rng, Target};
+use botmesh_redis_tests::{both_drivers, eventually, parse_cluster_slots, shared_cluster};
+use coord_support::{start_heartbeat, Clock, Rng, Target};
 
 /// One held turn, as the test saw it.
 #[derive(Clone, Debug)]

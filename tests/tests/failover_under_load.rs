@@ -22,10 +22,10 @@ use botmesh_redis_core::store;
 use botmesh_redis_core::{Access, ClientOptions, Error, Executor, Key, Keyspace, Layout, Request};
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
 use botmesh_redis_tests::{
-    both_drivers, unique_prefix, ClusterOptions, RedisCluster, SlotRange, Value,
+    both_drivers, eventually, unique_prefix, ClusterOptions, RedisCluster, SlotRange, Value,
 };
 use bytes::Bytes;
-use driver_support::{errorstat, eventually, owner};
+use driver_support::{errorstat, owner};
 
 const WRITERS: usize = 4;
 const COUNTERS: usize = 8;

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use botmesh_redis_core::{Access, ClientOptions, Executor, Key, Request, Value};
 use botmesh_redis_tests::conformance::{exclusive, Client, Runtime};
-use botmesh_redis_tests::{both_drivers, shared_cluster, unique_prefix};
-use driver_support::{client_list, eventually, info, master_conns};
+use botmesh_redis_tests::{both_drivers, eventually, shared_cluster, unique_prefix};
+use driver_support::{client_list, info, master_conns};
 
 const REQUESTS: usize = 10_000;
 

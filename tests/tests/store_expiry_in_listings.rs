@@ -12,7 +12,8 @@ use botmesh_redis_core::store::Store;
 use botmesh_redis_core::Executor;
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::Runtime;
-use store_support::{eventually, zmembers, Setup};
+use botmesh_redis_tests::eventually;
+use store_support::{zmembers, Setup};
 
 const SHORT: Duration = Duration::from_millis(300);
 /// How long an expiry may take to show: the TTL plus generous slack for a loaded machine.

@@ -109,19 +109,3 @@ impl Rng {
         self.next() % n
     }
 }
-
-/// Polls `probe` every 10 ms until it yields `Some`, for at most `timeout`.
-pub(crate) async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}

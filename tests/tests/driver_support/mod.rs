@@ -1,12 +1,10 @@
 //! Helpers shared by the driver suites (run on both drivers): reading a node's counters
-//! (`INFO errorstats`, `INFO commandstats`, `CLIENT LIST`), polling without fixed sleeps, and a
-//! small seeded generator. Each suite uses a few of them.
+//! (`INFO errorstats`, `INFO commandstats`, `CLIENT LIST`) and a small seeded generator. Each
+//! suite uses a few of them; polling for a condition is `botmesh_redis_tests::eventually`.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
 
 use botmesh_redis_tests::{parse_info, AdminConn, RedisCluster, SlotRange};
 
@@ -94,23 +92,6 @@ pub(crate) fn master_conns(cluster: &RedisCluster) -> BTreeMap<SocketAddr, Admin
         .into_iter()
         .map(|m| (m, cluster.conn(m).unwrap()))
         .collect()
-}
-
-/// Polls `probe` every 10 ms until it returns `Some`, for at most `timeout`; panics naming
-/// `what` when the time is up. For conditions that depend on the client, which runs meanwhile.
-pub(crate) async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// SplitMix64: a seeded generator, so that a failing input can be reproduced.

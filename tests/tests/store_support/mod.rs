@@ -5,7 +5,6 @@
 
 use std::collections::BTreeSet;
 use std::future::Future;
-use std::time::{Duration, Instant};
 
 use botmesh_redis_core::store::{Store, StoreOptions};
 use botmesh_redis_core::{
@@ -91,22 +90,6 @@ pub(crate) async fn exists<E: Executor>(client: &E, key: &Key) -> bool {
         .build()
         .unwrap();
     client.call(request).await.unwrap() == Value::Int(1)
-}
-
-/// Polls `probe` every 20 ms until it yields `Some`, failing the test after `within`.
-pub(crate) async fn eventually<T, F, Fut>(within: Duration, what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Ids hostile to key names: separators, hash-tag braces, glob and percent characters,
