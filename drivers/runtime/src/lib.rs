@@ -260,6 +260,15 @@ async fn run<R: Runtime>(
         if closing {
             break;
         }
+        // `future::or` polls the inbox first, so under steady traffic the timer branch may
+        // never win: due timers (request deadlines, response timeouts, retry delays, refreshes,
+        // plan waits) fire here on every pass, whatever woke the task.
+        if let Some(at) = deadline {
+            let now = Instant::now();
+            if at <= now {
+                shell.handle_timeout(now);
+            }
+        }
         deadline = drain(&mut shell, &tx, &mut tasks);
     }
     shell.close(Instant::now());
