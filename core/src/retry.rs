@@ -54,6 +54,40 @@ pub fn classify(err: &ServerError, fallback_host: &str) -> Decision {
     }
 }
 
+/// What an error reply to the connection handshake (`AUTH`, or `PING` without credentials)
+/// means for the connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handshake {
+    /// The credentials were refused: no request can succeed on this node until the
+    /// configuration changes, so none is retried.
+    Refused,
+    /// The node is reachable but not serving yet (`LOADING` to a `PING`): the connection is
+    /// usable, and requests back off on their own `LOADING` replies.
+    Usable,
+    /// Anything else (`max number of clients reached`, `BUSY`, `LOADING` to an `AUTH`, ...):
+    /// a failed connect, retried with backoff.
+    Failed,
+}
+
+/// Classifies an error reply to the handshake. Only the credential errors of every server
+/// version mean [`Handshake::Refused`]: `WRONGPASS`, `NOAUTH` and `NOPERM` (Redis 6+ and
+/// Valkey), and the `ERR` texts of servers older than 6 or without a password configured.
+pub fn handshake(err: &ServerError, with_auth: bool) -> Handshake {
+    let text = err.text();
+    match err.code() {
+        "WRONGPASS" | "NOAUTH" | "NOPERM" => Handshake::Refused,
+        "ERR"
+            if text.contains("invalid password")
+                || text.contains("without any password configured")
+                || text.contains("no password is set") =>
+        {
+            Handshake::Refused
+        }
+        "LOADING" if !with_auth => Handshake::Usable,
+        _ => Handshake::Failed,
+    }
+}
+
 /// How retryable replies and unreachable nodes are retried (the seed's `withClusterRetry`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -158,6 +192,33 @@ mod tests {
         assert_eq!(c("ERR wrong number of arguments"), Decision::Final);
         assert_eq!(c("CROSSSLOT Keys in request"), Decision::Final);
         assert_eq!(c("MOVED nonsense"), Decision::Final);
+    }
+
+    #[test]
+    fn only_credential_errors_refuse_a_handshake() {
+        let h = |text: &str, auth| handshake(&ServerError::new(text), auth);
+        for text in [
+            "WRONGPASS invalid username-password pair or user is disabled.",
+            "NOAUTH Authentication required.",
+            "NOPERM this user has no permissions to run the 'ping' command",
+            "ERR invalid password",
+            "ERR AUTH <password> called without any password configured for the default user. \
+             Are you sure your configuration is correct?",
+            "ERR Client sent AUTH, but no password is set",
+        ] {
+            assert_eq!(h(text, true), Handshake::Refused, "{text}");
+        }
+        for text in [
+            "ERR max number of clients reached",
+            "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+            "LOADING Redis is loading the dataset in memory",
+            "MASTERDOWN Link with MASTER is down",
+            "ERR unknown command",
+        ] {
+            assert_eq!(h(text, true), Handshake::Failed, "{text}");
+        }
+        assert_eq!(h("LOADING loading", false), Handshake::Usable);
+        assert_eq!(h("BUSY busy", false), Handshake::Failed);
     }
 
     #[test]

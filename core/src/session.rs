@@ -68,7 +68,7 @@ use crate::error::Error;
 use crate::keys::SLOT_COUNT;
 use crate::plan::{Plan, Reply, Step};
 use crate::request::{encode_args, Access, Request, Route};
-use crate::retry::{classify, Decision, Jitter, RetryPolicy};
+use crate::retry::{classify, handshake, Decision, Handshake, Jitter, RetryPolicy};
 use crate::topology::{parse_cluster_slots, NodeAddr, Topology};
 use crate::value::{from_frame, Frame, ServerError};
 
@@ -570,6 +570,10 @@ enum Loss {
     Connect(String),
     /// The server refused `AUTH`: no request can succeed on this node, so none is retried.
     Auth(String),
+    /// The server answered the handshake with another error (`max number of clients
+    /// reached`, `BUSY`, ...): a failed connect that passes, so its requests back off and
+    /// retry even on a single node.
+    Refused(String),
     /// An open connection died: closed by the peer, a protocol error, a response timeout.
     Lost(String),
 }
@@ -606,8 +610,18 @@ struct Refresh {
     last_started: Option<Instant>,
     /// The map was found stale while a round was running: run another one after it.
     again: bool,
+    /// A failed round backs off until then, whatever news asks for a refresh meanwhile.
+    not_before: Option<Instant>,
     failures: u32,
     last_error: Option<Error>,
+}
+
+/// A node whose connect failed: it is not dialled again before `until`.
+#[derive(Clone, Copy, Debug)]
+struct Down {
+    /// Connect failures in a row; the backoff grows with them.
+    failures: u32,
+    until: Instant,
 }
 
 /// The routing session. See the module docs for the driver contract.
@@ -619,6 +633,8 @@ pub struct Session {
     nodes: Vec<NodeAddr>,
     node_ids: BTreeMap<NodeAddr, NodeId>,
     node_conn: BTreeMap<NodeId, ConnId>,
+    /// Nodes in connect backoff: one dial per backoff period, however many requests arrive.
+    down: BTreeMap<NodeId, Down>,
     slots: SlotTable,
     map_loaded: bool,
     conns: BTreeMap<ConnId, Conn>,
@@ -663,6 +679,7 @@ impl Session {
             nodes: Vec::new(),
             node_ids: BTreeMap::new(),
             node_conn: BTreeMap::new(),
+            down: BTreeMap::new(),
             slots: SlotTable::default(),
             map_loaded: false,
             conns: BTreeMap::new(),
@@ -1190,7 +1207,14 @@ impl Session {
                 Route::AnyMaster => {
                     let masters = self.masters();
                     let ready = masters.iter().copied().find(|&n| self.is_ready(n));
+                    let up = || {
+                        masters
+                            .iter()
+                            .copied()
+                            .find(|n| self.down.get(n).is_none_or(|d| d.until <= now))
+                    };
                     ready
+                        .or_else(up)
                         .or_else(|| masters.first().copied())
                         .map(|n| (n, false))
                 }
@@ -1205,7 +1229,24 @@ impl Session {
             }
         };
         match target {
-            Some((node, asking)) => self.send_to(now, node, r, asking),
+            Some((node, asking)) => {
+                // A node in connect backoff gets no new dial: the request waits for the
+                // backoff to end (no attempt counted), then routes again, maybe elsewhere.
+                let backoff = self.down.get(&node).map(|d| d.until).filter(|&t| t > now);
+                match backoff {
+                    Some(until) if !self.node_conn.contains_key(&node) => {
+                        if let Some(state) = self.req_mut(r) {
+                            if asking {
+                                state.ask = Some(node);
+                            } else if pinned.is_some() {
+                                state.pinned = Some(node);
+                            }
+                        }
+                        self.timers.insert((until, Timer::Backoff(r)));
+                    }
+                    _ => self.send_to(now, node, r, asking),
+                }
+            }
             None => {
                 // The first map is on its way (or will be): a running round is not stale, so
                 // it is not followed by another.
@@ -1281,6 +1322,7 @@ impl Session {
             return;
         };
         c.state = ConnState::Ready;
+        self.down.remove(&c.node);
         if !c.outbox.is_empty() {
             self.dirty.insert(conn);
         }
@@ -1300,13 +1342,15 @@ impl Session {
         match pending {
             Pending::Asking => {}
             Pending::Handshake => match frame {
-                // A node that is still loading answers PING with LOADING: it is reachable,
-                // and requests back off on their own LOADING replies.
-                Err(e) if self.config.auth.is_some() || !is_loading(&e) => {
-                    self.outputs.push_back(Output::Close { conn });
-                    self.drop_conn(now, conn, Loss::Auth(e.to_string()));
-                }
-                _ => self.become_ready(conn),
+                Ok(_) => self.become_ready(conn),
+                Err(e) => match handshake(&e, self.config.auth.is_some()) {
+                    Handshake::Usable => self.become_ready(conn),
+                    Handshake::Refused => self.drop_conn(now, conn, Loss::Auth(e.to_string())),
+                    Handshake::Failed => {
+                        let reason = format!("the handshake was refused: {e}");
+                        self.drop_conn(now, conn, Loss::Refused(reason));
+                    }
+                },
             },
             Pending::Topology(round) => self.on_topology(now, round, node, Ok(frame)),
             Pending::Request { req, asking } => self.on_reply(now, req, node, asking, frame),
@@ -1386,21 +1430,25 @@ impl Session {
             .map(|c| self.nodes[c.node].to_string())
             .unwrap_or_default();
         tracing::warn!(%addr, %detail, "closing a connection after a protocol error");
-        self.outputs.push_back(Output::Close { conn });
         self.drop_conn(now, conn, Loss::Lost(format!("protocol error: {detail}")));
     }
 
-    /// Forgets a connection and settles everything that was on it.
+    /// Forgets a connection, tells the driver to release it, and settles everything that was
+    /// on it.
     ///
     /// A sent write ends with [`Error::ReplyLost`]: it may have run, so it is never re-sent. A
     /// sent read is retried. A request never written is retried, except when retrying cannot
     /// help: a refused `AUTH`, or a single node that could not be reached (the answer is then
     /// `Connect` within the connect timeout instead of seconds of retries; a cluster node may
-    /// be failing over, so cluster requests retry and the map is refreshed).
+    /// be failing over, so cluster requests retry and the map is refreshed). A node whose
+    /// connect failed is not dialled again before its backoff ends.
     fn drop_conn(&mut self, now: Instant, conn: ConnId, loss: Loss) {
         let Some(c) = self.conns.remove(&conn) else {
             return;
         };
+        // Every forgotten connection is released by the driver, whoever ended it: its tasks
+        // and its socket would otherwise outlive it.
+        self.outputs.push_back(Output::Close { conn });
         if self.node_conn.get(&c.node) == Some(&conn) {
             self.node_conn.remove(&c.node);
         }
@@ -1410,10 +1458,18 @@ impl Session {
         }
         let addr = self.nodes[c.node].to_string();
         let connected = c.state == ConnState::Ready;
-        let (reason, fatal) = match loss {
-            Loss::Connect(reason) | Loss::Lost(reason) => (reason, false),
-            Loss::Auth(reason) => (reason, true),
+        let (reason, fatal, passing) = match loss {
+            Loss::Connect(reason) | Loss::Lost(reason) => (reason, false, false),
+            Loss::Auth(reason) => (reason, true, false),
+            Loss::Refused(reason) => (reason, false, true),
         };
+        if !connected {
+            let failures = self.down.get(&c.node).map_or(0, |d| d.failures) + 1;
+            let delay = self.config.retry.delay(failures, self.jitter.next_factor());
+            if let Some(until) = after(now, delay) {
+                self.down.insert(c.node, Down { failures, until });
+            }
+        }
         let not_sent = if fatal {
             Error::Auth {
                 addr: self.dial_addr(c.node).to_string(),
@@ -1430,7 +1486,7 @@ impl Session {
             }
         };
         let lost = Error::ReplyLost { addr, reason };
-        let give_up = fatal || (!self.cluster && !connected);
+        let give_up = fatal || (!self.cluster && !connected && !passing);
         for (pending, _) in c.in_flight {
             match pending {
                 Pending::Request { req, .. } => {
@@ -1523,7 +1579,6 @@ impl Session {
             self.schedule_check(conn, due);
             return;
         }
-        self.outputs.push_back(Output::Close { conn });
         if connecting {
             tracing::warn!(%addr, "connect timed out");
             let reason = format!("no connection within {connect_timeout:?}");
@@ -1556,7 +1611,8 @@ impl Session {
             .refresh
             .last_started
             .and_then(|t| after(t, self.config.refresh_min_interval))
-            .unwrap_or(now);
+            .unwrap_or(now)
+            .max(self.refresh.not_before.unwrap_or(now));
         if earliest <= now {
             self.start_refresh(now);
         } else {
@@ -1564,8 +1620,10 @@ impl Session {
         }
     }
 
-    /// Arms the refresh timer for `at`, unless it is armed earlier.
+    /// Arms the refresh timer for `at` (not before a failed round's backoff ends), unless it
+    /// is armed earlier.
     fn set_refresh_timer(&mut self, at: Instant) {
+        let at = at.max(self.refresh.not_before.unwrap_or(at));
         let armed: Vec<(Instant, Timer)> = self
             .timers
             .iter()
@@ -1593,6 +1651,9 @@ impl Session {
         let mut unique: Vec<NodeId> = Vec::new();
         let ready = masters.iter().copied().filter(|&n| self.is_ready(n));
         let idle = masters.iter().copied().filter(|&n| !self.is_ready(n));
+        // A node in connect backoff is asked last: a round must not dial it again early.
+        let in_backoff = |n: &NodeId| self.down.get(n).is_some_and(|d| d.until > now);
+        let (idle_down, idle): (Vec<NodeId>, Vec<NodeId>) = idle.partition(in_backoff);
         let roots: Vec<NodeId> = match &self.config.endpoints {
             Endpoints::Cluster(roots) => roots
                 .iter()
@@ -1600,9 +1661,23 @@ impl Session {
                 .collect(),
             Endpoints::Single(_) => Vec::new(),
         };
-        for n in ready.chain(idle).chain(roots).chain(0..self.nodes.len()) {
+        let (roots_down, roots): (Vec<NodeId>, Vec<NodeId>) =
+            roots.into_iter().partition(in_backoff);
+        for n in ready.chain(idle).chain(roots) {
             if !unique.contains(&n) {
                 unique.push(n);
+            }
+        }
+        // Nodes in backoff, and nodes outside the map, only when no other node is left.
+        if unique.is_empty() {
+            for n in idle_down
+                .into_iter()
+                .chain(roots_down)
+                .chain(0..self.nodes.len())
+            {
+                if !unique.contains(&n) {
+                    unique.push(n);
+                }
             }
         }
         let Some(&first) = unique.first() else {
@@ -1681,6 +1756,7 @@ impl Session {
         let best = self.refresh.best.take().filter(|t| t.coverage() > 0);
         if let Some(topo) = best {
             self.refresh.failures = 0;
+            self.refresh.not_before = None;
             self.apply_topology(&topo);
             if let Some(next) = after(now, self.config.refresh_interval) {
                 self.set_refresh_timer(next);
@@ -1719,6 +1795,7 @@ impl Session {
             .delay(failures, self.jitter.next_factor())
             .max(self.config.refresh_min_interval);
         if let Some(at) = after(now, delay) {
+            self.refresh.not_before = Some(at);
             self.set_refresh_timer(at);
         }
     }
@@ -1737,10 +1814,6 @@ impl Session {
         let waiting = std::mem::take(&mut self.unrouted);
         self.to_dispatch.extend(waiting);
     }
-}
-
-fn is_loading(e: &ServerError) -> bool {
-    e.code() == "LOADING"
 }
 
 #[cfg(test)]
