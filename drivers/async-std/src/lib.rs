@@ -33,7 +33,7 @@ use bytes::BytesMut;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 
 pub use botmesh_redis_core::*;
-pub use botmesh_redis_runtime::Runtime;
+pub use botmesh_redis_runtime::{ClientStats, Runtime};
 use botmesh_redis_runtime::{ReadHalf, WriteHalf};
 
 /// A client on async-std / smol.

@@ -27,6 +27,7 @@ use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::io;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -108,12 +109,54 @@ enum Msg<R: Runtime> {
     Close,
 }
 
+/// What a client's driver has done and holds, for monitoring (see [`Client::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientStats {
+    /// TCP connects started since the client was created.
+    pub dials: u64,
+    /// The client's tasks alive now: the session task, and each connection's connect, reader
+    /// and flusher tasks. Bounded by the number of nodes however connections come and go.
+    pub tasks: u64,
+    /// Connections whose task handles the driver holds (open, opening, or closing).
+    pub connections: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    dials: AtomicU64,
+    tasks: AtomicU64,
+    connections: AtomicU64,
+}
+
+/// Counts a task as alive from its spawning until it ends or is cancelled.
+struct Alive(Arc<Counters>);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.tasks.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn counted<F: Future<Output = ()> + Send + 'static>(
+    counters: &Arc<Counters>,
+    task: F,
+) -> impl Future<Output = ()> + Send + 'static {
+    counters.tasks.fetch_add(1, Ordering::Relaxed);
+    let alive = Alive(Arc::clone(counters));
+    async move {
+        let _alive = alive;
+        task.await;
+    }
+}
+
 /// The tasks of the session's connections; dropping a task cancels it.
 struct Tasks<R: Runtime> {
     /// Connect and reader tasks, per connection.
     conns: HashMap<ConnId, Vec<R::Task>>,
     /// The one flusher a connection may have at a time.
     flushers: HashMap<ConnId, R::Task>,
+    counters: Arc<Counters>,
 }
 
 /// A connection to a Redis node or cluster: runs plans, shared by cloning.
@@ -131,6 +174,7 @@ impl<R: Runtime> Clone for Client<R> {
 
 struct Shared<R: Runtime> {
     tx: Tx<R>,
+    counters: Arc<Counters>,
     closed: async_channel::Receiver<()>,
     cluster: bool,
     _runtime: PhantomData<fn() -> R>,
@@ -174,10 +218,13 @@ impl<R: Runtime> Client<R> {
         let shell = Shell::new(config, Instant::now());
         let (tx, rx) = futures_channel::mpsc::unbounded();
         let (closed_tx, closed) = async_channel::bounded(1);
-        R::spawn_detached(run::<R>(shell, tx.clone(), rx, closed_tx));
+        let counters = Arc::new(Counters::default());
+        let session = run::<R>(shell, tx.clone(), rx, closed_tx, Arc::clone(&counters));
+        R::spawn_detached(counted(&counters, session));
         Ok(Client {
             shared: Arc::new(Shared {
                 tx,
+                counters,
                 closed,
                 cluster: options.is_cluster(),
                 _runtime: PhantomData,
@@ -188,6 +235,16 @@ impl<R: Runtime> Client<R> {
     /// Whether this client talks to a cluster.
     pub fn is_cluster(&self) -> bool {
         self.shared.cluster
+    }
+
+    /// What the driver has done and holds now: dials made, tasks alive.
+    pub fn stats(&self) -> ClientStats {
+        let counters = &self.shared.counters;
+        ClientStats {
+            dials: counters.dials.load(Ordering::Relaxed),
+            tasks: counters.tasks.load(Ordering::Relaxed),
+            connections: counters.connections.load(Ordering::Relaxed),
+        }
     }
 
     /// Ends every pending plan (see [`Error::Closed`]), closes every connection and waits for
@@ -216,10 +273,12 @@ async fn run<R: Runtime>(
     tx: Tx<R>,
     mut rx: Rx<R>,
     _closed: async_channel::Sender<()>,
+    counters: Arc<Counters>,
 ) {
     let mut tasks = Tasks::<R> {
         conns: HashMap::new(),
         flushers: HashMap::new(),
+        counters,
     };
     let mut deadline: Option<Instant> = None;
     loop {
@@ -354,10 +413,10 @@ fn write<R: Runtime>(
     };
     let rest = bytes[written..].to_vec();
     let tx = tx.clone();
-    let flusher = R::spawn(async move {
+    let flusher = R::spawn(counted(&tasks.counters, async move {
         let result = half.write_all(&rest).await;
         let _ = tx.unbounded_send(Msg::Flushed(conn, half, result));
-    });
+    }));
     tasks.flushers.insert(conn, flusher);
 }
 
@@ -374,7 +433,9 @@ fn drain<R: Runtime>(
                 dial,
                 timeout,
             } => {
-                let task = R::spawn(open::<R>(conn, dial, timeout, tx.clone()));
+                tasks.counters.dials.fetch_add(1, Ordering::Relaxed);
+                let open = open::<R>(conn, dial, timeout, tx.clone(), Arc::clone(&tasks.counters));
+                let task = R::spawn(counted(&tasks.counters, open));
                 tasks.conns.entry(conn).or_default().push(task);
             }
             Action::Write { conn, bytes } => {
@@ -387,19 +448,30 @@ fn drain<R: Runtime>(
                 tasks.conns.remove(&conn);
                 tasks.flushers.remove(&conn);
                 if let Some(WriteSide::Ready(mut half)) = writer {
-                    R::spawn_detached(async move { half.shutdown().await });
+                    let shutdown = async move { half.shutdown().await };
+                    R::spawn_detached(counted(&tasks.counters, shutdown));
                 }
             }
             Action::Complete { waiter, completion } => {
                 let _ = waiter.send(completion);
             }
-            Action::Wait { until } => return until,
+            Action::Wait { until } => {
+                let held = tasks.conns.len() as u64;
+                tasks.counters.connections.store(held, Ordering::Relaxed);
+                return until;
+            }
         }
     }
 }
 
 /// Opens one connection and starts its reader.
-async fn open<R: Runtime>(conn: ConnId, dial: NodeAddr, timeout: Duration, tx: Tx<R>) {
+async fn open<R: Runtime>(
+    conn: ConnId,
+    dial: NodeAddr,
+    timeout: Duration,
+    tx: Tx<R>,
+    counters: Arc<Counters>,
+) {
     let event = |event| Msg::Event(event);
     let connect = async { R::connect(&dial).await.map_err(|e| e.to_string()) };
     let deadline = async {
@@ -414,7 +486,7 @@ async fn open<R: Runtime>(conn: ConnId, dial: NodeAddr, timeout: Duration, tx: T
         }
     };
     let reader_tx = tx.clone();
-    let reader = R::spawn(async move {
+    let reader = R::spawn(counted(&counters, async move {
         let mut buf = BytesMut::with_capacity(64 * 1024);
         let reason = loop {
             if buf.capacity() - buf.len() < 16 * 1024 {
@@ -435,7 +507,7 @@ async fn open<R: Runtime>(conn: ConnId, dial: NodeAddr, timeout: Duration, tx: T
             }
         };
         let _ = reader_tx.unbounded_send(event(Event::Closed { conn, reason }));
-    });
+    }));
     let _ = tx.unbounded_send(Msg::Reader(conn, reader));
     let writer = WriteSide::Ready(write);
     let _ = tx.unbounded_send(event(Event::Connected { conn, writer }));

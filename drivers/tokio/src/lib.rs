@@ -27,7 +27,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
 pub use botmesh_redis_core::*;
-pub use botmesh_redis_runtime::Runtime;
+pub use botmesh_redis_runtime::{ClientStats, Runtime};
 use botmesh_redis_runtime::{ReadHalf, WriteHalf};
 
 /// A client on tokio. Must be started within a tokio runtime (multi-thread or current-thread).
