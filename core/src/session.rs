@@ -1336,6 +1336,13 @@ impl Session {
         };
         let node = c.node;
         let Some((pending, _)) = c.in_flight.pop_front() else {
+            // A server may speak before it is asked, to refuse a client it cannot take:
+            // that is a failed connect, not a broken protocol.
+            if let (false, Err(e)) = (c.state == ConnState::Ready, &frame) {
+                let reason = format!("the handshake was refused: {e}");
+                self.drop_conn(now, conn, Loss::Refused(reason));
+                return;
+            }
             self.protocol_failure(now, conn, "a reply with no request".into());
             return;
         };

@@ -485,6 +485,10 @@ async fn open<R: Runtime>(
             return;
         }
     };
+    // Connected goes first: a server that speaks before it is asked (`max number of clients
+    // reached` on accept) must not have its words reach the session ahead of the connection.
+    let writer = WriteSide::Ready(write);
+    let _ = tx.unbounded_send(event(Event::Connected { conn, writer }));
     let reader_tx = tx.clone();
     let reader = R::spawn(counted(&counters, async move {
         let mut buf = BytesMut::with_capacity(64 * 1024);
@@ -509,6 +513,4 @@ async fn open<R: Runtime>(
         let _ = reader_tx.unbounded_send(event(Event::Closed { conn, reason }));
     }));
     let _ = tx.unbounded_send(Msg::Reader(conn, reader));
-    let writer = WriteSide::Ready(write);
-    let _ = tx.unbounded_send(event(Event::Connected { conn, writer }));
 }
