@@ -37,6 +37,7 @@ pub mod coord;
 pub mod coordinator;
 pub mod error;
 pub mod executor;
+pub mod framing;
 pub mod keys;
 pub mod layout;
 pub mod options;

@@ -65,6 +65,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 
 use crate::error::Error;
+use crate::framing::{FrameScan, Scanned};
 use crate::keys::SLOT_COUNT;
 use crate::plan::{Plan, Reply, Step};
 use crate::request::{encode_args, Access, Request, Route};
@@ -556,6 +557,8 @@ struct Conn {
     state: ConnState,
     opened: Instant,
     read_buf: BytesMut,
+    /// How far the reply at the front of `read_buf` has been framed.
+    scan: FrameScan,
     /// Written and unanswered, in wire order, each with the time it was written.
     in_flight: VecDeque<(Pending, Instant)>,
     /// Routed here and not yet written: written at the next drain once the connection is ready.
@@ -821,26 +824,47 @@ impl Session {
             c.read_buf.unsplit(data);
         }
         // Every complete frame is handled; a frame may drop the connection (a refused AUTH).
+        // The scan finds where a reply ends (resuming after each read, refusing deep nesting)
+        // before the decoder sees it, so each reply is decoded once, whatever the cuts.
         while let Some(c) = self.conns.get_mut(&conn) {
             let cap = self.config.max_read_buffer;
             let too_big = || format!("a reply exceeds the {cap} byte read buffer cap");
-            match redis_protocol::resp2::decode::decode_bytes_mut(&mut c.read_buf) {
+            let len = match c.scan.scan(&c.read_buf) {
                 // The cap holds however the bytes were cut: a reply that arrived whole in one
                 // read is refused like one that grew past the cap.
-                Ok(Some((_, len, _))) if len > cap => {
+                Scanned::Complete(len) if len > cap => {
                     self.protocol_failure(now, conn, too_big());
                     break;
                 }
-                Ok(Some((frame, _, _))) => self.on_frame(now, conn, from_frame(frame)),
-                Ok(None) => {
+                Scanned::Complete(len) => len,
+                Scanned::Incomplete => {
                     if c.read_buf.len() > cap {
                         self.protocol_failure(now, conn, too_big());
                     }
                     break;
                 }
+                Scanned::Invalid(detail) => {
+                    // Nothing after bytes that are not RESP can be framed: the connection is
+                    // useless.
+                    self.protocol_failure(now, conn, detail);
+                    break;
+                }
+            };
+            match redis_protocol::resp2::decode::decode_bytes_mut(&mut c.read_buf) {
+                Ok(Some((frame, used, _))) if used == len => {
+                    self.on_frame(now, conn, from_frame(frame))
+                }
+                Ok(Some((_, used, _))) => {
+                    let detail = format!("a reply framed as {len} bytes decoded as {used}");
+                    self.protocol_failure(now, conn, detail);
+                    break;
+                }
+                Ok(None) => {
+                    let detail = format!("a reply framed as {len} bytes did not decode");
+                    self.protocol_failure(now, conn, detail);
+                    break;
+                }
                 Err(e) => {
-                    // The decoder leaves a malformed buffer as it was: nothing after it can be
-                    // framed, so the connection is useless.
                     self.protocol_failure(now, conn, e.to_string());
                     break;
                 }
@@ -1271,6 +1295,7 @@ impl Session {
                 state: ConnState::Connecting,
                 opened: now,
                 read_buf: BytesMut::new(),
+                scan: FrameScan::default(),
                 in_flight: VecDeque::new(),
                 outbox: Vec::new(),
                 check_at: None,

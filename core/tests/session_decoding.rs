@@ -122,3 +122,44 @@ fn a_reply_past_the_read_buffer_cap_closes_the_connection() {
         Ok(Value::Status("OK".into()))
     );
 }
+
+#[test]
+fn a_reply_nested_without_end_closes_the_connection_instead_of_the_stack() {
+    let mut h = cluster();
+    let a = h.sim.master(0);
+    let key = h.sim.keys_on(&a, 1).remove(0);
+    h.run_one(set(&key, "v")).unwrap();
+    // `*1\r\n` a hundred thousand times: a recursive decoder overflows its stack on it.
+    let hostile = b"*1\r\n".repeat(100_000);
+    h.sim
+        .add_rule(Rule::raw(hostile).commands(&["INCR"]).times(1));
+    // A write, so that the lost reply is reported rather than asked again.
+    match h.run_one(incr(&format!("{key}-n"))) {
+        Err(Error::ReplyLost { reason, .. }) => assert_eq!(
+            reason,
+            "protocol error: a reply nested deeper than 64 arrays"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(h.wires_to(&a)[0].closed);
+    assert_eq!(h.run_one(get(&key)), Ok(Value::from("v")));
+}
+
+#[test]
+fn a_large_reply_read_in_small_pieces_is_decoded_once() {
+    // 20,000 elements read a byte at a time: decoding from the start after every read walks
+    // the reply 80,000 times, about 3 GB of parsing; the scan resumes, the decoder runs once.
+    let mut h = cluster();
+    let a = h.sim.master(0);
+    let key = h.sim.keys_on(&a, 1).remove(0);
+    let mut reply = b"*20000\r\n".to_vec();
+    for _ in 0..20_000 {
+        reply.extend_from_slice(b":1\r\n");
+    }
+    h.sim.add_rule(Rule::raw(reply).commands(&["GET"]).times(1));
+    h.set_chunking(Chunking::Bytewise);
+    match h.run_one(get(&key)) {
+        Ok(Value::Array(items)) => assert_eq!(items.len(), 20_000),
+        other => panic!("{other:?}"),
+    }
+}

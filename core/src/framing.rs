@@ -1,0 +1,191 @@
+//! Where the next reply ends in a read buffer, found before it is decoded.
+//!
+//! `redis-protocol` decodes a reply recursively and from the start of the buffer each time:
+//! fine for a complete reply, but a hostile or unlucky stream hurts it in two ways. A reply
+//! nested a hundred thousand arrays deep (`*1\r\n` repeated) overflows the stack, and a large
+//! reply that arrives in small reads is decoded again from its first byte after every read,
+//! which is quadratic in its size. [`FrameScan`] walks the framing only (type bytes, length
+//! lines, bulk payloads) with an explicit stack and a depth limit, remembers how far it got
+//! between reads, and says where a complete reply ends; the session hands exactly that
+//! reply to the decoder, once.
+
+/// Arrays nested deeper than this are refused. Redis replies nest a few levels (`CLUSTER
+/// SLOTS` three, `EXEC` of those four); 64 leaves room for any command and for scripts.
+pub const MAX_DEPTH: usize = 64;
+
+/// What [`FrameScan::scan`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scanned {
+    /// A complete reply takes the first `len` bytes of the buffer.
+    Complete(usize),
+    /// More bytes are needed.
+    Incomplete,
+    /// The bytes are not RESP2, or nest deeper than [`MAX_DEPTH`].
+    Invalid(String),
+}
+
+/// The scan of the reply at the front of a buffer, resumed after each read.
+#[derive(Debug, Default)]
+pub struct FrameScan {
+    /// Bytes of the reply walked so far.
+    pos: usize,
+    /// Where the search for the current line's CRLF goes on.
+    searched: usize,
+    /// Bytes of a bulk payload (with its CRLF) still to skip.
+    bulk: Option<usize>,
+    /// Elements still to come in each open array, outermost first.
+    open: Vec<u64>,
+}
+
+impl FrameScan {
+    /// Scans `buf`, which starts with the reply being scanned and holds at least the bytes
+    /// seen by earlier calls. After [`Scanned::Complete`] the scan starts afresh: the caller
+    /// removes the reply from the front of its buffer.
+    pub fn scan(&mut self, buf: &[u8]) -> Scanned {
+        loop {
+            if let Some(skip) = self.bulk {
+                match self.pos.checked_add(skip) {
+                    Some(end) if end <= buf.len() => {
+                        self.pos = end;
+                        self.bulk = None;
+                    }
+                    _ => return Scanned::Incomplete,
+                }
+            } else {
+                let Some(&kind) = buf.get(self.pos) else {
+                    return Scanned::Incomplete;
+                };
+                let from = self.searched.max(self.pos + 1);
+                let Some(lf) = buf[from..].iter().position(|&b| b == b'\n') else {
+                    // A CRLF split between reads: look at the `\r` again next time.
+                    self.searched = buf.len().saturating_sub(1).max(self.pos + 1);
+                    return Scanned::Incomplete;
+                };
+                let end = from + lf;
+                if buf[end - 1] != b'\r' || end - 1 < self.pos + 1 {
+                    return Scanned::Invalid("a line not ended by CRLF".into());
+                }
+                let line = &buf[self.pos + 1..end - 1];
+                self.pos = end + 1;
+                self.searched = 0;
+                match kind {
+                    b'+' | b'-' | b':' => {}
+                    b'$' => match length(line) {
+                        Some(-1) => {}
+                        Some(n) if n >= 0 => {
+                            self.bulk = usize::try_from(n).ok().and_then(|n| n.checked_add(2));
+                            if self.bulk.is_none() {
+                                return Scanned::Invalid("a bulk string too long".into());
+                            }
+                            continue;
+                        }
+                        _ => return Scanned::Invalid("a bad bulk string length".into()),
+                    },
+                    b'*' => match length(line) {
+                        Some(-1 | 0) => {}
+                        Some(n) if n > 0 => {
+                            if self.open.len() >= MAX_DEPTH {
+                                return Scanned::Invalid(format!(
+                                    "a reply nested deeper than {MAX_DEPTH} arrays"
+                                ));
+                            }
+                            self.open.push(n.unsigned_abs());
+                            continue;
+                        }
+                        _ => return Scanned::Invalid("a bad array length".into()),
+                    },
+                    other => return Scanned::Invalid(format!("an unknown type byte {other:#04x}")),
+                }
+            }
+            // An element ended: it may end its arrays too, and then the reply.
+            loop {
+                match self.open.last_mut() {
+                    Some(left) if *left > 1 => {
+                        *left -= 1;
+                        break;
+                    }
+                    Some(_) => {
+                        self.open.pop();
+                    }
+                    None => {
+                        let len = self.pos;
+                        *self = FrameScan {
+                            open: std::mem::take(&mut self.open),
+                            ..FrameScan::default()
+                        };
+                        return Scanned::Complete(len);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A length line: an optional `-` and at most 19 digits.
+fn length(line: &[u8]) -> Option<i64> {
+    if line.is_empty() || line.len() > 20 {
+        return None;
+    }
+    std::str::from_utf8(line).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn whole(bytes: &[u8]) -> Scanned {
+        FrameScan::default().scan(bytes)
+    }
+
+    #[test]
+    fn every_kind_of_reply_ends_where_it_ends() {
+        for reply in [
+            &b"+OK\r\n"[..],
+            b"-ERR x\r\n",
+            b":-12\r\n",
+            b"$-1\r\n",
+            b"$0\r\n\r\n",
+            b"$4\r\nab\r\n\r\n",
+            b"*-1\r\n",
+            b"*0\r\n",
+            b"*2\r\n$1\r\na\r\n*2\r\n:1\r\n*0\r\n",
+        ] {
+            let mut buf = reply.to_vec();
+            buf.extend_from_slice(b"+NEXT\r\n");
+            assert_eq!(whole(&buf), Scanned::Complete(reply.len()), "{reply:?}");
+        }
+    }
+
+    #[test]
+    fn a_scan_resumes_where_it_stopped() {
+        let reply = b"*3\r\n$5\r\nhello\r\n:7\r\n*1\r\n+x\r\n";
+        let mut scan = FrameScan::default();
+        for cut in 0..reply.len() {
+            assert_eq!(scan.scan(&reply[..cut]), Scanned::Incomplete, "cut {cut}");
+        }
+        assert_eq!(scan.scan(reply), Scanned::Complete(reply.len()));
+        // Afresh for the next reply.
+        assert_eq!(scan.scan(b":1\r\n"), Scanned::Complete(4));
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_without_recursion() {
+        let hostile = b"*1\r\n".repeat(100_000);
+        assert_eq!(
+            whole(&hostile),
+            Scanned::Invalid("a reply nested deeper than 64 arrays".into())
+        );
+        let mut deep = b"*1\r\n".repeat(MAX_DEPTH);
+        deep.extend_from_slice(b":1\r\n");
+        assert_eq!(whole(&deep), Scanned::Complete(deep.len()));
+    }
+
+    #[test]
+    fn bad_framing_is_invalid() {
+        for bytes in [&b"?x\r\n"[..], b"$x\r\n", b"*-2\r\n", b"$-5\r\n", b"+a\n"] {
+            assert!(matches!(whole(bytes), Scanned::Invalid(_)), "{bytes:?}");
+        }
+        // A huge announced length waits for its bytes: the session's buffer cap ends it.
+        assert_eq!(whole(b"$9223372036854775807\r\nab"), Scanned::Incomplete);
+    }
+}
