@@ -125,6 +125,13 @@ pub enum Error {
         /// Replicas that acknowledged.
         acked: i64,
     },
+    /// A grant was answered, but the reply of the `WAIT` written with it was lost, so
+    /// whether replicas acknowledged it is unknown; it was given back.
+    #[error("{what} was granted, but whether replicas acknowledged it is unknown (the WAIT reply was lost); the grant was given back")]
+    ReplicationUnknown {
+        /// What was granted.
+        what: String,
+    },
     /// The client was closed before the request completed.
     #[error("the client is closed")]
     Closed,

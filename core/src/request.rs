@@ -48,6 +48,8 @@ pub struct Request {
     keys: Vec<Key>,
     route: Route,
     access: Access,
+    /// `WAIT replicas timeout_ms`, written right after the request (see [`Request::then_wait`]).
+    wait: Option<(u32, u64)>,
 }
 
 /// A value that can be a command argument.
@@ -147,6 +149,7 @@ impl CommandBuilder {
             keys: self.keys,
             route,
             access: self.access,
+            wait: None,
         })
     }
 }
@@ -189,6 +192,7 @@ impl Request {
             keys,
             route,
             access,
+            wait: None,
         })
     }
 
@@ -225,14 +229,27 @@ impl Request {
             keys,
             route: Route::AnyMaster,
             access,
+            wait: None,
         }
     }
 
-    /// Sends this keyless request where `other` goes: `WAIT` after a grant reaches the grant's
-    /// master, on the connection that carried it.
-    pub fn routed_like(mut self, other: &Request) -> Request {
-        self.route = other.route.clone();
+    /// Follows this request with `WAIT replicas timeout_ms` in the same write on the same
+    /// connection, as `ASKING` precedes its command: `WAIT` counts the writes of its own
+    /// connection, so only there does it say whether replicas acknowledged this one.
+    ///
+    /// The reply is then a two-element array: this request's value, and `WAIT`'s count, or its
+    /// error as a status starting with `-`, or nil when `WAIT`'s reply was lost (the write was
+    /// answered, its replication is unknown). An error reply to the request itself comes
+    /// as usual. The session refuses a timeout at or above its response timeout, which would
+    /// close the connection under the waiting `WAIT`.
+    pub fn then_wait(mut self, replicas: u32, timeout_ms: u64) -> Request {
+        self.wait = Some((replicas, timeout_ms));
         self
+    }
+
+    /// The `WAIT` that follows this request: replicas and timeout in milliseconds.
+    pub fn wait(&self) -> Option<(u32, u64)> {
+        self.wait
     }
 
     /// The script's name, or the command's name: what a log line or a snapshot calls it.
@@ -465,6 +482,9 @@ impl fmt::Display for Request {
         }
         if self.access == Access::Read {
             out.push_str(" read");
+        }
+        if let Some((replicas, ms)) = self.wait {
+            out.push_str(&format!(" then=[WAIT {replicas} {ms}]"));
         }
         out.push_str(" keys=[");
         for (i, k) in self.keys.iter().enumerate() {

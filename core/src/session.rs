@@ -71,7 +71,7 @@ use crate::plan::{Plan, Reply, Step};
 use crate::request::{encode_args, Access, Request, Route};
 use crate::retry::{classify, handshake, Decision, Handshake, Jitter, RetryPolicy};
 use crate::topology::{parse_cluster_slots, NodeAddr, Topology};
-use crate::value::{from_frame, Frame, ServerError};
+use crate::value::{from_frame, Frame, ServerError, Value};
 
 /// Credentials sent with `AUTH` when a connection opens.
 #[derive(Clone, PartialEq, Eq)]
@@ -527,6 +527,10 @@ enum Pending {
         asking: bool,
     },
     Asking,
+    /// The `WAIT` written right after `req` (see [`Request::then_wait`]).
+    Wait {
+        req: ReqRef,
+    },
     /// `AUTH`, or `PING` without credentials: the connection is usable only once a node
     /// answered, so a listener that never answers fails within the connect timeout.
     Handshake,
@@ -594,6 +598,8 @@ struct ReqState {
     with_source: bool,
     /// Handed to the driver and not answered: a write in this state may have run.
     sent: bool,
+    /// The request's own value while the `WAIT` written after it is unanswered.
+    granted: Option<Value>,
 }
 
 struct Op {
@@ -988,6 +994,16 @@ impl Session {
                     state.sent = true;
                     c.in_flight
                         .push_back((Pending::Request { req, asking }, now));
+                    // In the same write: nothing can come between the request and its WAIT.
+                    if let Some((replicas, ms)) = state.request.wait() {
+                        let wait = vec![
+                            Bytes::from_static(b"WAIT"),
+                            Bytes::from(replicas.to_string()),
+                            Bytes::from(ms.to_string()),
+                        ];
+                        encode_args(wait, buf);
+                        c.in_flight.push_back((Pending::Wait { req }, now));
+                    }
                 }
                 Queued::Topology(round) => {
                     // A round that ended while this query waited needs no answer.
@@ -1046,6 +1062,7 @@ impl Session {
                             pinned: None,
                             with_source: false,
                             sent: false,
+                            granted: None,
                         })
                         .collect();
                     // A deadline too far to represent is no deadline.
@@ -1201,9 +1218,21 @@ impl Session {
         let attempt = self.next_attempt;
         self.next_attempt += 1;
         let (cluster, map_loaded) = (self.cluster, self.map_loaded);
+        let response_timeout = self.config.response_timeout;
         let Some(state) = self.req_mut(r) else {
             return;
         };
+        if let Some((_, ms)) = state.request.wait() {
+            if Duration::from_millis(ms) >= response_timeout {
+                let error = Error::Config(format!(
+                    "a WAIT of {ms} ms is not below the response timeout of \
+                     {response_timeout:?}, which would close the connection under it"
+                ));
+                self.finish(r, Err(error));
+                return;
+            }
+        }
+        state.granted = None;
         state.attempt = attempt;
         let r = ReqRef { attempt, ..r };
         let (ask, pinned) = (state.ask.take(), state.pinned.take());
@@ -1386,15 +1415,39 @@ impl Session {
             },
             Pending::Topology(round) => self.on_topology(now, round, node, Ok(frame)),
             Pending::Request { req, asking } => self.on_reply(now, req, node, asking, frame),
+            Pending::Wait { req } => {
+                let wait = match frame {
+                    Ok(value) => value,
+                    Err(e) => Value::Status(Bytes::from(format!("-{e}"))),
+                };
+                self.finish_granted(req, wait);
+            }
         }
+    }
+
+    /// Ends a request that was followed by `WAIT`, once `WAIT` answered (or never will:
+    /// `wait` is then nil). A stale `WAIT` reply (its request was redirected, or failed) finds
+    /// no granted value and is dropped.
+    fn finish_granted(&mut self, r: ReqRef, wait: Value) {
+        let Some(granted) = self.req_mut(r).and_then(|s| s.granted.take()) else {
+            return;
+        };
+        self.finish(r, Ok(Value::Array(vec![granted, wait])));
     }
 
     fn on_reply(&mut self, now: Instant, r: ReqRef, node: NodeId, asking: bool, frame: Frame) {
         let cluster = self.cluster;
         let max_redirections = self.config.max_redirections;
         let error = match frame {
-            // `finish` ignores a stale reply.
-            Ok(value) => return self.finish(r, Ok(value)),
+            Ok(value) => {
+                // A request followed by WAIT completes with WAIT's reply.
+                if let Some(state) = self.req_mut(r).filter(|s| s.request.wait().is_some()) {
+                    state.granted = Some(value);
+                    return;
+                }
+                // `finish` ignores a stale reply.
+                return self.finish(r, Ok(value));
+            }
             Err(e) => e,
         };
         // A redirect may name no host; it then means the node that answered.
@@ -1529,6 +1582,8 @@ impl Session {
                     }
                 }
                 Pending::Topology(round) => self.on_topology(now, round, c.node, Err(lost.clone())),
+                // The request was answered, its WAIT was not: replication unknown.
+                Pending::Wait { req } => self.finish_granted(req, Value::Nil),
                 Pending::Asking | Pending::Handshake => {}
             }
         }

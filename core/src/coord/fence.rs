@@ -2,6 +2,7 @@
 //! (terms), and grants that wait for replicas (`WAIT`).
 
 use super::*;
+use crate::value::ServerError;
 
 /// A lock and a leadership are one primitive on different keys: a holder key with a TTL and a
 /// counter that hands out the fence (or term). A leadership may be taken again by its holder,
@@ -156,21 +157,19 @@ pub(super) type GiveBack = Box<dyn FnOnce(u64) -> Result<Request, Error> + Send>
 
 /// A grant (lock, leadership or lease) that is reported as won only once `replicas` replicas
 /// acknowledged it (`WAIT`); otherwise it is given back and the plan fails with
-/// [`Error::NotReplicated`] (or with the `WAIT` error). What this buys is in
-/// `docs/coordination.md`.
+/// [`Error::NotReplicated`], [`Error::ReplicationUnknown`] or the `WAIT` error. `WAIT` goes in
+/// the grant's own write, on its connection ([`Request::then_wait`]): on any other connection
+/// it would count other writes. What this buys is in `docs/coordination.md`.
 ///
 /// ```text
-/// grant ──nil──► Done(None)
-///   │ fence
+/// grant + WAIT n ms ──nil──► Done(None)
+///   │ fence, acked >= n ──► Done(Some(fence))
+///   │ fence, acked < n, WAIT's error, or WAIT's reply lost
 ///   ▼
-/// WAIT n ms ──acked >= n──► Done(Some(fence))
-///   │ acked < n, or an error
-///   ▼
-/// give back ──any reply──► Done(Err(NotReplicated | the WAIT error))
+/// give back ──any reply──► Done(Err(NotReplicated | ReplicationUnknown | the WAIT error))
 /// ```
 pub struct Replicated {
     grant: Option<Request>,
-    wait: Option<Request>,
     give_back: Option<GiveBack>,
     wanted: u32,
     what: String,
@@ -181,7 +180,6 @@ impl std::fmt::Debug for Replicated {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Replicated")
             .field("grant", &self.grant)
-            .field("wait", &self.wait)
             .field("wanted", &self.wanted)
             .field("what", &self.what)
             .field("state", &self.state)
@@ -192,7 +190,6 @@ impl std::fmt::Debug for Replicated {
 #[derive(Debug)]
 enum ReplicatedState {
     Granting,
-    Waiting(u64),
     GivingBack(Error),
     Finished,
 }
@@ -205,17 +202,9 @@ impl Replicated {
         timeout: Duration,
         what: String,
     ) -> Result<Replicated, Error> {
-        // WAIT counts the writes of its own connection: it goes to the grant's master, on the
-        // connection that carried the grant (one connection per master). It is marked a write
-        // so that a lost reply is never answered by sending it again.
-        let wait = Request::cmd(Access::Write, "WAIT")
-            .arg(replicas)
-            .arg(ttl_ms(timeout)?)
-            .build()?
-            .routed_like(&grant);
+        let grant = grant.then_wait(replicas, ttl_ms(timeout)?);
         Ok(Replicated {
             grant: Some(grant),
-            wait: Some(wait),
             give_back: Some(give_back),
             wanted: replicas,
             what,
@@ -279,30 +268,49 @@ impl Plan for Replicated {
             return Step::Done(Err(misuse("Replicated resumed without a reply")));
         };
         match std::mem::replace(&mut self.state, ReplicatedState::Finished) {
-            ReplicatedState::Granting => match reply.and_then(grant) {
-                Ok(Some(fence)) => match self.wait.take() {
-                    Some(wait) => {
-                        self.state = ReplicatedState::Waiting(fence);
-                        Step::Send(vec![wait])
+            ReplicatedState::Granting => {
+                let (granted, wait) = match reply {
+                    Ok(Value::Array(pair)) if pair.len() == 2 => {
+                        let mut pair = pair.into_iter();
+                        match (pair.next(), pair.next()) {
+                            (Some(granted), Some(wait)) => (granted, wait),
+                            _ => return Step::Done(Err(misuse("a grant without its WAIT"))),
+                        }
                     }
-                    None => Step::Done(Err(misuse("WAIT sent twice"))),
-                },
-                other => Step::Done(other),
-            },
-            ReplicatedState::Waiting(fence) => match reply.and_then(|v| v.as_i64()) {
-                Ok(acked) if acked >= i64::from(self.wanted) => Step::Done(Ok(Some(fence))),
-                Ok(acked) => {
-                    let error = Error::NotReplicated {
+                    Ok(other) => {
+                        return Step::Done(Err(Error::UnexpectedReply {
+                            detail: format!("a grant and its WAIT, got {other:?}"),
+                        }))
+                    }
+                    Err(e) => return Step::Done(Err(e)),
+                };
+                let fence = match grant(granted) {
+                    Ok(Some(fence)) => fence,
+                    other => return Step::Done(other),
+                };
+                // The grant stands on the server unless it is reported: a caller that sees an
+                // error must never hold it, so every shortfall gives it back.
+                let error = match wait {
+                    Value::Int(acked) if acked >= i64::from(self.wanted) => {
+                        return Step::Done(Ok(Some(fence)))
+                    }
+                    Value::Int(acked) => Error::NotReplicated {
                         what: std::mem::take(&mut self.what),
                         wanted: self.wanted,
                         acked,
-                    };
-                    self.give_back(fence, error)
-                }
-                // The grant stands on the server while its WAIT failed: give it back too, so a
-                // caller that sees an error never holds the lock.
-                Err(error) => self.give_back(fence, error),
-            },
+                    },
+                    Value::Nil => Error::ReplicationUnknown {
+                        what: std::mem::take(&mut self.what),
+                    },
+                    Value::Status(text) if text.starts_with(b"-") => Error::Server(
+                        ServerError::new(String::from_utf8_lossy(&text[1..]).into_owned()),
+                    ),
+                    other => Error::UnexpectedReply {
+                        detail: format!("WAIT answered {other:?}"),
+                    },
+                };
+                self.give_back(fence, error)
+            }
             ReplicatedState::GivingBack(error) => Step::Done(Err(error)),
             ReplicatedState::Finished => Step::Done(Err(misuse("Replicated resumed after done"))),
         }

@@ -805,6 +805,11 @@ impl SimCluster {
         match name.as_str() {
             "PING" => return Ok(Value::Status(Bytes::from_static(b"PONG"))),
             "ASKING" => return Ok(ok()),
+            // Every replica of the shard acknowledges at once.
+            "WAIT" => {
+                let replicas = self.shard_of(node).map_or(0, |s| self.replicas(s).len());
+                return Ok(Value::Int(replicas as i64));
+            }
             "CLUSTER" => return self.cluster_command(&args[1..]),
             "SCRIPT" => return self.script_command(node, &args[1..]),
             _ => {}
