@@ -347,6 +347,10 @@ impl<P: Plan> ErasedPlan for Erased<P> {
 /// The shortest timer: durations below it (zero in a config) count as one tick.
 const TICK: Duration = Duration::from_millis(1);
 
+/// A node absent from every complete topology for this long is forgotten (with its idle
+/// connection), so that clients of a cluster whose pods come and go do not grow.
+pub const FORGET_AFTER: Duration = Duration::from_secs(60);
+
 /// The instant `d` after `t`, and at least a tick later: a timer armed while handling time
 /// `t` never falls due at `t` itself, so `handle_timeout` cannot chase its own tail (a connect
 /// timeout of zero would otherwise fail, refresh and reconnect forever within one call).
@@ -473,6 +477,10 @@ impl Ops {
 
     fn len(&self) -> usize {
         self.table.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Op> {
+        self.table.iter().map(|(_, (_, op))| op)
     }
 
     /// Every op, in submission order; the table is left empty.
@@ -641,6 +649,10 @@ pub struct Session {
     now: Instant,
     nodes: Vec<NodeAddr>,
     node_ids: BTreeMap<NodeAddr, NodeId>,
+    /// Ids of forgotten nodes, reused by the next new ones.
+    free_ids: Vec<NodeId>,
+    /// Nodes missing from the complete topologies since then (see [`FORGET_AFTER`]).
+    absent: BTreeMap<NodeId, Instant>,
     node_conn: BTreeMap<NodeId, ConnId>,
     /// Nodes in connect backoff: one dial per backoff period, however many requests arrive.
     down: BTreeMap<NodeId, Down>,
@@ -687,6 +699,8 @@ impl Session {
             now,
             nodes: Vec::new(),
             node_ids: BTreeMap::new(),
+            free_ids: Vec::new(),
+            absent: BTreeMap::new(),
             node_conn: BTreeMap::new(),
             down: BTreeMap::new(),
             slots: SlotTable::default(),
@@ -738,6 +752,12 @@ impl Session {
     /// Plans submitted and not yet complete.
     pub fn in_flight(&self) -> usize {
         self.ops.len()
+    }
+
+    /// Nodes the session knows now: the root nodes, the nodes of the topology, and nodes
+    /// that left it less than [`FORGET_AFTER`] ago or are still in use.
+    pub fn known_nodes(&self) -> usize {
+        self.node_ids.len()
     }
 
     // --- inputs -----------------------------------------------------------------------------
@@ -1188,10 +1208,74 @@ impl Session {
         if let Some(&id) = self.node_ids.get(&addr) {
             return id;
         }
-        let id = self.nodes.len();
-        self.nodes.push(addr.clone());
+        let id = match self.free_ids.pop() {
+            Some(id) => {
+                self.nodes[id] = addr.clone();
+                id
+            }
+            None => {
+                self.nodes.push(addr.clone());
+                self.nodes.len() - 1
+            }
+        };
         self.node_ids.insert(addr, id);
         id
+    }
+
+    /// Whether `node` is a live id (not one freed for reuse).
+    fn is_known(&self, node: NodeId) -> bool {
+        self.nodes
+            .get(node)
+            .is_some_and(|addr| self.node_ids.get(addr) == Some(&node))
+    }
+
+    /// Marks the nodes missing from a complete topology, and forgets those missing for
+    /// [`FORGET_AFTER`]: their idle connection closes, and their id is reused. A root node,
+    /// a node with requests on its connection, or one a waiting request is bound to (an
+    /// `ASK` target, a `NOSCRIPT` node) stays until it is free.
+    fn forget_departed(&mut self, now: Instant, topo: &Topology) {
+        let present: BTreeSet<NodeId> = topo
+            .shards
+            .iter()
+            .filter_map(|s| self.node_ids.get(&s.master).copied())
+            .collect();
+        let roots: Vec<NodeAddr> = match &self.config.endpoints {
+            Endpoints::Cluster(roots) => roots.clone(),
+            Endpoints::Single(addr) => vec![addr.clone()],
+        };
+        let known: Vec<NodeId> = self.node_ids.values().copied().collect();
+        for node in known {
+            if present.contains(&node) || roots.contains(&self.nodes[node]) {
+                self.absent.remove(&node);
+                continue;
+            }
+            let since = *self.absent.entry(node).or_insert(now);
+            if now.saturating_duration_since(since) < FORGET_AFTER {
+                continue;
+            }
+            let busy_conn = self
+                .node_conn
+                .get(&node)
+                .and_then(|c| self.conns.get(c))
+                .is_some_and(|c| !c.in_flight.is_empty() || !c.outbox.is_empty());
+            let bound = self.ops.iter().any(|op| {
+                op.reqs
+                    .iter()
+                    .any(|r| r.ask == Some(node) || r.pinned == Some(node))
+            });
+            if busy_conn || bound {
+                continue;
+            }
+            if let Some(conn) = self.node_conn.get(&node).copied() {
+                let reason = "the node left the cluster's topology".to_owned();
+                self.drop_conn(now, conn, Loss::Lost(reason));
+            }
+            tracing::debug!(node = %self.nodes[node], "forgetting a node that left the topology");
+            self.node_ids.remove(&self.nodes[node]);
+            self.absent.remove(&node);
+            self.down.remove(&node);
+            self.free_ids.push(node);
+        }
     }
 
     fn dial_addr(&self, node: NodeId) -> NodeAddr {
@@ -1760,7 +1844,7 @@ impl Session {
             for n in idle_down
                 .into_iter()
                 .chain(roots_down)
-                .chain(0..self.nodes.len())
+                .chain((0..self.nodes.len()).filter(|&n| self.is_known(n)))
             {
                 if !unique.contains(&n) {
                     unique.push(n);
@@ -1845,6 +1929,9 @@ impl Session {
             self.refresh.failures = 0;
             self.refresh.not_before = None;
             self.apply_topology(&topo);
+            if topo.is_complete() {
+                self.forget_departed(now, &topo);
+            }
             if let Some(next) = after(now, self.config.refresh_interval) {
                 self.set_refresh_timer(next);
             }
