@@ -13,7 +13,8 @@
 //!   [`Session::handle_timeout`], [`Session::close`]. Each takes `now`, the driver's clock;
 //!   `now` must never go back.
 //! - **output**: [`Session::poll`] returns one [`Output`] at a time.
-//! - **getters**: [`Session::is_closed`], [`Session::slot_owner`], [`Session::in_flight`].
+//! - **getters**: [`Session::is_closed`], [`Session::slot_owner`], [`Session::in_flight`],
+//!   [`Session::known_nodes`].
 //!
 //! **Drain rule:** after every input, call `poll` until it returns [`Output::Wait`]; then sleep
 //! until that deadline (or until the next input) and call `handle_timeout`. A spurious or
