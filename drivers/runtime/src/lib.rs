@@ -18,7 +18,9 @@
 //!
 //! The session task takes every message already queued before it drains the shell, so all
 //! requests submitted meanwhile leave in one write per connection, which it makes itself while
-//! the socket takes the bytes.
+//! the socket takes the bytes. It keeps two inboxes and takes the connections' (replies,
+//! closes, flushed writes) before the callers', so a backlog of new calls never delays the
+//! replies of earlier ones; and it fires due timers on every pass, whatever woke it.
 #![forbid(unsafe_code)]
 
 use std::collections::hash_map::RandomState;
@@ -93,10 +95,17 @@ enum WriteSide<W> {
 type Side<R> = WriteSide<<R as Runtime>::Writer>;
 type Waiter = oneshot::Sender<Completion>;
 type SessionShell<R> = Shell<Side<R>, Waiter>;
-/// The session task's inbox. Sending never waits: a submit is a push and, when the task
-/// sleeps, a wake.
+/// An inbox of the session task (callers', or the connections'). Sending never waits: a
+/// submit is a push and, when the task sleeps, a wake.
 type Tx<R> = UnboundedSender<Msg<R>>;
 type Rx<R> = UnboundedReceiver<Msg<R>>;
+
+/// What woke the session task.
+enum Woke<R: Runtime> {
+    /// A message, or `None` when an inbox ended.
+    Msg(Option<Msg<R>>),
+    Timer,
+}
 
 enum Msg<R: Runtime> {
     /// A plan boxed by its caller (the one allocation of a submission) and its waiter.
@@ -216,10 +225,10 @@ impl<R: Runtime> Client<R> {
         seed.write_u64(0);
         let config = options.to_config(seed.finish())?;
         let shell = Shell::new(config, Instant::now());
-        let (tx, rx) = futures_channel::mpsc::unbounded();
+        let (tx, calls) = futures_channel::mpsc::unbounded();
         let (closed_tx, closed) = async_channel::bounded(1);
         let counters = Arc::new(Counters::default());
-        let session = run::<R>(shell, tx.clone(), rx, closed_tx, Arc::clone(&counters));
+        let session = run::<R>(shell, calls, closed_tx, Arc::clone(&counters));
         R::spawn_detached(counted(&counters, session));
         Ok(Client {
             shared: Arc::new(Shared {
@@ -270,8 +279,7 @@ impl<R: Runtime> Executor for Client<R> {
 /// The session task: feeds events to the shell and carries out its actions.
 async fn run<R: Runtime>(
     mut shell: SessionShell<R>,
-    tx: Tx<R>,
-    mut rx: Rx<R>,
+    mut calls: Rx<R>,
     _closed: async_channel::Sender<()>,
     counters: Arc<Counters>,
 ) {
@@ -280,27 +288,36 @@ async fn run<R: Runtime>(
         flushers: HashMap::new(),
         counters,
     };
+    // Two inboxes: what the connections report (replies, closes, flushed writes) and what
+    // callers ask. Each pass takes the first before the second, so that a backlog of new calls
+    // never holds back the replies of earlier ones, nor makes a healthy connection look silent
+    // to its response timeout.
+    let (tx, mut events) = futures_channel::mpsc::unbounded();
     let mut deadline: Option<Instant> = None;
     loop {
-        let next = async { Some(rx.next().await) };
-        let msg = match deadline {
+        let event = async { Woke::Msg(events.next().await) };
+        let call = async { Woke::Msg(calls.next().await) };
+        let inbox = future::or(event, call);
+        let woke = match deadline {
             Some(at) => {
                 let timer = async {
                     R::sleep_until(at).await;
-                    None
+                    Woke::Timer
                 };
-                future::or(next, timer).await
+                future::or(inbox, timer).await
             }
-            None => next.await,
+            None => inbox.await,
         };
-        let Some(msg) = msg else {
-            shell.handle_timeout(Instant::now());
-            deadline = drain(&mut shell, &tx, &mut tasks);
-            continue;
-        };
-        // The session task holds a sender itself, so the inbox never ends while it runs.
-        let Some(msg) = msg else {
-            break;
+        let msg = match woke {
+            Woke::Timer => {
+                shell.handle_timeout(Instant::now());
+                deadline = drain(&mut shell, &tx, &mut tasks);
+                continue;
+            }
+            Woke::Msg(Some(msg)) => msg,
+            // The session task holds an event sender itself, and the last `Client` sends
+            // `Close` before its sender goes: neither inbox ends while the task runs.
+            Woke::Msg(None) => break,
         };
         let mut closing = apply(&mut shell, &tx, &mut tasks, msg, Instant::now());
         // Take everything already queued before draining, so that all requests submitted
@@ -310,8 +327,14 @@ async fn run<R: Runtime>(
         future::yield_now().await;
         // One clock reading for the messages taken together: they arrived within microseconds.
         let now = Instant::now();
+        for _ in 0..4096 {
+            match events.try_recv() {
+                Ok(msg) => closing |= apply(&mut shell, &tx, &mut tasks, msg, now),
+                Err(_) => break,
+            }
+        }
         for _ in 0..1024 {
-            match rx.try_recv() {
+            match calls.try_recv() {
                 Ok(msg) => closing |= apply(&mut shell, &tx, &mut tasks, msg, now),
                 Err(_) => break,
             }
