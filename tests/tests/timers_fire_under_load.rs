@@ -137,7 +137,7 @@ async fn requests_end_in_time_while_a_master_is_stopped<R: Runtime>() {
     let healthy_fast_during = to_healthy
         .iter()
         .filter(during)
-        .filter(|o| o.took < Duration::from_millis(500))
+        .filter(|o| o.took < Duration::from_secs(1))
         .count();
     let mut kinds = std::collections::BTreeMap::<String, usize>::new();
     for o in to_stopped.iter().filter(|o| o.result.is_err()) {
@@ -148,7 +148,7 @@ async fn requests_end_in_time_while_a_master_is_stopped<R: Runtime>() {
     }
     eprintln!(
         "{}: {} calls in {:?}; stopped master: slowest {slowest:?}, errors by kind {kinds:?}; \
-         healthy: {} calls during the stop, {} under 500 ms, {} failed; max waiting {max_pending}",
+         healthy: {} calls during the stop, {} under 1 s, {} failed; max waiting {max_pending}",
         botmesh_redis_tests::driver_name::<R>(),
         outcomes.len(),
         end - start,
@@ -167,10 +167,12 @@ async fn requests_end_in_time_while_a_master_is_stopped<R: Runtime>() {
         failed_healthy.first()
     );
     assert!(healthy_during > 0);
-    // The healthy masters keep answering while the stopped one holds its callers.
+    // The healthy masters keep answering while the stopped one holds its callers: their
+    // calls keep up with the arrivals (a second is far above their usual latency, and far
+    // below the request timeout a starved timer would let them wait).
     assert!(
         healthy_fast_during * 100 >= healthy_during * 90,
-        "{healthy_fast_during} of {healthy_during} healthy calls under 500 ms"
+        "{healthy_fast_during} of {healthy_during} healthy calls under 1 s"
     );
     // Calls waiting: at most what arrives within a request timeout and its margin.
     let per_second = (PER_TICK as u64) * 1000;
