@@ -369,7 +369,11 @@ async fn handle(
 
 async fn handle_in_turn(r: &Replica, msg: &Inbound, tally: &Tally) -> Result<(), Error> {
     let delivery = format!("{}/{}", msg.chat, msg.id);
-    if !r.outbox.begin(&delivery, Duration::from_secs(600)).await? {
+    let begun = r
+        .outbox
+        .begin(&delivery, r.coord.replica(), Duration::from_secs(600))
+        .await?;
+    if !begun.is_mine() {
         tally.duplicates_in.fetch_add(1, Ordering::Relaxed);
         return Ok(());
     }
@@ -430,7 +434,7 @@ async fn housekeeping(r: &Replica, stop: &std::sync::atomic::AtomicBool, tally: 
             // The leader's scheduler tick, fenced by its term.
             let _ = r
                 .schedules
-                .put("tick", term as i64, Bytes::from(name.clone()))
+                .put("tick", term as i64, &name, Bytes::from(name.clone()))
                 .await;
         }
         let claimed = r

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::coord::{self, Claimed, Schedule, TurnGrant, TurnGuard, TurnOptions};
+use crate::coord::{self, Acked, Begun, Claimed, Schedule, TurnGrant, TurnGuard, TurnOptions};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::layout::Keyspace;
@@ -237,18 +237,19 @@ impl<E: Executor> Schedules<E> {
         Schedules { exec, ks }
     }
 
-    /// Writes schedule `id` with fencing token `token`; [`Error::Stale`] when a newer token is
-    /// stored.
-    pub async fn put(&self, id: &str, token: i64, data: Bytes) -> Result<(), Error> {
+    /// Writes schedule `id` with fencing token `token`, owned by `holder` (the lease holder or
+    /// leader the token was granted to); [`Error::Stale`] when a newer token is stored,
+    /// [`Error::NotHolder`] when the same token is stored by another holder.
+    pub async fn put(&self, id: &str, token: i64, holder: &str, data: Bytes) -> Result<(), Error> {
         self.exec
-            .run(coord::schedule_put(&self.ks, id, token, data)?)
+            .run(coord::schedule_put(&self.ks, id, token, holder, data)?)
             .await
     }
 
-    /// Deletes schedule `id`, keeping its token in a marker; [`Error::Stale`] as for `put`.
-    pub async fn delete(&self, id: &str, token: i64) -> Result<(), Error> {
+    /// Deletes schedule `id`, keeping its token and holder in a marker; errors as for `put`.
+    pub async fn delete(&self, id: &str, token: i64, holder: &str) -> Result<(), Error> {
         self.exec
-            .run(coord::schedule_delete(&self.ks, id, token)?)
+            .run(coord::schedule_delete(&self.ks, id, token, holder)?)
             .await
     }
 
@@ -348,10 +349,18 @@ impl<E: Executor> Durability<E> {
         Ok(Durability { exec, ks, table })
     }
 
-    /// Whether inbound `id` should be processed: `true` the first time within `window`.
-    pub async fn begin(&self, id: &str, window: Duration) -> Result<bool, Error> {
+    /// Marks inbound `id` as processed by `instance`: [`Begun::First`] the first time within
+    /// `window`, [`Begun::ByThisInstance`] when `instance` began it before (safe to call again
+    /// after [`Error::ReplyLost`]), [`Begun::Duplicate`] when another instance began it.
+    pub async fn begin(&self, id: &str, instance: &str, window: Duration) -> Result<Begun, Error> {
         self.exec
-            .run(coord::journal_begin(&self.ks, &self.table, id, window)?)
+            .run(coord::journal_begin(
+                &self.ks,
+                &self.table,
+                id,
+                instance,
+                window,
+            )?)
             .await
     }
 
@@ -399,8 +408,9 @@ impl<E: Executor> Durability<E> {
             .await
     }
 
-    /// Acks a send; [`Error::NotHolder`] when the claim was lost.
-    pub async fn ack(&self, key: &str, instance: &str) -> Result<(), Error> {
+    /// Acks a send: [`Acked::Now`], or [`Acked::Already`] when `instance` acked it before (safe
+    /// to call again after [`Error::ReplyLost`]); [`Error::NotHolder`] when the claim was lost.
+    pub async fn ack(&self, key: &str, instance: &str) -> Result<Acked, Error> {
         self.exec
             .run(coord::outbox_ack(&self.ks, &self.table, key, instance)?)
             .await

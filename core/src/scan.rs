@@ -2,13 +2,22 @@
 //! `start()` guard. On a single node it is one cursor loop; on a cluster the plan first asks
 //! for the masters (`CLUSTER SLOTS`) and then scans each one in turn, since `SCAN` only sees the
 //! node it runs on.
+//!
+//! A master whose endpoint the reply leaves unknown (`NULL`, empty or `?`: a cluster with
+//! `cluster-preferred-endpoint-type unknown-endpoint`, or `hostname` without hostnames) is
+//! scanned at the host that answered, with the port of the reply, as Redis asks clients to do.
+//! The plan cannot know that host (the session picked the node), so it sends such a master's
+//! `SCAN` to `:port`, an address without a host: the session resolves it against the node
+//! that answered the plan's previous request, which is the node that answered `CLUSTER SLOTS`
+//! (or the previous page of the scan, on the same host). Skipping such a master instead would
+//! let the start guard miss every legacy key on it.
 
 use bytes::Bytes;
 
 use crate::error::Error;
 use crate::plan::{Plan, Reply, Step};
 use crate::request::{Access, Request};
-use crate::topology::parse_cluster_slots;
+use crate::topology::{parse_cluster_slots_with, UnknownEndpoint};
 use crate::value::Value;
 
 /// Collects the keys matching a `SCAN MATCH` pattern, up to a limit.
@@ -117,13 +126,17 @@ pub fn masters_request() -> Result<Request, Error> {
 
 /// The masters named by a reply to [`masters_request`], sorted, as addresses for
 /// [`Route::Node`](crate::request::Route::Node); `[None]` for a node that is not a cluster (it
-/// holds every key, and any route reaches it).
+/// holds every key, and any route reaches it). A master with an unknown endpoint (`NULL`, empty
+/// or `?`) is `:port`: the host of the node that answered (see the module docs).
 pub fn masters_of(reply: crate::plan::Reply) -> Result<Vec<Option<String>>, Error> {
     match reply {
         Ok(value) => {
-            let topo = parse_cluster_slots(&value, "").map_err(|e| Error::UnexpectedReply {
-                detail: e.to_string(),
-            })?;
+            let topo =
+                parse_cluster_slots_with(&value, "", UnknownEndpoint::AskedHost).map_err(|e| {
+                    Error::UnexpectedReply {
+                        detail: e.to_string(),
+                    }
+                })?;
             let mut nodes: Vec<Option<String>> = topo
                 .shards
                 .iter()
@@ -216,5 +229,52 @@ mod tests {
             vec![Bytes::from("x"), Bytes::from("y")]
         );
         assert!(run.transcript.contains("node=h:1"));
+    }
+
+    /// `CLUSTER SLOTS` of a cluster that names no host for some masters (`NULL`, empty, `?`):
+    /// each is scanned at `:port`, which the session resolves against the node that answered;
+    /// none is skipped.
+    #[test]
+    fn cluster_scans_masters_without_endpoints_at_the_asked_host() {
+        let master = |host: Value, port: i64| Value::Array(vec![host, Value::Int(port)]);
+        let range = |start: i64, end: i64, master: Value| {
+            Value::Array(vec![Value::Int(start), Value::Int(end), master])
+        };
+        let slots = Value::Array(vec![
+            range(0, 4000, master(Value::Nil, 7001)),
+            range(4001, 8000, master(Value::from(""), 7002)),
+            range(8001, 12000, master(Value::from("?"), 7003)),
+            range(12001, 16383, master(Value::from("10.0.0.9"), 7004)),
+        ]);
+        let run = scripted::run(scan("p:*", 100), 20, |req| {
+            let text = req.to_string();
+            if text.starts_with("CLUSTER") {
+                return Ok(slots.clone());
+            }
+            let port = text
+                .split("node=")
+                .nth(1)
+                .and_then(|rest| rest.split(' ').next())
+                .unwrap_or_default()
+                .to_owned();
+            page("0", &[&format!("key@{port}")])
+        });
+        assert_eq!(
+            run.output.unwrap(),
+            vec![
+                Bytes::from("key@10.0.0.9:7004"),
+                Bytes::from("key@:7001"),
+                Bytes::from("key@:7002"),
+                Bytes::from("key@:7003"),
+            ]
+        );
+        for node in [
+            "node=:7001 ",
+            "node=:7002 ",
+            "node=:7003 ",
+            "node=10.0.0.9:7004 ",
+        ] {
+            assert_eq!(run.transcript.matches(node).count(), 1, "{node}");
+        }
     }
 }

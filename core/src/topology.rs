@@ -152,22 +152,45 @@ fn slot_of(v: &Value) -> Option<u16> {
         .filter(|&s| s < SLOT_COUNT)
 }
 
+/// How a `CLUSTER SLOTS` endpoint of `?` is read. Redis answers `?` for a node that has no
+/// endpoint of the preferred type (`cluster-preferred-endpoint-type hostname` on a node that
+/// announces no hostname).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnknownEndpoint {
+    /// The node is skipped: the slot map only holds addresses it can be sure of.
+    Skip,
+    /// The node is taken at the host that answered, with the port of the reply, as for a
+    /// `NULL` or empty endpoint: for a listing that must reach every master (`SCAN`).
+    AskedHost,
+}
+
 /// Resolves an announced endpoint: `NULL` or empty means "the host you asked", `?` means
-/// unknown (the node is skipped).
-fn endpoint(host: Option<&Value>, asked_host: &str) -> Option<String> {
+/// unknown (skipped, or the host you asked, as `unknown` says).
+fn endpoint(host: Option<&Value>, asked_host: &str, unknown: UnknownEndpoint) -> Option<String> {
     match host {
         None | Some(Value::Nil) => Some(asked_host.to_owned()),
         Some(v) => match text(v)?.as_str() {
             "" => Some(asked_host.to_owned()),
-            "?" => None,
+            "?" if unknown == UnknownEndpoint::Skip => None,
+            "?" => Some(asked_host.to_owned()),
             h => Some(h.to_owned()),
         },
     }
 }
 
 /// Parses a `CLUSTER SLOTS` reply: `[[start, end, [host, port, id, ...], replicas...], ...]`.
-/// Entries with an unknown master endpoint are skipped, so the answer may cover fewer slots.
+/// Entries with an unknown master endpoint (`?`) are skipped, so the answer may cover fewer
+/// slots.
 pub fn parse_cluster_slots(reply: &Value, asked_host: &str) -> Result<Topology, TopologyError> {
+    parse_cluster_slots_with(reply, asked_host, UnknownEndpoint::Skip)
+}
+
+/// [`parse_cluster_slots`], reading a `?` master endpoint as `unknown` says.
+pub fn parse_cluster_slots_with(
+    reply: &Value,
+    asked_host: &str,
+    unknown: UnknownEndpoint,
+) -> Result<Topology, TopologyError> {
     let Value::Array(entries) = reply else {
         return Err(bad("CLUSTER SLOTS did not answer an array"));
     };
@@ -191,7 +214,7 @@ pub fn parse_cluster_slots(reply: &Value, asked_host: &str) -> Result<Topology, 
             .and_then(int)
             .and_then(|p| u16::try_from(p).ok())
             .filter(|&p| p != 0);
-        let (Some(host), Some(port)) = (endpoint(master.first(), asked_host), port) else {
+        let (Some(host), Some(port)) = (endpoint(master.first(), asked_host, unknown), port) else {
             continue;
         };
         add_range(&mut topo, NodeAddr::new(host, port), (start, end));
@@ -248,9 +271,9 @@ pub fn parse_cluster_shards(reply: &Value, asked_host: &str) -> Result<Topology,
             }
             let host = match field(node, "endpoint") {
                 Some(v) if text(v).is_some_and(|h| !h.is_empty() && h != "?") => {
-                    endpoint(Some(v), asked_host)
+                    endpoint(Some(v), asked_host, UnknownEndpoint::Skip)
                 }
-                _ => endpoint(field(node, "ip"), asked_host),
+                _ => endpoint(field(node, "ip"), asked_host, UnknownEndpoint::Skip),
             }?;
             let port = field(node, "port")
                 .or_else(|| field(node, "tls-port"))

@@ -693,11 +693,17 @@ fn lease_acquire_renew_release() {
 fn schedule_put_stale_delete_get() {
     snapshot_both("schedule", |_, ks| {
         let mut out = String::new();
-        let plan = coord::schedule_put(ks, "daily:{x}", 5, Bytes::from_static(b"0 9 * * *"));
+        let plan = coord::schedule_put(
+            ks,
+            "daily:{x}",
+            5,
+            "leader-a",
+            Bytes::from_static(b"0 9 * * *"),
+        );
         let (got, t) = run(plan.unwrap(), |_| Ok(arr(vec![bulk("ok"), bulk("5")])));
         got.unwrap();
         out += &t;
-        let plan = coord::schedule_put(ks, "daily:{x}", 4, Bytes::from_static(b"old"));
+        let plan = coord::schedule_put(ks, "daily:{x}", 4, "leader-a", Bytes::from_static(b"old"));
         let (got, t) = run(plan.unwrap(), |_| Ok(arr(vec![bulk("stale"), bulk("5")])));
         assert_eq!(
             got.unwrap_err(),
@@ -708,9 +714,20 @@ fn schedule_put_stale_delete_get() {
             }
         );
         out += &t;
-        let (got, t) = run(coord::schedule_delete(ks, "daily:{x}", 6).unwrap(), |_| {
-            Ok(arr(vec![bulk("ok"), bulk("6")]))
-        });
+        out += "# the same token from another holder is refused\n";
+        let plan = coord::schedule_put(ks, "daily:{x}", 5, "leader-b", Bytes::from_static(b"b"));
+        let (got, t) = run(plan.unwrap(), |_| Ok(arr(vec![bulk("taken"), bulk("5")])));
+        assert_eq!(
+            got.unwrap_err(),
+            Error::NotHolder {
+                what: "schedule \"daily:{x}\" fencing token 5".into(),
+            }
+        );
+        out += &t;
+        let (got, t) = run(
+            coord::schedule_delete(ks, "daily:{x}", 6, "leader-c").unwrap(),
+            |_| Ok(arr(vec![bulk("ok"), bulk("6")])),
+        );
         got.unwrap();
         out += &t;
         let (got, t) = run(coord::schedule_get(ks, "daily:{x}").unwrap(), |_| {
@@ -801,13 +818,19 @@ fn schedule_list_hides_markers() {
     });
 }
 
+/// Tokens go out as their exact decimal text over the whole `i64` range: the script compares
+/// them as text, so nothing is refused for being past 2^53.
 #[test]
-fn schedule_tokens_beyond_two_to_the_53_are_refused_before_sending() {
+fn schedule_tokens_keep_every_i64_digit() {
     let ks = keyspace(Layout::Cluster);
-    let err = coord::schedule_put(&ks, "s", (1 << 53) + 1, Bytes::new()).unwrap_err();
-    assert!(matches!(err, Error::Config(_)), "{err:?}");
-    assert!(coord::schedule_delete(&ks, "s", -(1 << 53) - 1).is_err());
-    assert!(coord::schedule_put(&ks, "s", 1 << 53, Bytes::new()).is_ok());
+    for token in [i64::MAX, (1 << 53) + 1, -(1 << 53) - 1, i64::MIN, 0] {
+        let request =
+            first_request(coord::schedule_put(&ks, "s", token, "h", Bytes::new()).unwrap());
+        assert!(
+            request.to_string().contains(&format!(" {token} h ")),
+            "{request}"
+        );
+    }
 }
 
 // --- durability ---------------------------------------------------------------------------------
@@ -818,16 +841,23 @@ fn durable_journal_and_outbox() {
         let window = Duration::from_secs(60);
         let mut out = String::new();
         let (got, t) = run(
-            coord::journal_begin(ks, "in", "m:1", window).unwrap(),
+            coord::journal_begin(ks, "in", "m:1", "i1", window).unwrap(),
             |_| int(1),
         );
-        assert!(got.unwrap());
+        assert_eq!(got.unwrap(), coord::Begun::First);
+        out += &t;
+        out += "# the same instance again (its first reply was lost): still its own\n";
+        let (got, t) = run(
+            coord::journal_begin(ks, "in", "m:1", "i1", window).unwrap(),
+            |_| int(2),
+        );
+        assert_eq!(got.unwrap(), coord::Begun::ByThisInstance);
         out += &t;
         let (got, t) = run(
-            coord::journal_begin(ks, "in", "m:1", window).unwrap(),
+            coord::journal_begin(ks, "in", "m:1", "i2", window).unwrap(),
             |_| int(0),
         );
-        assert!(!got.unwrap());
+        assert_eq!(got.unwrap(), coord::Begun::Duplicate);
         out += &t;
         let (got, t) = run(coord::journal_forget(ks, "in", "m:1").unwrap(), |_| int(1));
         assert!(got.unwrap());
@@ -864,7 +894,14 @@ fn durable_journal_and_outbox() {
             coord::outbox_ack(ks, "out", "send:1", "i1").unwrap(),
             |_| int(1),
         );
-        got.unwrap();
+        assert_eq!(got.unwrap(), coord::Acked::Now);
+        out += &t;
+        out += "# the same ack again (its first reply was lost): already done\n";
+        let (got, t) = run(
+            coord::outbox_ack(ks, "out", "send:1", "i1").unwrap(),
+            |_| int(2),
+        );
+        assert_eq!(got.unwrap(), coord::Acked::Already);
         out += &t;
         let (got, t) = run(
             coord::outbox_ack(ks, "out", "send:2", "i9").unwrap(),
@@ -882,7 +919,7 @@ fn durable_journal_and_outbox() {
 #[test]
 fn durable_table_names_are_checked_before_sending() {
     let ks = keyspace(Layout::Cluster);
-    assert!(coord::journal_begin(&ks, "a{b", "m", Duration::from_secs(1)).is_err());
+    assert!(coord::journal_begin(&ks, "a{b", "m", "i", Duration::from_secs(1)).is_err());
     assert!(coord::outbox_recover(&ks, "", "i").is_err());
 }
 
@@ -902,7 +939,7 @@ fn hostile_ids() {
                 first_request(coord::acquire_turn(&ks, id, id, id, turn_options()).unwrap()),
                 first_request(coord::replica_alive(&ks, id).unwrap()),
                 first_request(coord::lease_acquire(&ks, id, id, ttl).unwrap()),
-                first_request(coord::schedule_put(&ks, id, 1, Bytes::new()).unwrap()),
+                first_request(coord::schedule_put(&ks, id, 1, id, Bytes::new()).unwrap()),
             ];
             for request in requests {
                 out += &format!("  {request}\n");

@@ -16,6 +16,11 @@ use botmesh_redis_tests::conformance::Runtime;
 use botmesh_redis_tests::eventually;
 use coord_support::Target;
 
+/// The holder of a token: one per grant, as a lease or a leadership hands them out.
+fn holder(token: i64) -> String {
+    format!("holder-{token}")
+}
+
 fn stale(id: &str, token: i64, stored: i64) -> Error {
     Error::Stale {
         what: format!("schedule {id:?}"),
@@ -34,13 +39,16 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
     let data = |s: &'static str| Bytes::from_static(s.as_bytes());
 
     assert_eq!(schedules.get(id).await.unwrap(), None);
-    schedules.put(id, 5, data("v5")).await.unwrap();
+    schedules.put(id, 5, &holder(5), data("v5")).await.unwrap();
     assert_eq!(
-        schedules.put(id, 4, data("v4")).await.unwrap_err(),
+        schedules
+            .put(id, 4, &holder(4), data("v4"))
+            .await
+            .unwrap_err(),
         stale(id, 4, 5)
     );
     // The same token is the same writer: it may rewrite.
-    schedules.put(id, 5, data("v5b")).await.unwrap();
+    schedules.put(id, 5, &holder(5), data("v5b")).await.unwrap();
     assert_eq!(
         schedules.get(id).await.unwrap(),
         Some(Schedule {
@@ -49,21 +57,30 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
         })
     );
     // A stale delete is refused too.
-    assert_eq!(schedules.delete(id, 3).await.unwrap_err(), stale(id, 3, 5));
-    schedules.delete(id, 6).await.unwrap();
+    assert_eq!(
+        schedules.delete(id, 3, &holder(3)).await.unwrap_err(),
+        stale(id, 3, 5)
+    );
+    schedules.delete(id, 6, &holder(6)).await.unwrap();
     assert_eq!(schedules.get(id).await.unwrap(), None);
     // Writers older than the delete cannot resurrect it.
     assert_eq!(
-        schedules.put(id, 5, data("zombie")).await.unwrap_err(),
+        schedules
+            .put(id, 5, &holder(5), data("zombie"))
+            .await
+            .unwrap_err(),
         stale(id, 5, 6)
     );
     assert_eq!(
-        schedules.put(id, 1, data("zombie")).await.unwrap_err(),
+        schedules
+            .put(id, 1, &holder(1), data("zombie"))
+            .await
+            .unwrap_err(),
         stale(id, 1, 6)
     );
     assert_eq!(schedules.get(id).await.unwrap(), None);
     // A newer writer can.
-    schedules.put(id, 7, data("v7")).await.unwrap();
+    schedules.put(id, 7, &holder(7), data("v7")).await.unwrap();
     assert_eq!(
         schedules.get(id).await.unwrap(),
         Some(Schedule {
@@ -73,21 +90,35 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
     );
     // Tokens read back exactly, up to 2^53.
     let big = 1_i64 << 53;
-    schedules.put(id, big, data("big")).await.unwrap();
+    schedules
+        .put(id, big, &holder(big), data("big"))
+        .await
+        .unwrap();
     assert_eq!(schedules.get(id).await.unwrap().unwrap().token, big);
     assert_eq!(
-        schedules.put(id, big - 1, data("x")).await.unwrap_err(),
+        schedules
+            .put(id, big - 1, &holder(big - 1), data("x"))
+            .await
+            .unwrap_err(),
         stale(id, big - 1, big)
     );
     // Listings hide deleted markers.
     for n in 0..40 {
         schedules
-            .put(&format!("s:{n}"), 1, Bytes::from(format!("d{n}")))
+            .put(
+                &format!("s:{n}"),
+                1,
+                &holder(1),
+                Bytes::from(format!("d{n}")),
+            )
             .await
             .unwrap();
     }
     for n in (0..40).step_by(3) {
-        schedules.delete(&format!("s:{n}"), 2).await.unwrap();
+        schedules
+            .delete(&format!("s:{n}"), 2, &holder(2))
+            .await
+            .unwrap();
     }
     let listed = schedules.list(1000).await.unwrap();
     let mut expected: Vec<(String, Schedule)> = (0..40)
@@ -131,10 +162,10 @@ async fn racing_schedule_writers_keep_the_largest_token<R: Runtime>(target: Targ
         let schedules = schedules.clone();
         tasks.push(tokio::spawn(async move {
             let result = if token % 10 == 0 {
-                schedules.delete("s", token).await
+                schedules.delete("s", token, &holder(token)).await
             } else {
                 schedules
-                    .put("s", token, Bytes::from(token.to_string()))
+                    .put("s", token, &holder(token), Bytes::from(token.to_string()))
                     .await
             };
             match result {
@@ -153,7 +184,10 @@ async fn racing_schedule_writers_keep_the_largest_token<R: Runtime>(target: Targ
     // Token 200 was a delete: the schedule is deleted, and its marker keeps 200.
     assert_eq!(schedules.get("s").await.unwrap(), None);
     assert_eq!(
-        schedules.put("s", 199, Bytes::new()).await.unwrap_err(),
+        schedules
+            .put("s", 199, &holder(199), Bytes::new())
+            .await
+            .unwrap_err(),
         stale("s", 199, 200)
     );
     client.close().await;

@@ -20,6 +20,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::future::join_all;
 
+use botmesh_redis_core::coord::{Acked, Begun};
 use botmesh_redis_core::coordinator::Durability;
 use botmesh_redis_core::Error;
 use botmesh_redis_tests::both_drivers;
@@ -126,7 +127,7 @@ async fn outbox_acks_every_send_once<R: Runtime>(target: Target) {
                 let mut l = ledgers.lock().unwrap();
                 for (c, result) in claimed.iter().zip(results) {
                     match result {
-                        Ok(()) => {
+                        Ok(Acked::Now) => {
                             *l.acks.entry(c.key.clone()).or_default() += 1;
                             acked.fetch_add(1, Ordering::SeqCst);
                             mine += 1;
@@ -134,6 +135,9 @@ async fn outbox_acks_every_send_once<R: Runtime>(target: Target) {
                         Err(Error::NotHolder { .. }) => {
                             l.refused.insert(c.key.clone());
                         }
+                        // Each key is acked once per claim here: "already" would be a second
+                        // ack of one claim.
+                        Ok(Acked::Already) => panic!("{} acked twice by {instance}", c.key),
                         Err(e) => panic!("ack: {e}"),
                     }
                 }
@@ -229,7 +233,7 @@ async fn recover_requeues_claims_of_a_stopped_instance<R: Runtime>(
         outbox.ack("k0", "x").await,
         Err(Error::NotHolder { .. })
     ));
-    outbox.ack("k0", "y").await.unwrap();
+    assert_eq!(outbox.ack("k0", "y").await.unwrap(), Acked::Now);
     assert_eq!(outbox.recover("x").await.unwrap(), 0);
 }
 
@@ -238,16 +242,28 @@ async fn recover_requeues_claims_of_a_stopped_instance<R: Runtime>(
 async fn journal_deduplicates_inbound<R: Runtime>(client: Client<R>, target: Target) {
     let journal = Durability::new(client, target.keyspace("coord-journal"), "in").unwrap();
     let window = Duration::from_secs(60);
-    assert!(journal.begin("m:1", window).await.unwrap());
-    assert!(!journal.begin("m:1", window).await.unwrap());
+    assert_eq!(
+        journal.begin("m:1", "a", window).await.unwrap(),
+        Begun::First
+    );
+    assert_eq!(
+        journal.begin("m:1", "b", window).await.unwrap(),
+        Begun::Duplicate
+    );
     assert!(journal.forget("m:1").await.unwrap());
     assert!(!journal.forget("m:1").await.unwrap());
-    assert!(journal.begin("m:1", window).await.unwrap());
-    // 50 concurrent deliveries of one id: exactly one is processed.
-    let firsts = join_all((0..50).map(|_| journal.begin("m:2", window))).await;
     assert_eq!(
-        firsts.into_iter().filter(|r| *r.as_ref().unwrap()).count(),
-        1
+        journal.begin("m:1", "b", window).await.unwrap(),
+        Begun::First
+    );
+    // 50 concurrent deliveries of one id to 50 instances: exactly one is processed.
+    let instances: Vec<String> = (0..50).map(|n| format!("i{n}")).collect();
+    let results = join_all(instances.iter().map(|i| journal.begin("m:2", i, window))).await;
+    let results: Vec<Begun> = results.into_iter().map(Result::unwrap).collect();
+    assert_eq!(results.iter().filter(|b| **b == Begun::First).count(), 1);
+    assert_eq!(
+        results.iter().filter(|b| **b == Begun::Duplicate).count(),
+        49
     );
 }
 

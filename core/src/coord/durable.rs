@@ -3,8 +3,8 @@
 use super::*;
 
 /// The durability table's parts, in the script's KEYS order.
-pub const DURABLE_PARTS: [&str; 7] = [
-    "journal", "items", "ready", "seq", "claims", "owners", "done",
+pub const DURABLE_PARTS: [&str; 9] = [
+    "journal", "items", "ready", "seq", "claims", "owners", "done", "begun", "acked",
 ];
 
 fn durable_request(ks: &Keyspace, table: &str, args: Vec<Bytes>) -> Result<Request, Error> {
@@ -16,20 +16,52 @@ fn durable_request(ks: &Keyspace, table: &str, args: Vec<Bytes>) -> Result<Reque
     Request::script(&DURABLE, Access::Write, keys, args)
 }
 
-/// Marks inbound message `id` as being processed: yields `true` the first time within
-/// `window`, `false` for a duplicate delivery.
+/// What [`journal_begin`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Begun {
+    /// The id is new within the window, and now marked as this instance's: process it.
+    First,
+    /// This instance began the id before, within the window: a `begin` called again after its
+    /// reply was lost ([`Error::ReplyLost`]), or the same delivery coming back to this instance.
+    /// It is still this instance's to process; whether it already did is the caller's to know.
+    ByThisInstance,
+    /// Another instance began the id within the window: a duplicate delivery; skip it.
+    Duplicate,
+}
+
+impl Begun {
+    /// Whether this instance processes the id: [`Begun::First`] or [`Begun::ByThisInstance`].
+    pub fn is_mine(self) -> bool {
+        matches!(self, Begun::First | Begun::ByThisInstance)
+    }
+}
+
+/// Marks inbound message `id` as being processed by `instance`: [`Begun::First`] the first time
+/// within `window`, [`Begun::Duplicate`] when another instance began it. Safe to call again
+/// after a lost reply: the same instance gets [`Begun::ByThisInstance`], never `Duplicate`.
 pub fn journal_begin(
     ks: &Keyspace,
     table: &str,
     id: &str,
+    instance: &str,
     window: Duration,
-) -> Result<Single<bool>, Error> {
+) -> Result<Single<Begun>, Error> {
     let args = vec![
         "begin".into_arg(),
         id.into_arg(),
         ttl_ms(window)?.into_arg(),
+        instance.into_arg(),
     ];
-    Ok(single(durable_request(ks, table, args)?, held))
+    Ok(single(durable_request(ks, table, args)?, |v| {
+        match v.as_i64()? {
+            1 => Ok(Begun::First),
+            2 => Ok(Begun::ByThisInstance),
+            0 => Ok(Begun::Duplicate),
+            other => Err(Error::UnexpectedReply {
+                detail: format!("a journal begin answered {other}, not 0, 1 or 2"),
+            }),
+        }
+    }))
 }
 
 /// Forgets inbound message `id` after its processing failed, so a redelivery is processed.
@@ -99,20 +131,40 @@ pub fn outbox_claim(
     }))
 }
 
-/// Acks a sent item; [`Error::NotHolder`] when `instance` no longer holds its claim (its
+/// What [`outbox_ack`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Acked {
+    /// The send was acked now.
+    Now,
+    /// This instance had already acked it: an `ack` called again after its reply was lost
+    /// ([`Error::ReplyLost`]). The first ack went through; nothing changed. Known for as long
+    /// as the key stays in the dedup window of the enqueue calls.
+    Already,
+}
+
+/// Acks a sent item: [`Acked::Now`], or [`Acked::Already`] when `instance` acked it before (a
+/// retry after a lost reply); [`Error::NotHolder`] when `instance` does not hold its claim (its
 /// visibility timeout passed, the claim went back to the queue, and the send may be made again
-/// by another instance).
+/// by another instance, or another instance acked it).
 pub fn outbox_ack(
     ks: &Keyspace,
     table: &str,
     key: &str,
     instance: &str,
-) -> Result<Single<()>, Error> {
+) -> Result<Single<Acked>, Error> {
     let args = vec!["ack".into_arg(), key.into_arg(), instance.into_arg()];
     let what = format!("outbox claim {key:?}");
-    Ok(single(durable_request(ks, table, args)?, move |v| {
-        require(held(v)?, what)
-    }))
+    Ok(single(
+        durable_request(ks, table, args)?,
+        move |v| match v.as_i64()? {
+            1 => Ok(Acked::Now),
+            2 => Ok(Acked::Already),
+            0 => Err(Error::NotHolder { what }),
+            other => Err(Error::UnexpectedReply {
+                detail: format!("an outbox ack answered {other}, not 0, 1 or 2"),
+            }),
+        },
+    ))
 }
 
 /// Puts every claim of a stopped `instance` back in the queue now; yields how many.

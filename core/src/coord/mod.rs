@@ -66,10 +66,6 @@ pub static SCRIPTS: &[&Script] = &[
     &DURABLE,
 ];
 
-/// The largest fencing token a schedule accepts in either direction: Lua compares tokens as
-/// doubles, which are exact integers up to 2^53.
-pub const MAX_SCHEDULE_TOKEN: i64 = 1 << 53;
-
 fn held(v: Value) -> Result<bool, Error> {
     Ok(v.as_i64()? == 1)
 }

@@ -16,14 +16,9 @@ fn schedule_request(
     op: &str,
     id: &str,
     token: i64,
+    holder: &str,
     data: Bytes,
 ) -> Result<Request, Error> {
-    if !(-MAX_SCHEDULE_TOKEN..=MAX_SCHEDULE_TOKEN).contains(&token) {
-        return Err(Error::Config(format!(
-            "schedule {id:?}: the fencing token {token} is outside ±2^53 (scripts compare tokens \
-             as doubles)"
-        )));
-    }
     let mut keys = vec![ks.record(RecordKind::Schedule, id)];
     keys.extend(ks.record_index_of(RecordKind::Schedule, id));
     Request::script_in(
@@ -31,7 +26,13 @@ fn schedule_request(
         &SCHEDULE,
         Access::Write,
         keys,
-        vec![op.into_arg(), id.into_arg(), token.into_arg(), data],
+        vec![
+            op.into_arg(),
+            id.into_arg(),
+            token.into_arg(),
+            holder.into_arg(),
+            data,
+        ],
     )
 }
 
@@ -47,24 +48,43 @@ fn schedule_written(id: String, token: i64) -> impl FnOnce(Value) -> Result<(), 
                 token,
                 stored,
             }),
+            (Some("taken"), Some(_)) => Err(Error::NotHolder {
+                what: format!("schedule {id:?} fencing token {token}"),
+            }),
             _ => Err(Error::UnexpectedReply {
-                detail: "a schedule write answered neither ok nor stale".into(),
+                detail: "a schedule write answered neither ok, stale nor taken".into(),
             }),
         }
     }
 }
 
-/// Writes a schedule with fencing token `token` (within ±2^53); [`Error::Stale`] when the
-/// stored token is higher (a stale writer cannot overwrite a newer schedule or resurrect a
-/// deleted one). An equal token is the same writer and is accepted.
-pub fn schedule_put(ks: &Keyspace, id: &str, token: i64, data: Bytes) -> Result<Single<()>, Error> {
-    let request = schedule_request(ks, "put", id, token, data)?;
+/// Writes a schedule with fencing token `token` held by `holder` (the grant's owner: the
+/// lease holder or leader that received the token). [`Error::Stale`] when the stored token is
+/// higher (a stale writer cannot overwrite a newer schedule or resurrect a deleted one);
+/// [`Error::NotHolder`] when the same token is stored by another holder (one grant has one
+/// owner, so an equal token from someone else is refused, as for every fenced write). The
+/// same holder with the same token may write again. Tokens are compared exactly over the whole
+/// `i64` range.
+pub fn schedule_put(
+    ks: &Keyspace,
+    id: &str,
+    token: i64,
+    holder: &str,
+    data: Bytes,
+) -> Result<Single<()>, Error> {
+    let request = schedule_request(ks, "put", id, token, holder, data)?;
     Ok(single(request, schedule_written(id.to_owned(), token)))
 }
 
-/// Deletes a schedule, leaving a marker that keeps the token; [`Error::Stale`] as for put.
-pub fn schedule_delete(ks: &Keyspace, id: &str, token: i64) -> Result<Single<()>, Error> {
-    let request = schedule_request(ks, "delete", id, token, Bytes::new())?;
+/// Deletes a schedule, leaving a marker that keeps the token and its holder; [`Error::Stale`]
+/// and [`Error::NotHolder`] as for [`schedule_put`].
+pub fn schedule_delete(
+    ks: &Keyspace,
+    id: &str,
+    token: i64,
+    holder: &str,
+) -> Result<Single<()>, Error> {
+    let request = schedule_request(ks, "delete", id, token, holder, Bytes::new())?;
     Ok(single(request, schedule_written(id.to_owned(), token)))
 }
 

@@ -23,6 +23,8 @@
 
 pub mod chaos;
 mod cluster;
+#[cfg(feature = "fuzzing")]
+pub mod fuzz;
 mod harness;
 
 pub use cluster::{
