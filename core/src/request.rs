@@ -25,7 +25,9 @@ pub enum Route {
     Slot(u16),
     /// Any master (keyless commands such as `TIME`).
     AnyMaster,
-    /// One node by its cluster address (`SCAN` on every master, one at a time).
+    /// One node by its cluster address (`SCAN` on every master, one at a time). An address
+    /// without a host (`:port`) is on the host of the node that gave the plan its first
+    /// reply: how that node's `CLUSTER SLOTS` names a master whose endpoint it leaves unknown.
     Node(String),
 }
 

@@ -617,6 +617,9 @@ struct Op {
     reqs: Vec<ReqState>,
     remaining: usize,
     deadline: Option<Instant>,
+    /// The node of the op's first reply: the host of a later `Route::Node` without one
+    /// (`:port`, a master whose endpoint that node's `CLUSTER SLOTS` left unknown).
+    answered_by: Option<NodeId>,
 }
 
 #[derive(Debug, Default)]
@@ -785,6 +788,7 @@ impl Session {
             reqs: Vec::new(),
             remaining: 0,
             deadline: None,
+            answered_by: None,
         });
         self.step_op(now, id, None);
         self.pump(now);
@@ -1356,14 +1360,18 @@ impl Session {
                         .or_else(|| masters.first().copied())
                         .map(|n| (n, false))
                 }
-                Route::Node(text) => match NodeAddr::parse(&text, "") {
-                    Some(addr) => Some((self.intern(addr), false)),
-                    None => {
-                        let error = Error::Config(format!("not a node address: {text:?}"));
-                        self.finish(r, Err(error));
-                        return;
+                Route::Node(text) => {
+                    let answered = self.ops.get_mut(r.op).and_then(|op| op.answered_by);
+                    let host = answered.map_or("", |node| self.nodes[node].host.as_str());
+                    match NodeAddr::parse(&text, host) {
+                        Some(addr) => Some((self.intern(addr), false)),
+                        None => {
+                            let error = Error::Config(format!("not a node address: {text:?}"));
+                            self.finish(r, Err(error));
+                            return;
+                        }
                     }
-                },
+                }
             }
         };
         match target {
@@ -1525,6 +1533,13 @@ impl Session {
         let max_redirections = self.config.max_redirections;
         let error = match frame {
             Ok(value) => {
+                // A stale reply is ignored, by `finish` and here. The first answer names the
+                // host: later nodes of a `SCAN` are named by that node's `CLUSTER SLOTS`.
+                if self.req_mut(r).is_some() {
+                    if let Some(op) = self.ops.get_mut(r.op) {
+                        op.answered_by.get_or_insert(node);
+                    }
+                }
                 // A request followed by WAIT completes with WAIT's reply.
                 if let Some(state) = self.req_mut(r).filter(|s| s.request.wait().is_some()) {
                     state.granted = Some(value);
@@ -2006,6 +2021,7 @@ mod tests {
             reqs: Vec::new(),
             remaining: 0,
             deadline: None,
+            answered_by: None,
         }
     }
 
