@@ -1435,3 +1435,42 @@ pub fn check_acknowledged_writes(
     }
     Ok(losses)
 }
+
+/// Ends a migration begun with [`RedisCluster::begin_migration`] whose keys have all moved:
+/// `CLUSTER SETSLOT slot NODE target` on the target, the source and every other master, then
+/// waits until every live node maps the slot to the target.
+pub fn assign_slot(
+    cluster: &RedisCluster,
+    slot: u16,
+    source: SocketAddr,
+    target: SocketAddr,
+) -> Result<(), String> {
+    let target_id = cluster.node_id(target)?;
+    let s = slot.to_string();
+    let mut order = vec![target, source];
+    order.extend(
+        cluster
+            .masters()?
+            .into_iter()
+            .filter(|m| *m != target && *m != source),
+    );
+    for addr in order {
+        cluster
+            .conn(addr)?
+            .cmd(&["CLUSTER", "SETSLOT", &s, "NODE", &target_id])
+            .map_err(|e| format!("SETSLOT {slot} NODE on {addr}: {e}"))?;
+    }
+    poll_until(
+        Instant::now() + Duration::from_secs(30),
+        "every node maps the slot to its target",
+        || {
+            for addr in cluster.nodes() {
+                let ranges = slots_at(addr)?;
+                if owner(&ranges, slot) != target {
+                    return Err(format!("{addr} still maps slot {slot} elsewhere"));
+                }
+            }
+            Ok(())
+        },
+    )
+}
