@@ -778,6 +778,16 @@ impl ExtraMaster {
                 }
                 Ok(())
             })?;
+            // A new node stays in the fail state for a while after it joined (design.md): a
+            // MIGRATE into it would get CLUSTERDOWN.
+            poll_until(deadline, "the new master's cluster state is ok", || {
+                let info = AdminConn::connect(extra.addr())?.cmd(&["CLUSTER", "INFO"])?;
+                let info = parse_info(info.as_str().unwrap_or_default());
+                match info.get("cluster_state").map(String::as_str) {
+                    Some("ok") => Ok(()),
+                    other => Err(format!("cluster_state {other:?}")),
+                }
+            })?;
             return Ok(extra);
         }
         Err(format!("could not start a fourth master: {last}"))
@@ -829,7 +839,9 @@ fn node_timeout_ms(cluster: &RedisCluster) -> Result<i64, String> {
 /// Moves `slots` from whichever master owns each to `target` (`id`), the way
 /// `redis-cli --cluster reshard` does: `IMPORTING` on the target, `MIGRATING` on the source,
 /// keys moved with `MIGRATE`, then `SETSLOT NODE` on the target, the source and every other
-/// master. `masters` must list every master (the new one included). Returns the keys moved.
+/// master. The steps of all the given slots are pipelined (a slot's keys move between its
+/// `MIGRATING` and its `NODE`, as in one slot's move). `masters` must list every master (the new
+/// one included). Returns the keys moved.
 pub fn reshard(
     masters: &[SocketAddr],
     slots: &[u16],
@@ -841,59 +853,81 @@ pub fn reshard(
         .iter()
         .map(|r| (r.master, r.master_id.clone()))
         .collect();
-    let mut moved = 0;
-    let mut target_conn = AdminConn::connect(target)?;
-    let mut conns: BTreeMap<SocketAddr, AdminConn> = BTreeMap::new();
-    for &m in masters {
-        conns.insert(m, AdminConn::connect(m)?);
-    }
+    let mut by_source: BTreeMap<SocketAddr, Vec<u16>> = BTreeMap::new();
     for &slot in slots {
         let source = owner(&ranges, slot);
-        if source == target {
-            continue;
+        if source != target {
+            by_source.entry(source).or_default().push(slot);
         }
-        let source_id = ids.get(&source).ok_or("source without an id")?;
-        let s = slot.to_string();
-        target_conn.cmd(&["CLUSTER", "SETSLOT", &s, "IMPORTING", source_id])?;
-        let src = conns
-            .get_mut(&source)
-            .ok_or("source is not a listed master")?;
-        src.cmd(&["CLUSTER", "SETSLOT", &s, "MIGRATING", target_id])?;
-        loop {
-            let keys = src.cmd(&["CLUSTER", "GETKEYSINSLOT", &s, "100"])?;
-            let keys: Vec<Vec<u8>> = keys
-                .as_array()
-                .ok_or("GETKEYSINSLOT: not an array")?
-                .iter()
-                .filter_map(|k| k.as_bytes().map(<[u8]>::to_vec))
-                .collect();
-            if keys.is_empty() {
-                break;
+    }
+    let cmd =
+        |parts: &[&str]| -> Vec<Vec<u8>> { parts.iter().map(|p| p.as_bytes().to_vec()).collect() };
+    let check =
+        |addr: SocketAddr, replies: Vec<crate::Value>| -> Result<Vec<crate::Value>, String> {
+            match replies.iter().find_map(crate::Value::as_error) {
+                Some(e) => Err(format!("{addr}: {e}")),
+                None => Ok(replies),
             }
-            let port = target.port().to_string();
-            let mut args: Vec<&[u8]> = vec![
-                b"MIGRATE",
-                b"127.0.0.1",
-                port.as_bytes(),
-                b"",
-                b"0",
-                b"10000",
-                b"REPLACE",
-                b"KEYS",
-            ];
-            args.extend(keys.iter().map(Vec::as_slice));
-            src.cmd(&args)?;
-            moved += keys.len();
+        };
+    let mut moved = 0;
+    for (source, slots) in &by_source {
+        let source_id = ids.get(source).ok_or("source without an id")?;
+        let importing: Vec<_> = slots
+            .iter()
+            .map(|s| cmd(&["CLUSTER", "SETSLOT", &s.to_string(), "IMPORTING", source_id]))
+            .collect();
+        check(target, pipeline_at(target, &importing)?)?;
+        let migrating: Vec<_> = slots
+            .iter()
+            .map(|s| cmd(&["CLUSTER", "SETSLOT", &s.to_string(), "MIGRATING", target_id]))
+            .collect();
+        check(*source, pipeline_at(*source, &migrating)?)?;
+        // Most slots hold no key: ask for every slot's keys at once, then drain the others.
+        let probes: Vec<_> = slots
+            .iter()
+            .map(|s| cmd(&["CLUSTER", "COUNTKEYSINSLOT", &s.to_string()]))
+            .collect();
+        let counts = check(*source, pipeline_at(*source, &probes)?)?;
+        let mut conn = AdminConn::connect(*source)?;
+        for (slot, count) in slots.iter().zip(counts) {
+            if count.as_int() == Some(0) {
+                continue;
+            }
+            loop {
+                let keys = conn.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), "100"])?;
+                let keys: Vec<Vec<u8>> = keys
+                    .as_array()
+                    .ok_or("GETKEYSINSLOT: not an array")?
+                    .iter()
+                    .filter_map(|k| k.as_bytes().map(<[u8]>::to_vec))
+                    .collect();
+                if keys.is_empty() {
+                    break;
+                }
+                let port = target.port().to_string();
+                let mut args: Vec<&[u8]> = vec![
+                    b"MIGRATE",
+                    b"127.0.0.1",
+                    port.as_bytes(),
+                    b"",
+                    b"0",
+                    b"10000",
+                    b"REPLACE",
+                    b"KEYS",
+                ];
+                args.extend(keys.iter().map(Vec::as_slice));
+                conn.cmd(&args)?;
+                moved += keys.len();
+            }
         }
-        target_conn.cmd(&["CLUSTER", "SETSLOT", &s, "NODE", target_id])?;
-        conns
-            .get_mut(&source)
-            .ok_or("source")?
-            .cmd(&["CLUSTER", "SETSLOT", &s, "NODE", target_id])?;
-        for (&m, conn) in conns.iter_mut() {
-            if m != source && m != target {
-                conn.cmd(&["CLUSTER", "SETSLOT", &s, "NODE", target_id])?;
-            }
+        let assign: Vec<_> = slots
+            .iter()
+            .map(|s| cmd(&["CLUSTER", "SETSLOT", &s.to_string(), "NODE", target_id]))
+            .collect();
+        let mut order = vec![target, *source];
+        order.extend(masters.iter().filter(|m| **m != target && *m != source));
+        for addr in order {
+            check(addr, pipeline_at(addr, &assign)?)?;
         }
     }
     Ok(moved)
@@ -1473,4 +1507,40 @@ pub fn assign_slot(
             Ok(())
         },
     )
+}
+
+/// Runs `f` on the cluster on a blocking thread (the harness blocks; the load must not).
+pub async fn blocking<T: Send + 'static>(
+    cluster: &Arc<RedisCluster>,
+    f: impl FnOnce(&RedisCluster) -> T + Send + 'static,
+) -> T {
+    let cluster = Arc::clone(cluster);
+    tokio::task::spawn_blocking(move || f(&cluster))
+        .await
+        .expect("a harness call panicked")
+}
+
+/// Whether the node at `addr` says it is a master (`ROLE`); `false` when it does not answer.
+pub fn is_master(addr: SocketAddr) -> bool {
+    AdminConn::connect(addr)
+        .and_then(|mut c| c.cmd(&["ROLE"]))
+        .ok()
+        .and_then(|r| {
+            r.as_array()
+                .and_then(|a| a.first())
+                .and_then(|v| v.as_str().map(str::to_owned))
+        })
+        .is_some_and(|r| r == "master")
+}
+
+/// Waits (at most `within`) until `replica` is a master, polling off the runtime's threads;
+/// returns when it was seen promoted, on `clock`.
+pub async fn promoted(replica: SocketAddr, clock: Clock, within: Duration) -> Duration {
+    crate::harness::eventually(within, "the replica to be promoted", || async move {
+        tokio::task::spawn_blocking(move || is_master(replica))
+            .await
+            .expect("ROLE probe panicked")
+            .then(|| clock.now())
+    })
+    .await
 }
