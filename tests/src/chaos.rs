@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::process::Command;
+use std::process::Command as Process;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -629,6 +629,9 @@ pub fn slots_at(addr: SocketAddr) -> Result<Vec<SlotRange>, String> {
     parse_cluster_slots(&AdminConn::connect(addr)?.cmd(&["CLUSTER", "SLOTS"])?)
 }
 
+/// One command, as its arguments.
+pub type Command = Vec<Vec<u8>>;
+
 /// Runs `commands` as one pipeline on `addr` (a fresh admin connection).
 pub fn pipeline_at(
     addr: SocketAddr,
@@ -1096,7 +1099,7 @@ impl Drop for BusPartition {
 }
 
 fn iptables(action: &str, rule: &[String]) -> Result<(), String> {
-    let output = Command::new("iptables")
+    let output = Process::new("iptables")
         .arg(action)
         .args(rule)
         .output()
@@ -1410,7 +1413,7 @@ pub fn check_acknowledged_writes(
         .filter(|o| o.ok() && matches!(o.op, "save" | "upsert"))
         .collect();
     // One probe per write, grouped by owner: ZSCORE + EXISTS for a message, GET for a record.
-    let mut by_owner: BTreeMap<SocketAddr, Vec<(usize, Vec<Vec<Vec<u8>>>)>> = BTreeMap::new();
+    let mut by_owner: BTreeMap<SocketAddr, Vec<(usize, Vec<Command>)>> = BTreeMap::new();
     for (i, o) in acked.iter().enumerate() {
         let probes = if o.op == "save" {
             let id = format!("m{}", o.n);

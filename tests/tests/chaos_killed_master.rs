@@ -13,7 +13,7 @@
 //!   its slots are refused with `NOREPLICAS`, a typed server error.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,13 +22,11 @@ use botmesh_redis_core::coord::TurnOptions;
 use botmesh_redis_core::store::{Store, StoreOptions};
 use botmesh_redis_core::ClientOptions;
 use botmesh_redis_tests::chaos::{
-    check_acknowledged_writes, check_monotonic, open_loop, owner, slots_of, turn_options, Clock,
-    Fault, Grant, Kind, Op, Outcome, Recorder, Report, Scale, Workload,
+    blocking, check_acknowledged_writes, check_monotonic, open_loop, owner, promoted, slots_of,
+    turn_options, Clock, Fault, Grant, Kind, Op, Outcome, Recorder, Report, Scale, Workload,
 };
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
-use botmesh_redis_tests::{
-    both_drivers, eventually, unique_prefix, AdminConn, ClusterOptions, RedisCluster,
-};
+use botmesh_redis_tests::{both_drivers, unique_prefix, AdminConn, ClusterOptions, RedisCluster};
 
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -40,26 +38,13 @@ enum Replication {
     MinReplicasAndWait,
 }
 
-async fn blocking<T: Send + 'static>(
-    cluster: &Arc<RedisCluster>,
-    f: impl FnOnce(&RedisCluster) -> T + Send + 'static,
-) -> T {
-    let cluster = Arc::clone(cluster);
-    tokio::task::spawn_blocking(move || f(&cluster))
-        .await
-        .unwrap()
-}
-
-fn is_master(addr: SocketAddr) -> bool {
-    AdminConn::connect(addr)
-        .and_then(|mut c| c.cmd(&["ROLE"]))
-        .ok()
-        .and_then(|r| {
-            r.as_array()
-                .and_then(|a| a.first())
-                .and_then(|v| v.as_str().map(str::to_owned))
-        })
-        .is_some_and(|r| r == "master")
+/// One kill: the master, its slots, when, and the replica that took over.
+struct Kill {
+    victim: SocketAddr,
+    slots: BTreeSet<u16>,
+    killed: Duration,
+    promoted: SocketAddr,
+    promoted_at: Duration,
 }
 
 /// `GET key` on `addr`, as a number (0 when missing).
@@ -130,65 +115,80 @@ async fn killed_master<R: Runtime>(replication: Replication) {
     let load = open_loop(scale, move |n| w.request(n));
     tokio::time::sleep(scale.settle).await;
 
-    // The victim serves the first lock key, so that some fences live on it.
-    let victim = blocking(&cluster, {
+    // The first victim serves the first lock key, so that some fences live on it; the long run
+    // kills one master per shard (a promoted replica has no replica left to fail over to).
+    let first = blocking(&cluster, {
         let key = ks.lock(&Workload::<Client<R>>::lock_key(0));
         move |c| c.master_for_slot(key.slot())
     })
     .await
     .unwrap();
-    let before = blocking(&cluster, |c| c.slots()).await.unwrap();
-    let victim_slots = slots_of(&before, victim);
-    let replica = blocking(&cluster, move |c| c.replicas_of(victim))
-        .await
-        .unwrap()[0];
-    cluster.server(victim).unwrap().kill();
-    let killed = clock.now();
-    let promoted_at = eventually(
-        Duration::from_secs(15),
-        "the killed master's replica to be promoted",
-        || async move {
-            tokio::task::spawn_blocking(move || is_master(replica))
-                .await
-                .unwrap()
-                .then(|| clock.now())
-        },
-    )
-    .await;
-    let promoted = replica;
-    blocking(&cluster, |c| c.wait_ok()).await.unwrap();
-    tokio::time::sleep(scale.settle * 2).await;
+    let mut kills: Vec<Kill> = Vec::new();
+    for i in 0..scale.faults.min(3) {
+        let ranges = blocking(&cluster, |c| c.slots()).await.unwrap();
+        let candidates: Vec<SocketAddr> = ranges
+            .iter()
+            .map(|r| r.master)
+            .filter(|m| !kills.iter().any(|k| k.promoted == *m))
+            .collect();
+        let victim = if i == 0 { first } else { candidates[0] };
+        let slots = slots_of(&ranges, victim);
+        let replica = blocking(&cluster, move |c| c.replicas_of(victim))
+            .await
+            .unwrap()[0];
+        cluster.server(victim).unwrap().kill();
+        let killed = clock.now();
+        let promoted_at = promoted(replica, clock, Duration::from_secs(15)).await;
+        blocking(&cluster, |c| c.wait_ok()).await.unwrap();
+        kills.push(Kill {
+            victim,
+            slots,
+            killed,
+            promoted: replica,
+            promoted_at,
+        });
+        tokio::time::sleep(scale.settle * 2).await;
+    }
     let summary = load.stop().await;
     let outcomes = recorder.outcomes();
     let ranges = blocking(&cluster, |c| c.slots()).await.unwrap();
-    assert_eq!(
-        owner(&ranges, *victim_slots.iter().next().unwrap()),
-        promoted
-    );
+    for k in &kills {
+        assert_eq!(owner(&ranges, *k.slots.iter().next().unwrap()), k.promoted);
+    }
 
-    let on_victim = |o: &Outcome| o.slot.is_some_and(|s| victim_slots.contains(&s));
-    // What the killed master acknowledged before it died may be missing (asynchronous
-    // replication); with WAIT, grants may not.
-    let acked_by_victim = |o: &Outcome| on_victim(o) && o.ended <= killed;
+    let kill_of = |o: &Outcome| {
+        kills
+            .iter()
+            .find(|k| o.slot.is_some_and(|s| k.slots.contains(&s)))
+    };
+    let on_victim = |o: &Outcome| kill_of(o).is_some();
+    // What a killed master acknowledged before it died may be missing (asynchronous
+    // replication).
     let losses = tokio::task::block_in_place(|| {
         check_acknowledged_writes(&ks, &ranges, &outcomes, |o| {
-            acked_by_victim(o).then(|| {
+            let k = kill_of(o)?;
+            (o.ended <= k.killed).then(|| {
                 format!(
                     "acknowledged by the killed master {} ms before the kill",
-                    (killed - o.ended).as_millis()
+                    (k.killed - o.ended).as_millis()
                 )
             })
         })
     })
     .unwrap();
-    let faults = [Fault {
-        what: format!(
-            "kill -9 {victim} (replica {promoted} promoted at {:.3} s)",
-            promoted_at.as_secs_f64()
-        ),
-        at: killed,
-        healed: Some(promoted_at),
-    }];
+    let faults: Vec<Fault> = kills
+        .iter()
+        .map(|k| Fault {
+            what: format!(
+                "kill -9 {} (replica {} promoted at {:.3} s)",
+                k.victim,
+                k.promoted,
+                k.promoted_at.as_secs_f64()
+            ),
+            at: k.killed,
+            healed: Some(k.promoted_at),
+        })
+        .collect();
     let title = format!(
         "killed master, {}, {}",
         match replication {
@@ -210,25 +210,23 @@ async fn killed_master<R: Runtime>(replication: Replication) {
 
     let mut failures: Vec<String> = Vec::new();
     for o in &outcomes {
-        let fine = match (o.kind, replication) {
-            (Kind::Ok, _) => true,
+        let k = kill_of(o);
+        let fine = match (o.kind, replication, k) {
+            (Kind::Ok, _, _) => true,
             // In flight on the killed master: outcome unknown, and only until the promotion.
-            (Kind::ReplyLost | Kind::TimeoutUnknown, _) => {
-                on_victim(o)
-                    && o.write
-                    && o.ended <= promoted_at
-                    && o.detail.starts_with(&victim.to_string())
-                    || o.kind == Kind::TimeoutUnknown && on_victim(o) && o.sent <= promoted_at
+            (Kind::ReplyLost, _, Some(k)) => {
+                o.write && o.ended <= k.promoted_at && o.detail.starts_with(&k.victim.to_string())
             }
+            (Kind::TimeoutUnknown, _, Some(k)) => o.write && o.sent <= k.promoted_at,
             // A lock or turn the failover lost: its holder's release finds it gone.
-            (Kind::NotHolder, _) => on_victim(o) && o.sent >= killed,
+            (Kind::NotHolder, _, Some(k)) => o.sent >= k.killed,
             // The promoted master has no replica left: it refuses writes, before running them.
-            (Kind::Server, Replication::MinReplicasAndWait) => {
-                on_victim(o) && o.detail == "NOREPLICAS" && o.ended >= killed
+            (Kind::Server, Replication::MinReplicasAndWait, Some(k)) => {
+                o.detail == "NOREPLICAS" && o.ended >= k.killed
             }
             // WAIT could not reach the replica of a grant made just before the kill: the grant
             // was given back.
-            (Kind::NotReplicated, Replication::MinReplicasAndWait) => on_victim(o),
+            (Kind::NotReplicated, Replication::MinReplicasAndWait, Some(_)) => true,
             _ => false,
         };
         if !fine {
@@ -239,8 +237,8 @@ async fn killed_master<R: Runtime>(replication: Replication) {
         failures.push(format!("lost outside the window: {l}"));
     }
 
-    // Fences, terms and tickets never go backwards, except a number the killed master handed
-    // out and the promoted replica never saw (plain replication only).
+    // Fences, terms and tickets never go backwards, except a number a killed master handed
+    // out and its promoted replica never saw (plain replication only).
     let mut grants = Grant::of(&outcomes, "lock");
     grants.extend(Grant::of(&outcomes, "campaign"));
     grants.extend(Grant::of(&outcomes, "turn"));
@@ -250,8 +248,9 @@ async fn killed_master<R: Runtime>(replication: Replication) {
         .collect();
     let (allowed, bad) = check_monotonic(&grants, |earlier, _later| {
         replication == Replication::Plain
-            && victim_slots.contains(&slot_of[&earlier.name])
-            && earlier.granted <= killed
+            && kills
+                .iter()
+                .any(|k| k.slots.contains(&slot_of[&earlier.name]) && earlier.granted <= k.killed)
     });
     eprintln!(
         "history: {} grants checked, {} went backwards inside the replication window, {} outside",
@@ -267,18 +266,21 @@ async fn killed_master<R: Runtime>(replication: Replication) {
     if replication == Replication::MinReplicasAndWait {
         // Every grant acknowledged through WAIT survived the kill: the promoted master's
         // counters are at least the largest number acknowledged for each name.
-        let mut largest: BTreeMap<(&str, String), u64> = BTreeMap::new();
-        for o in outcomes
-            .iter()
-            .filter(|o| o.ok() && o.ended <= killed && on_victim(o))
-        {
+        let mut largest: BTreeMap<(SocketAddr, &str, String), u64> = BTreeMap::new();
+        for o in outcomes.iter().filter(|o| o.ok()) {
+            let Some(k) = kill_of(o) else { continue };
+            if o.ended > k.killed {
+                continue;
+            }
             if let (Some(v), "lock" | "campaign") = (o.value, o.op) {
-                let e = largest.entry((o.op, o.target.clone())).or_default();
+                let e = largest
+                    .entry((k.promoted, o.op, o.target.clone()))
+                    .or_default();
                 *e = (*e).max(v);
             }
         }
         assert!(!largest.is_empty(), "grants were made on the killed master");
-        for ((op, name), acked) in largest {
+        for ((promoted, op, name), acked) in largest {
             let key = if op == "lock" {
                 ks.lock_fence(&name)
             } else {

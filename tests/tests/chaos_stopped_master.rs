@@ -24,13 +24,11 @@ use std::time::Duration;
 use botmesh_redis_core::store::{Store, StoreOptions};
 use botmesh_redis_core::ClientOptions;
 use botmesh_redis_tests::chaos::{
-    check_acknowledged_writes, open_loop, owner, slots_of, Clock, Fault, Kind, Outcome, Recorder,
-    Report, Scale, Workload, REPLICA,
+    blocking, check_acknowledged_writes, is_master, open_loop, owner, slots_of, Clock, Fault, Kind,
+    Outcome, Recorder, Report, Scale, Workload, REPLICA,
 };
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
-use botmesh_redis_tests::{
-    both_drivers, eventually, unique_prefix, AdminConn, ClusterOptions, RedisCluster,
-};
+use botmesh_redis_tests::{both_drivers, eventually, unique_prefix, ClusterOptions, RedisCluster};
 
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -45,29 +43,6 @@ fn retry_budget(attempts: u32) -> Duration {
         total += Duration::from_millis((10u64 << i.min(16)).min(500));
     }
     total.mul_f64(1.25)
-}
-
-fn is_master(addr: SocketAddr) -> bool {
-    AdminConn::connect(addr)
-        .and_then(|mut c| c.cmd(&["ROLE"]))
-        .ok()
-        .and_then(|r| {
-            r.as_array()
-                .and_then(|a| a.first())
-                .and_then(|v| v.as_str().map(str::to_owned))
-        })
-        .is_some_and(|r| r == "master")
-}
-
-/// Runs `f` on the cluster off the runtime's threads (the harness blocks).
-async fn blocking<T: Send + 'static>(
-    cluster: &Arc<RedisCluster>,
-    f: impl FnOnce(&RedisCluster) -> T + Send + 'static,
-) -> T {
-    let cluster = Arc::clone(cluster);
-    tokio::task::spawn_blocking(move || f(&cluster))
-        .await
-        .unwrap()
 }
 
 /// One client's load: its options, workload and recorder.
