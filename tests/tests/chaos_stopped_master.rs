@@ -131,11 +131,16 @@ async fn stopped_master_is_replaced_and_only_its_late_acks_are_lost<R: Runtime>(
         )
         .await,
     ];
+    // Two clients share the host: each gets half the scale's rate.
+    let half = Scale {
+        interval: scale.interval * 2,
+        ..scale
+    };
     let loads: Vec<_> = runs
         .iter()
         .map(|r| {
             let w = Arc::clone(&r.workload);
-            open_loop(scale, move |n| w.request(n))
+            open_loop(half, move |n| w.request(n))
         })
         .collect();
     tokio::time::sleep(scale.settle).await;
@@ -202,6 +207,9 @@ async fn stopped_master_is_replaced_and_only_its_late_acks_are_lost<R: Runtime>(
         tokio::time::sleep(scale.settle).await;
     }
     let mut summaries = Vec::new();
+    for load in &loads {
+        load.halt();
+    }
     for load in loads {
         summaries.push(load.stop().await);
     }
@@ -263,7 +271,7 @@ async fn stopped_master_is_replaced_and_only_its_late_acks_are_lost<R: Runtime>(
                 if r.name == "fast" { "1 s" } else { "5 s" },
                 driver_name::<R>()
             ),
-            scale,
+            scale: half,
             load: summary,
             outcomes: &outcomes,
             faults: &faults,
