@@ -74,7 +74,7 @@ impl Scale {
     pub fn from_env() -> Scale {
         if long_run() {
             Scale {
-                interval: Duration::from_micros(1_000),
+                interval: Duration::from_micros(2_000),
                 settle: Duration::from_secs(5),
                 faults: 3,
                 max_requests: 400_000,

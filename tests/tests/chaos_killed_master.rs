@@ -218,6 +218,11 @@ async fn killed_master<R: Runtime>(replication: Replication) {
                 o.write && o.ended <= k.promoted_at && o.detail.starts_with(&k.victim.to_string())
             }
             (Kind::TimeoutUnknown, _, Some(k)) => o.write && o.sent <= k.promoted_at,
+            // A turn whose wait spanned the kill of its chat's master: the queue stalled until
+            // the promotion, and the wait (measured on the server's clock) may run out.
+            (Kind::TimeoutNotRun, _, Some(k)) => {
+                o.op == "turn" && o.sent <= k.promoted_at && o.ended >= k.killed
+            }
             // A lock or turn the failover lost: its holder's release finds it gone.
             (Kind::NotHolder, _, Some(k)) => o.sent >= k.killed,
             // The promoted master has no replica left: it refuses writes, before running them.
