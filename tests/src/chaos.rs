@@ -21,8 +21,9 @@
 //! # Short and long runs
 //!
 //! The suites are short by default (a few seconds of load and one fault per scenario). With
-//! `BOTMESH_CHAOS_LONG=1` they run a heavier load for longer and inject more faults; see
-//! [`Scale`] and `docs/reliability.md`.
+//! `BOTMESH_CHAOS_LONG=1` the load runs longer around each fault and the scenarios that can
+//! inject more faults do (three pauses, three kills, one per shard); see [`Scale`] and
+//! `docs/reliability.md`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;

@@ -12,8 +12,8 @@
 //! - the stopped master's slots are served again within node timeout + promotion + the retry
 //!   budget, before the master is resumed;
 //! - every acknowledged write is stored afterwards, except one kind that design.md names as the
-//!   asynchronous-replication loss: a write to the stopped master's slots, sent while it was
-//!   stopped and acknowledged only after it resumed (the stale master's late `OK`).
+//!   asynchronous-replication loss: a write to the stopped master's slots, still unanswered when
+//!   it resumed and acknowledged after (the stale master's late `OK`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
@@ -93,8 +93,6 @@ async fn run<R: Runtime>(
 struct Pause {
     victim: SocketAddr,
     slots: BTreeSet<u16>,
-    /// Just before the signal was sent: a request sent later may have met a stopped master.
-    stopping: Duration,
     /// Once the signal was delivered: a request sent later certainly met it.
     paused: Duration,
     promoted: Duration,
@@ -146,21 +144,22 @@ async fn stopped_master_is_replaced_and_only_its_late_acks_are_lost<R: Runtime>(
     tokio::time::sleep(scale.settle).await;
 
     let mut pauses: Vec<Pause> = Vec::new();
-    let mut used = BTreeSet::new();
     for _ in 0..scale.faults.min(3) {
         let ranges = blocking(&cluster, |c| c.slots()).await.unwrap();
-        // A master not stopped before (a stopped one comes back as a replica).
+        // A shard not stopped before: stopping the promoted replica of an earlier pause would
+        // hand the slots back to the master stopped then.
         let victim = ranges
             .iter()
             .map(|r| r.master)
-            .find(|m| !used.contains(m))
+            .find(|m| {
+                let slots = slots_of(&ranges, *m);
+                pauses.iter().all(|p| p.slots.is_disjoint(&slots))
+            })
             .unwrap();
-        used.insert(victim);
         let slots = slots_of(&ranges, victim);
         let replica = blocking(&cluster, move |c| c.replicas_of(victim))
             .await
             .unwrap()[0];
-        let stopping = clock.now();
         cluster.server(victim).unwrap().pause().unwrap();
         // Taken once the signal is delivered: requests sent before may still have been answered.
         let paused = clock.now();
@@ -196,10 +195,15 @@ async fn stopped_master_is_replaced_and_only_its_late_acks_are_lost<R: Runtime>(
         let resumed = clock.now();
         cluster.server(victim).unwrap().resume().unwrap();
         blocking(&cluster, |c| c.wait_ok()).await.unwrap();
+        let now = blocking(&cluster, |c| c.slots()).await.unwrap();
+        assert_ne!(
+            owner(&now, *slots.iter().next().unwrap()),
+            victim,
+            "the resumed master rejoined as a replica"
+        );
         pauses.push(Pause {
             victim,
             slots,
-            stopping,
             paused,
             promoted,
             resumed,
@@ -248,8 +252,11 @@ async fn stopped_master_is_replaced_and_only_its_late_acks_are_lost<R: Runtime>(
         );
         let late_ack = |o: &Outcome| {
             pauses.iter().find_map(|p| {
+                // Still unanswered when the master was resumed, acknowledged after: only the
+                // stale master can have answered it (a written request is never resent, and one
+                // written to the promoted replica instead is kept there). On a loaded host it
+                // may have been sent a little before the pause.
                 (o.slot.is_some_and(|s| p.slots.contains(&s))
-                    && o.sent >= p.stopping
                     && o.sent < p.resumed
                     && o.ended >= p.resumed)
                     .then(|| {
@@ -311,12 +318,6 @@ async fn stopped_master_is_replaced_and_only_its_late_acks_are_lost<R: Runtime>(
         }
         assert!(losses.checked > 0);
         assert!(r.request_timeout > Duration::ZERO);
-    }
-    for p in &pauses {
-        // The late acknowledgements are the only allowed losses, and they can only come from
-        // the master that was stopped.
-        assert!(ranges.iter().any(|r| r.master != p.victim));
-        assert_ne!(owner(&ranges, *p.slots.iter().next().unwrap()), p.victim);
     }
     assert!(
         failures.is_empty(),
