@@ -448,6 +448,9 @@ pub struct Fault {
     pub at: Duration,
     /// When it was healed (or the cluster had repaired itself), if it was.
     pub healed: Option<Duration>,
+    /// The slots it hit, for its recovery time; empty: every call the report's `affected`
+    /// accepts (with several faults, give each its own slots).
+    pub slots: BTreeSet<u16>,
 }
 
 /// Acknowledged writes checked afterwards.
@@ -486,14 +489,25 @@ impl Report<'_> {
     /// For each fault, the first success of an affected call sent after it began, as time
     /// since the fault; `None` when there was none.
     pub fn recoveries(&self) -> Vec<Option<Duration>> {
+        self.first_successes()
+            .into_iter()
+            .zip(self.faults)
+            .map(|(o, fault)| o.map(|o| o.ended - fault.at))
+            .collect()
+    }
+
+    fn first_successes(&self) -> Vec<Option<&Outcome>> {
         self.faults
             .iter()
             .map(|fault| {
                 self.outcomes
                     .iter()
-                    .filter(|o| o.ok() && o.sent >= fault.at && (self.affected)(o))
-                    .map(|o| o.ended - fault.at)
-                    .min()
+                    .filter(|o| o.ok() && o.sent >= fault.at)
+                    .filter(|o| match o.slot {
+                        Some(s) if !fault.slots.is_empty() => fault.slots.contains(&s),
+                        _ => fault.slots.is_empty() && (self.affected)(o),
+                    })
+                    .min_by_key(|o| o.ended)
             })
             .collect()
     }
@@ -566,7 +580,8 @@ impl Report<'_> {
                 );
             }
         }
-        for (f, r) in self.faults.iter().zip(self.recoveries()) {
+        for (f, first) in self.faults.iter().zip(self.first_successes()) {
+            let r = first.map(|o| o.ended - f.at);
             let affected: Vec<&Outcome> = o
                 .iter()
                 .filter(|x| {
@@ -582,7 +597,15 @@ impl Report<'_> {
                 out,
                 "recovery after '{}': first success on the affected slots {}; slowest affected call {:.3} s",
                 f.what,
-                r.map(|r| format!("{:.3} s after the fault", r.as_secs_f64()))
+                r.zip(first)
+                    .map(|(r, o)| format!(
+                        "{:.3} s after the fault ({} {} slot {:?}, sent at {:.3} s)",
+                        r.as_secs_f64(),
+                        o.op,
+                        o.target,
+                        o.slot,
+                        o.sent.as_secs_f64()
+                    ))
                     .unwrap_or_else(|| "never".into()),
                 slowest.as_secs_f64()
             );

@@ -187,6 +187,7 @@ async fn killed_master<R: Runtime>(replication: Replication) {
             ),
             at: k.killed,
             healed: Some(k.promoted_at),
+            slots: k.slots.clone(),
         })
         .collect();
     let title = format!(

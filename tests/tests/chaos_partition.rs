@@ -183,6 +183,7 @@ async fn partition<R: Runtime>(cut: Cut) {
         what,
         at,
         healed: Some(healed),
+        slots: slots.clone(),
     }];
     let report = Report {
         title: format!(

@@ -118,6 +118,7 @@ async fn new_master_takes_a_third_of_the_slots_under_load<R: Runtime>() {
             what: format!("CLUSTER MEET of a fourth master {new}"),
             at: joined,
             healed: Some(started),
+            slots: std::collections::BTreeSet::new(),
         },
         Fault {
             what: format!(
@@ -126,6 +127,7 @@ async fn new_master_takes_a_third_of_the_slots_under_load<R: Runtime>() {
             ),
             at: started,
             healed: Some(resharded),
+            slots: moved.clone(),
         },
     ];
     let affected = |o: &Outcome| o.slot.is_some_and(|s| moved.contains(&s));

@@ -229,6 +229,7 @@ async fn stopped_master_is_replaced_and_only_its_late_acks_are_lost<R: Runtime>(
             ),
             at: p.paused,
             healed: Some(p.resumed),
+            slots: p.slots.clone(),
         })
         .collect();
     let on_victim = |o: &Outcome| {
