@@ -3,6 +3,7 @@
 //! connection to inspect and steer them. See [`harness`].
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod chaos;
 pub mod conformance;
 pub mod harness;
 
