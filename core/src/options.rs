@@ -27,6 +27,7 @@ pub struct ClientOptions {
     connect_timeout: Option<Duration>,
     request_timeout: Option<Duration>,
     response_timeout: Option<Duration>,
+    stall_refresh: Option<Duration>,
     refresh_interval: Option<Duration>,
     seed: Option<u64>,
 }
@@ -121,6 +122,14 @@ impl ClientOptions {
         self
     }
 
+    /// A cluster connection whose oldest request has had no reply this long asks for a
+    /// topology refresh, again after each such wait, without closing (default 1 s): a
+    /// replaced master's late answers to writes are then reported as outcome unknown.
+    pub fn stall_refresh(mut self, d: Duration) -> Self {
+        self.stall_refresh = Some(d);
+        self
+    }
+
     /// Periodic topology refresh (default 5 s).
     pub fn refresh_interval(mut self, d: Duration) -> Self {
         self.refresh_interval = Some(d);
@@ -185,6 +194,9 @@ impl ClientOptions {
         }
         if let Some(d) = self.request_timeout {
             config.request_timeout = d;
+        }
+        if let Some(d) = self.stall_refresh {
+            config.stall_refresh = d;
         }
         if let Some(d) = self.response_timeout {
             config.response_timeout = d;

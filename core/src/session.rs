@@ -123,6 +123,11 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// A connection whose oldest request waits this long for a reply is closed (default 5 s).
     pub response_timeout: Duration,
+    /// A cluster connection whose oldest request waits this long asks for a topology refresh,
+    /// and again after each such wait, without closing (default 1 s): a master stopped past
+    /// the node timeout is replaced meanwhile, and once the map names its successor, its late
+    /// answers to writes are not taken as successes.
+    pub stall_refresh: Duration,
     /// Periodic topology refresh, so a failover without `MOVED` is noticed (default 5 s).
     pub refresh_interval: Duration,
     /// At most one refresh starts per this interval (default 100 ms).
@@ -145,6 +150,7 @@ impl fmt::Debug for Config {
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
+            .field("stall_refresh", &self.stall_refresh)
             .field("refresh_interval", &self.refresh_interval)
             .field("address_map", &self.address_map.is_some())
             .finish_non_exhaustive()
@@ -161,6 +167,7 @@ impl Config {
             request_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(5),
+            stall_refresh: Duration::from_secs(1),
             refresh_interval: Duration::from_secs(5),
             refresh_min_interval: Duration::from_millis(100),
             max_read_buffer: 512 << 20,
@@ -609,6 +616,9 @@ struct ReqState {
     sent: bool,
     /// The request's own value while the `WAIT` written after it is unanswered.
     granted: Option<Value>,
+    /// The slot map's generation when the request was routed: a write answered after the map
+    /// changed is checked against the new owner of its slot.
+    map_gen: u64,
 }
 
 struct Op {
@@ -661,6 +671,8 @@ pub struct Session {
     /// Nodes in connect backoff: one dial per backoff period, however many requests arrive.
     down: BTreeMap<NodeId, Down>,
     slots: SlotTable,
+    /// Counts the slot map's changes (see [`ReqState::map_gen`]).
+    map_gen: u64,
     map_loaded: bool,
     conns: BTreeMap<ConnId, Conn>,
     next_conn: u64,
@@ -708,6 +720,7 @@ impl Session {
             node_conn: BTreeMap::new(),
             down: BTreeMap::new(),
             slots: SlotTable::default(),
+            map_gen: 0,
             map_loaded: false,
             conns: BTreeMap::new(),
             next_conn: 1,
@@ -1048,7 +1061,11 @@ impl Session {
         }
         let bytes = buf.split().freeze();
         if was_idle {
-            if let Some(at) = after(now, self.config.response_timeout) {
+            let first = match self.cluster {
+                true => self.config.response_timeout.min(self.config.stall_refresh),
+                false => self.config.response_timeout,
+            };
+            if let Some(at) = after(now, first) {
                 self.schedule_check(conn, at);
             }
         }
@@ -1088,6 +1105,7 @@ impl Session {
                             with_source: false,
                             sent: false,
                             granted: None,
+                            map_gen: 0,
                         })
                         .collect();
                     // A deadline too far to represent is no deadline.
@@ -1227,6 +1245,16 @@ impl Session {
         id
     }
 
+    /// Whether `node`'s connection has waited at least `stall_refresh` for its oldest reply.
+    fn is_stalled(&self, node: NodeId, now: Instant) -> bool {
+        self.node_conn
+            .get(&node)
+            .and_then(|c| self.conns.get(c))
+            .and_then(|c| c.in_flight.front())
+            .and_then(|&(_, written)| after(written, self.config.stall_refresh))
+            .is_some_and(|suspect| suspect <= now)
+    }
+
     /// Whether `node` is a live id (not one freed for reuse).
     fn is_known(&self, node: NodeId) -> bool {
         self.nodes
@@ -1307,7 +1335,7 @@ impl Session {
         let attempt = self.next_attempt;
         self.next_attempt += 1;
         let (cluster, map_loaded) = (self.cluster, self.map_loaded);
-        let response_timeout = self.config.response_timeout;
+        let (response_timeout, map_gen) = (self.config.response_timeout, self.map_gen);
         let Some(state) = self.req_mut(r) else {
             return;
         };
@@ -1322,6 +1350,7 @@ impl Session {
             }
         }
         state.granted = None;
+        state.map_gen = map_gen;
         state.attempt = attempt;
         let r = ReqRef { attempt, ..r };
         let (ask, pinned) = (state.ask.take(), state.pinned.take());
@@ -1528,11 +1557,45 @@ impl Session {
         self.finish(r, Ok(Value::Array(vec![granted, wait])));
     }
 
+    /// A write answered `OK` by a node that, since the request was routed, the map learned
+    /// is no longer its slot's master: a master replaced while the request waited (stopped
+    /// past the node timeout, cut off) answers what it had queued once it runs again, then
+    /// learns it was replaced and discards its data. Such an answer is not a success: the
+    /// outcome is unknown. (Only when the map changed meanwhile is the slot looked up.)
+    fn answered_by_former_owner(&mut self, r: ReqRef, node: NodeId, asking: bool) -> Option<Error> {
+        if !self.cluster || asking {
+            return None;
+        }
+        let map_gen = self.map_gen;
+        let state = self.req_mut(r)?;
+        if state.map_gen == map_gen || state.request.access() != Access::Write {
+            return None;
+        }
+        let Route::Slot(slot) = *state.request.route() else {
+            return None;
+        };
+        let owner = self.slots.get(slot)?;
+        if owner == node {
+            return None;
+        }
+        Some(Error::ReplyLost {
+            addr: self.nodes[node].to_string(),
+            reason: format!(
+                "answered after the map named {} master of slot {slot}: a replaced master \
+                 may discard what it answered",
+                self.nodes[owner]
+            ),
+        })
+    }
+
     fn on_reply(&mut self, now: Instant, r: ReqRef, node: NodeId, asking: bool, frame: Frame) {
         let cluster = self.cluster;
         let max_redirections = self.config.max_redirections;
         let error = match frame {
             Ok(value) => {
+                if let Some(stale) = self.answered_by_former_owner(r, node, asking) {
+                    return self.finish(r, Err(stale));
+                }
                 // A stale reply is ignored, by `finish` and here. The first answer names the
                 // host: later nodes of a `SCAN` are named by that node's `CLUSTER SLOTS`.
                 if self.req_mut(r).is_some() {
@@ -1573,6 +1636,7 @@ impl Session {
                 tracing::debug!(slot, to = %addr, "MOVED: patching the slot map");
                 let target = self.intern(addr);
                 self.slots.set(slot, target);
+                self.map_gen += 1;
                 self.refresh_soon(now);
                 self.to_dispatch.push_back(r);
             }
@@ -1746,24 +1810,38 @@ impl Session {
     fn check_conn(&mut self, now: Instant, conn: ConnId) {
         let (connect_timeout, response_timeout) =
             (self.config.connect_timeout, self.config.response_timeout);
+        let stall_refresh = self.config.stall_refresh;
+        let cluster = self.cluster;
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
         c.check_at = None;
         let addr = self.nodes[c.node].to_string();
         // The connect deadline covers the TCP connect and the AUTH exchange.
-        let due = if c.state == ConnState::Ready {
-            c.in_flight
-                .front()
-                .map(|&(_, written)| (after(written, response_timeout), false))
+        let (due, written) = if c.state == ConnState::Ready {
+            match c.in_flight.front() {
+                Some(&(_, written)) => (after(written, response_timeout), Some(written)),
+                None => return,
+            }
         } else {
-            Some((after(c.opened, connect_timeout), true))
+            (after(c.opened, connect_timeout), None)
         };
-        let Some((Some(due), connecting)) = due else {
+        let Some(due) = due else {
             return;
         };
+        let connecting = written.is_none();
         if now < due {
-            self.schedule_check(conn, due);
+            // A stall short of the response timeout: refresh the map meanwhile (a replaced
+            // master's late answers are then recognised), and look again a while later.
+            let next = match written.and_then(|w| after(w, stall_refresh)) {
+                Some(suspect) if cluster && suspect <= now => {
+                    self.refresh_soon(now);
+                    after(now, stall_refresh).map_or(due, |t| t.min(due))
+                }
+                Some(suspect) if cluster => suspect.min(due),
+                _ => due,
+            };
+            self.schedule_check(conn, next);
             return;
         }
         if connecting {
@@ -1835,12 +1913,6 @@ impl Session {
         // root nodes, then anything known. The first stays; the second rotates by round, so a
         // dead or stalled node is not the only one asked round after round.
         let masters = self.masters();
-        let mut unique: Vec<NodeId> = Vec::new();
-        let ready = masters.iter().copied().filter(|&n| self.is_ready(n));
-        let idle = masters.iter().copied().filter(|&n| !self.is_ready(n));
-        // A node in connect backoff is asked last: a round must not dial it again early.
-        let in_backoff = |n: &NodeId| self.down.get(n).is_some_and(|d| d.until > now);
-        let (idle_down, idle): (Vec<NodeId>, Vec<NodeId>) = idle.partition(in_backoff);
         let roots: Vec<NodeId> = match &self.config.endpoints {
             Endpoints::Cluster(roots) => roots
                 .iter()
@@ -1848,20 +1920,23 @@ impl Session {
                 .collect(),
             Endpoints::Single(_) => Vec::new(),
         };
-        let (roots_down, roots): (Vec<NodeId>, Vec<NodeId>) =
-            roots.into_iter().partition(in_backoff);
-        for n in ready.chain(idle).chain(roots) {
+        let ready = masters.iter().copied().filter(|&n| self.is_ready(n));
+        let idle = masters.iter().copied().filter(|&n| !self.is_ready(n));
+        let preferred: Vec<NodeId> = ready.chain(idle).chain(roots).collect();
+        // Avoided while another node is left: a node in connect backoff (a round must not
+        // dial it again early), and one whose connection has long waited for a reply (the
+        // query would queue behind the stall, and so would everything routed there after it).
+        let avoid =
+            |n: NodeId| self.down.get(&n).is_some_and(|d| d.until > now) || self.is_stalled(n, now);
+        let mut unique: Vec<NodeId> = Vec::new();
+        for &n in preferred.iter().filter(|&&n| !avoid(n)) {
             if !unique.contains(&n) {
                 unique.push(n);
             }
         }
-        // Nodes in backoff, and nodes outside the map, only when no other node is left.
         if unique.is_empty() {
-            for n in idle_down
-                .into_iter()
-                .chain(roots_down)
-                .chain((0..self.nodes.len()).filter(|&n| self.is_known(n)))
-            {
+            let known = (0..self.nodes.len()).filter(|&n| self.is_known(n));
+            for n in preferred.iter().copied().chain(known) {
                 if !unique.contains(&n) {
                     unique.push(n);
                 }
@@ -1991,6 +2066,7 @@ impl Session {
     }
 
     fn apply_topology(&mut self, topo: &Topology) {
+        self.map_gen += 1;
         if topo.is_complete() {
             self.slots.clear();
         }

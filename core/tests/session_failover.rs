@@ -115,3 +115,56 @@ fn a_master_that_dies_under_load() {
         vec![format!("GET {}", keys[0]), format!("INCR {}", keys[2])]
     );
 }
+
+#[test]
+fn a_late_ok_from_a_replaced_master_is_not_a_success() {
+    // A master stops with a write queued; its replica is promoted and a refresh says so; then
+    // the old master runs again and answers the write it queued, before it learns it was
+    // replaced and discards its data. That answer must not count as a success.
+    let sim = botmesh_redis_core::testing::SimCluster::cluster(3, 1);
+    let mut config = botmesh_redis_core::session::Config::cluster(sim.masters());
+    config.response_timeout = Duration::from_secs(30);
+    config.request_timeout = Duration::from_secs(60);
+    // Only the stalled connection's own refresh (after `stall_refresh`, 1 s) can tell.
+    config.refresh_interval = Duration::from_secs(600);
+    let mut h = Harness::new(botmesh_redis_core::testing::start(), sim, config);
+    let a = h.sim.master(0);
+    let key = h.sim.keys_on(&a, 1).remove(0);
+    h.run_one(set(&key, "1")).unwrap();
+    h.sim.stall(&a);
+    let write = h.submit_batch(vec![incr(&key)]);
+    let read = h.submit_batch(vec![get(&key)]);
+    h.run_for(Duration::from_millis(10));
+    h.sim.failover(h.now(), &a, Demotion::Stale);
+    let promoted = h.sim.master(0);
+    // The stalled connection asks for a refresh every second; the round asks other nodes,
+    // and learns the new master.
+    h.run_for(Duration::from_millis(1500));
+    assert_eq!(h.session.slot_owner(slot(key.as_bytes())), Some(&promoted));
+    h.sim.unstall(h.now(), &a);
+    h.run_for(Duration::from_millis(10));
+    match h.take::<Vec<botmesh_redis_core::Reply>>(write) {
+        Some(Ok(replies)) => match &replies[0] {
+            Err(e @ Error::ReplyLost { addr, reason }) => {
+                assert!(e.outcome_unknown());
+                assert_eq!(addr, &a.to_string());
+                assert!(reason.contains("answered after the map named"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+    // A read answered by the old master is only stale, not lost: it stands (it sees the
+    // write the old master ran and will discard).
+    assert_eq!(
+        h.take::<Vec<botmesh_redis_core::Reply>>(read),
+        Some(Ok(vec![Ok(Value::from("2"))]))
+    );
+    // The next write goes to the new master. (The simulated shard keeps one copy of the
+    // data, so the count includes the discarded write; a real promoted replica's would not.)
+    assert!(matches!(h.run_one(incr(&key)), Ok(Value::Int(_))));
+    assert_eq!(
+        h.data_written_to(&promoted).last(),
+        Some(&format!("INCR {key}"))
+    );
+}
