@@ -610,10 +610,13 @@ fn tail(path: &Path, lines: usize) -> String {
 // One redis-server process
 // ---------------------------------------------------------------------------------------------
 
+/// An optional ACL user name and a password.
+type Credentials = (Option<String>, String);
+
 /// Credentials the harness uses for its own connections, tried in order.
 #[derive(Clone, Debug, Default)]
 struct AdminAuth {
-    candidates: Vec<(Option<String>, String)>,
+    candidates: Vec<Credentials>,
 }
 
 impl AdminAuth {
@@ -2351,7 +2354,7 @@ fn redact(url: &str) -> String {
 
 /// `(address, credentials)` of `redis://[user[:password]@]host[:port]` or `host:port`; a host
 /// name is resolved here, since the harness's connections use socket addresses.
-fn parse_external_url(url: &str) -> Result<(SocketAddr, Option<(Option<String>, String)>), String> {
+fn parse_external_url(url: &str) -> Result<(SocketAddr, Option<Credentials>), String> {
     let parsed = botmesh_redis_core::options::parse_url(url).map_err(|e| e.to_string())?;
     let addr = (parsed.addr.host.as_str(), parsed.addr.port)
         .to_socket_addrs()
@@ -2419,6 +2422,52 @@ mod tests {
             Err(StartFailure::Fatal(e)) => panic!("misclassified: {e}"),
             Ok(server) => panic!("started on a taken port: {server:?}"),
         }
+    }
+
+    #[test]
+    fn server_versions_parse_from_version_output_and_info() {
+        let old = ServerVersion::parse(
+            "Redis server v=6.2.14 sha=40305114:0 malloc=libc bits=64 build=dff95a8e7a99d269",
+        )
+        .unwrap();
+        assert_eq!(
+            (old.product, old.major, old.minor, old.patch),
+            (Product::Redis, 6, 2, 14)
+        );
+        assert!(!old.has_cluster_port() && !old.has_debug_switch() && old.asks_on_split_keys());
+        let debian = ServerVersion::parse("Redis server v=7.0.15 sha=00000000:0").unwrap();
+        assert!(debian.has_cluster_port() && !debian.asks_on_split_keys());
+        let valkey = ServerVersion::parse("Valkey server v=8.1.8 sha=00000000:1").unwrap();
+        assert_eq!(valkey.to_string(), "Valkey 8.1.8");
+        assert!(valkey.has_cluster_port() && valkey.has_debug_switch());
+        assert_eq!(ServerVersion::parse("KeyDB server v=6.3.4"), None);
+        assert_eq!(ServerVersion::parse("Redis server v=7"), None);
+
+        let info = parse_info("# Server\r\nredis_version:7.2.4\r\nvalkey_version:9.1.2\r\n");
+        assert_eq!(
+            ServerVersion::from_info(&info).unwrap().to_string(),
+            "Valkey 9.1.2"
+        );
+        let info = parse_info("redis_version:7.4.1\r\n");
+        assert_eq!(
+            ServerVersion::from_info(&info).unwrap().to_string(),
+            "Redis 7.4.1"
+        );
+    }
+
+    #[test]
+    fn bus_ports_stay_outside_the_ephemeral_range() {
+        let (lo, hi) = ephemeral_range();
+        for bus in [Bus::Below, Bus::Above] {
+            let (port, cluster_port) = pick_ports(Some(bus)).unwrap();
+            let cluster_port = cluster_port.unwrap();
+            assert_eq!(cluster_port, bus.port(port));
+            for p in [port, cluster_port] {
+                assert!(!(lo..=hi).contains(&p), "{bus:?}: {p} is ephemeral");
+            }
+        }
+        let (port, none) = pick_ports(None).unwrap();
+        assert!(none.is_none() && !(lo..=hi).contains(&port));
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Calls on a slot that is being migrated: a single-key call whose key has already moved
 //! follows `ASK` (and leaves the slot map alone); a multi-key script whose keys are split
 //! between source and target gets `TRYAGAIN`, backs off and retries until the move ends, then
-//! succeeds. (Before 7.0 the source answers such a script with `ASK`, and the target refuses
-//! the `ASKING` retry with `TRYAGAIN`.)
+//! succeeds. (Before 7.0 the source answers such a script with `ASK` as soon as one key is
+//! missing, and the target refuses the `ASKING` retry with `TRYAGAIN`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod driver_support;
@@ -199,11 +199,16 @@ async fn script_on_keys_split_by_a_migration_retries_tryagain_until_the_move_end
     assert!(tryagains >= 2, "{tryagains} TRYAGAIN replies");
     let asks = errorstat(&mut on_source, "ASK") - asks_before;
     if asks_first {
-        // Every refused attempt went through the source's ASK first; the last attempt, after
-        // the move, may have reached the source once more before the slot map caught up.
+        // Every refused attempt went through the source's ASK first.
         assert!(asks >= tryagains, "{asks} ASK for {tryagains} TRYAGAIN");
     } else {
-        assert_eq!(asks, 0, "no ASK: the source refused with TRYAGAIN itself");
+        // The source refused with TRYAGAIN itself while it held the log. Once the log has moved
+        // too, and before the slot is reassigned, it holds none of the keys and answers ASK:
+        // the attempt that lands in that window is the last one, it succeeds on the target.
+        assert!(
+            asks <= 1,
+            "{asks} ASK: the source refused with TRYAGAIN itself"
+        );
     }
 
     let mut on_target = cluster.conn(target).unwrap();

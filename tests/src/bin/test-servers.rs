@@ -12,9 +12,9 @@
 //! BOTMESH_TEST_SINGLE=redis://127.0.0.1:PORT
 //! ```
 //!
-//! and keeps them until its standard input closes. Then it prints, per node, the commands it
-//! processed (`total_commands_processed`), so that a caller can check the suites really ran
-//! against these servers, and exits; the servers die with it. `scripts/servers
+//! and keeps them until its standard input closes. Then it prints, per node, how many commands
+//! it processed since (`total_commands_processed`), so that a caller can check the suites
+//! really ran against these servers, and exits; the servers die with it. `scripts/servers
 //! selfcheck-external` uses it to test the external mode from another process.
 #![allow(clippy::print_stdout)]
 
@@ -36,11 +36,13 @@ fn commands_processed(conn: Result<AdminConn, String>) -> Result<u64, String> {
 fn main() -> Result<(), String> {
     let cluster = RedisCluster::try_start(ClusterOptions::new())?;
     let single = SingleNode::try_start(ServerOptions::new())?;
-    let urls: Vec<String> = cluster
-        .nodes()
+    let nodes = cluster.nodes();
+    let before = nodes
         .iter()
-        .map(|a| format!("redis://{a}"))
-        .collect();
+        .map(|&node| commands_processed(cluster.conn(node)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let single_before = commands_processed(single.conn())?;
+    let urls: Vec<String> = nodes.iter().map(|a| format!("redis://{a}")).collect();
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "{EXTERNAL_CLUSTER_VAR}={}", urls.join(",")).map_err(|e| e.to_string())?;
@@ -50,16 +52,15 @@ fn main() -> Result<(), String> {
     // Blocks until the caller closes our standard input (or sends a line).
     let mut line = String::new();
     let _ = std::io::stdin().lock().read_line(&mut line);
-    for node in cluster.nodes() {
-        println!(
-            "processed cluster {node} {}",
-            commands_processed(cluster.conn(node))?
-        );
+    for (&node, before) in nodes.iter().zip(before) {
+        let after = commands_processed(cluster.conn(node))?;
+        println!("processed cluster {node} {}", after - before);
     }
+    let after = commands_processed(single.conn())?;
     println!(
         "processed single {} {}",
         single.addr(),
-        commands_processed(single.conn())?
+        after - single_before
     );
     Ok(())
 }
