@@ -2340,7 +2340,8 @@ fn not_owned(what: &str) -> String {
         "cannot {what}: this test needs servers the harness owns (it starts its own, or kills, \
          pauses, fails over, re-shards or reconfigures them), and in external mode \
          ({EXTERNAL_CLUSTER_VAR} / {EXTERNAL_SINGLE_VAR} set) the harness starts and steers \
-         nothing. Run it without those variables (see docs/server-versions.md)"
+         nothing. Run it without those variables (see \"Checking your deployment\" in \
+         docs/operations.md)"
     )
 }
 
