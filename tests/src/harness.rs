@@ -1034,6 +1034,7 @@ pub struct ServerOptions {
     password: Option<String>,
     acl_user: Option<(String, String)>,
     extra_config: Vec<String>,
+    cluster_bus: bool,
 }
 
 impl ServerOptions {
@@ -1062,6 +1063,15 @@ impl ServerOptions {
     /// restricted `user` line).
     pub fn config(mut self, line: impl Into<String>) -> ServerOptions {
         self.extra_config.push(line.into());
+        self
+    }
+
+    /// Gives the node a cluster-bus port chosen for the server's version, as the nodes of a
+    /// [`RedisCluster`] get (`cluster-port` on 7.0 and later, the fixed port + 10000 before);
+    /// [`RedisServer::cluster_port`] tells which. For a node started with `cluster-enabled yes`
+    /// that joins a cluster later.
+    pub fn cluster_bus(mut self) -> ServerOptions {
+        self.cluster_bus = true;
         self
     }
 
@@ -1109,7 +1119,11 @@ impl SingleNode {
 
     /// Starts a node.
     pub fn try_start(options: ServerOptions) -> Result<SingleNode, String> {
-        let server = RedisServer::spawn(&options.config_lines(), false, options.admin_auth())?;
+        let server = RedisServer::spawn(
+            &options.config_lines(),
+            options.cluster_bus,
+            options.admin_auth(),
+        )?;
         Ok(SingleNode {
             server,
             options,

@@ -83,6 +83,37 @@ fn single_node_with_password_and_acl_user_checks_auth() {
 }
 
 #[test]
+fn a_standalone_cluster_node_gets_a_bus_port_fit_for_its_version() {
+    let node = SingleNode::start(
+        ServerOptions::new()
+            .config("cluster-enabled yes")
+            .config("cluster-config-file nodes.conf")
+            .cluster_bus(),
+    );
+    let port = node.server().port();
+    let bus = node.server().cluster_port().unwrap();
+    let expected = if server_version().unwrap().has_cluster_port() {
+        port - 10000
+    } else {
+        port + 10000
+    };
+    assert_eq!(bus, expected);
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+    let bounds: Vec<u16> = range
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert!(!(bounds[0]..=bounds[1]).contains(&bus), "bus port {bus}");
+    // The node listens on that bus port.
+    std::net::TcpStream::connect(("127.0.0.1", bus)).unwrap();
+    let info = node.conn().unwrap().cmd(&["CLUSTER", "INFO"]).unwrap();
+    assert!(
+        info.as_str().unwrap().contains("cluster_known_nodes:1"),
+        "{info:?}"
+    );
+}
+
+#[test]
 fn shared_cluster_is_ok_with_three_masters_and_their_replicas() {
     let started = Instant::now();
     let cluster = shared_cluster();
