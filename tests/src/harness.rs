@@ -28,6 +28,14 @@
 //! Tests that change topology (failover, kill, slot moves) must start their own cluster with
 //! [`RedisCluster::start`]; other tests share [`shared_cluster`] and [`shared_single`] and keep
 //! their keys apart with [`unique_prefix`].
+//!
+//! # External mode
+//!
+//! With `BOTMESH_TEST_CLUSTER` or `BOTMESH_TEST_SINGLE` set ([`external_mode`]), the shared
+//! instances are a deployment the user gives, and the harness starts and steers nothing: a test
+//! that starts its own servers, or moves slots, fails over, kills or pauses nodes, fails with a
+//! message saying it needs servers the harness owns. Tests that only use the shared instances
+//! therefore run unchanged against a user's own deployment.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
