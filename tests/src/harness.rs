@@ -6,12 +6,16 @@
 //!
 //! # What it guarantees
 //!
-//! - `redis-server` (7.0 or later: the harness sets `cluster-port`) is found through
-//!   `REDIS_SERVER` or `PATH`; when it is missing, starting a server fails (or panics) with a
-//!   message that says how to install it. Nothing passes silently.
-//! - Ports are chosen at random in `20000..30000` (cluster bus on `port - 10000`), both outside the
-//!   kernel's ephemeral range, checked free by binding, and a server that loses a port race is
-//!   restarted on other ports. A server is only used once `INFO server` reports *its* pid.
+//! - `redis-server` is found through `REDIS_SERVER` or `PATH`; when it is missing, starting a
+//!   server fails (or panics) with a message that says how to install it. Nothing passes
+//!   silently. Redis 6.2, 7.0 and 7.4 and Valkey 8 and 9 are supported: the harness asks the
+//!   binary its version once ([`server_version`]) and adapts the configuration to it.
+//! - Ports are chosen at random, outside the kernel's ephemeral range, checked free by binding,
+//!   and a server that loses a port race is restarted on other ports. Client ports come from
+//!   `20000..30000` with the cluster bus on `port - 10000` (`cluster-port`); servers older than
+//!   7.0 have no `cluster-port`, so their bus is the fixed `port + 10000` and their client ports
+//!   come from `10000..30000`, keeping only those whose bus port is outside the ephemeral range
+//!   too. A server is only used once `INFO server` reports *its* pid.
 //! - Every server has a watchdog (`sh`, waiting on a pipe held by the test process) that kills the
 //!   server with `SIGKILL` by pid when the test process ends, even if the server sits in a
 //!   `static` that is never dropped. Dropping a [`RedisServer`] kills it by pid and deletes its
@@ -24,13 +28,21 @@
 //! Tests that change topology (failover, kill, slot moves) must start their own cluster with
 //! [`RedisCluster::start`]; other tests share [`shared_cluster`] and [`shared_single`] and keep
 //! their keys apart with [`unique_prefix`].
+//!
+//! # External mode
+//!
+//! With `BOTMESH_TEST_CLUSTER` or `BOTMESH_TEST_SINGLE` set ([`external_mode`]), the shared
+//! instances are a deployment the user gives, and the harness starts and steers nothing: a test
+//! that starts its own servers, or moves slots, fails over, kills or pauses nodes, fails with a
+//! message saying it needs servers the harness owns. Tests that only use the shared instances
+//! therefore run unchanged against a user's own deployment.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 use std::fs;
 use std::hash::{BuildHasher, Hasher};
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -57,6 +69,8 @@ const START_ATTEMPTS: usize = 8;
 const LOG_TAIL_LINES: usize = 50;
 /// Client ports are drawn from here; the cluster bus uses `port - CLUSTER_PORT_OFFSET`.
 const CLIENT_PORTS: std::ops::Range<u16> = 20000..30000;
+/// Client ports of servers without `cluster-port`, whose bus is `port + CLUSTER_PORT_OFFSET`.
+const FIXED_BUS_CLIENT_PORTS: std::ops::Range<u16> = 10000..30000;
 const CLUSTER_PORT_OFFSET: u16 = 10000;
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -350,6 +364,139 @@ fn find_redis_server(
         .ok_or_else(|| MISSING_SERVER.to_owned())
 }
 
+/// Which server family a binary belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Product {
+    /// Redis.
+    Redis,
+    /// Valkey (forked from Redis 7.2.4; its versions start at 7.2).
+    Valkey,
+}
+
+/// The product and version of a server, from `redis-server --version` or `INFO server`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerVersion {
+    /// Redis or Valkey.
+    pub product: Product,
+    /// Major version.
+    pub major: u32,
+    /// Minor version.
+    pub minor: u32,
+    /// Patch level.
+    pub patch: u32,
+}
+
+impl ServerVersion {
+    /// Parses the output of `redis-server --version` (`Redis server v=7.0.15 sha=...`, or
+    /// `Valkey server v=8.1.8 ...`).
+    pub fn parse(text: &str) -> Option<ServerVersion> {
+        let product = if text.starts_with("Valkey") {
+            Product::Valkey
+        } else if text.starts_with("Redis") {
+            Product::Redis
+        } else {
+            return None;
+        };
+        let number = text
+            .split_whitespace()
+            .find_map(|word| word.strip_prefix("v="))?;
+        ServerVersion::from_number(product, number)
+    }
+
+    fn from_number(product: Product, number: &str) -> Option<ServerVersion> {
+        let mut parts = number.split('.').map(str::parse::<u32>);
+        let (major, minor, patch) = (
+            parts.next()?.ok()?,
+            parts.next()?.ok()?,
+            parts.next()?.ok()?,
+        );
+        Some(ServerVersion {
+            product,
+            major,
+            minor,
+            patch,
+        })
+    }
+
+    /// The version a running server reports in `INFO server` (`valkey_version` on Valkey,
+    /// whose `redis_version` stays at 7.2.4).
+    pub fn from_info(info: &BTreeMap<String, String>) -> Option<ServerVersion> {
+        match info.get("valkey_version") {
+            Some(number) => ServerVersion::from_number(Product::Valkey, number),
+            None => ServerVersion::from_number(Product::Redis, info.get("redis_version")?),
+        }
+    }
+
+    /// Whether the version is `major.minor` or later. Valkey counts from its own numbers, all
+    /// above Redis 7.2.
+    pub fn at_least(&self, major: u32, minor: u32) -> bool {
+        (self.major, self.minor) >= (major, minor)
+    }
+
+    /// Whether the server knows `cluster-port` (7.0); before, the bus is always port + 10000.
+    pub fn has_cluster_port(&self) -> bool {
+        self.at_least(7, 0)
+    }
+
+    /// Whether `DEBUG` must be switched on with `enable-debug-command` (7.0); before, it is
+    /// always available.
+    pub fn has_debug_switch(&self) -> bool {
+        self.at_least(7, 0)
+    }
+
+    /// Whether a multi-key request whose keys a live migration has split between source and
+    /// target gets `ASK` from the source (before 7.0) instead of `TRYAGAIN` (the target then
+    /// answers `TRYAGAIN` to the `ASKING` retry).
+    pub fn asks_on_split_keys(&self) -> bool {
+        !self.at_least(7, 0)
+    }
+}
+
+impl fmt::Display for ServerVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self.product {
+            Product::Redis => "Redis",
+            Product::Valkey => "Valkey",
+        };
+        write!(f, "{name} {}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// The version of the servers the tests run on: of the external deployment in external mode
+/// (see [`shared_cluster`]), else of [`redis_server_path`] (`--version`, asked once).
+pub fn server_version() -> Result<ServerVersion, String> {
+    static FOUND: OnceLock<Result<ServerVersion, String>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| match external_urls() {
+            Some(urls) => external_version(&urls),
+            None => binary_version(&redis_server_path()?),
+        })
+        .clone()
+}
+
+fn binary_version(binary: &Path) -> Result<ServerVersion, String> {
+    let output = Command::new(binary)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("run {} --version: {e}", binary.display()))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        return Err(format!(
+            "{} --version failed ({}): {text}{}",
+            binary.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    ServerVersion::parse(&text).ok_or_else(|| {
+        format!(
+            "{} --version printed no Redis or Valkey version: {text:?}",
+            binary.display()
+        )
+    })
+}
+
 fn random_u64() -> u64 {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u32(std::process::id());
@@ -378,27 +525,59 @@ fn port_is_free(port: u16) -> bool {
     TcpListener::bind((LOOPBACK, port)).is_ok()
 }
 
-/// Picks a client port (and a cluster-bus port when `cluster`), outside the ephemeral range,
-/// free right now, and never handed out before in this process.
-fn pick_ports(cluster: bool) -> Result<(u16, Option<u16>), String> {
+/// Where a cluster node's bus listens, relative to its client port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Bus {
+    /// `port - CLUSTER_PORT_OFFSET`, set with `cluster-port` (7.0 and later).
+    Below,
+    /// `port + CLUSTER_PORT_OFFSET`, the fixed default of older servers.
+    Above,
+}
+
+impl Bus {
+    fn for_server(version: ServerVersion) -> Bus {
+        if version.has_cluster_port() {
+            Bus::Below
+        } else {
+            Bus::Above
+        }
+    }
+
+    fn client_ports(self) -> std::ops::Range<u16> {
+        match self {
+            Bus::Below => CLIENT_PORTS,
+            Bus::Above => FIXED_BUS_CLIENT_PORTS,
+        }
+    }
+
+    fn port(self, client: u16) -> u16 {
+        match self {
+            Bus::Below => client - CLUSTER_PORT_OFFSET,
+            Bus::Above => client + CLUSTER_PORT_OFFSET,
+        }
+    }
+}
+
+/// Picks a client port (and a cluster-bus port when `bus` is given), both outside the
+/// ephemeral range, free right now, and never handed out before in this process.
+fn pick_ports(bus: Option<Bus>) -> Result<(u16, Option<u16>), String> {
     static HANDED_OUT: OnceLock<Mutex<HashSet<u16>>> = OnceLock::new();
     let (lo, hi) = ephemeral_range();
     let ephemeral = |p: u16| (lo..=hi).contains(&p);
-    let mut candidates: Vec<u16> = CLIENT_PORTS
-        .filter(|&p| {
-            let bus_ok = !cluster || !ephemeral(p - CLUSTER_PORT_OFFSET);
-            !ephemeral(p) && bus_ok
-        })
+    let range = bus.map_or(CLIENT_PORTS, Bus::client_ports);
+    let mut candidates: Vec<u16> = range
+        .clone()
+        .filter(|&p| !ephemeral(p) && !bus.is_some_and(|b| ephemeral(b.port(p))))
         .collect();
     if candidates.is_empty() {
         // A strange ephemeral range: still bind-check, and rely on the restart-on-failure loop.
-        candidates = CLIENT_PORTS.collect();
+        candidates = range.clone().collect();
     }
     let start = (random_u64() % candidates.len() as u64) as usize;
     let mut handed_out = lock(HANDED_OUT.get_or_init(|| Mutex::new(HashSet::new())));
     for i in 0..candidates.len() {
         let port = candidates[(start + i) % candidates.len()];
-        let cluster_port = cluster.then(|| port - CLUSTER_PORT_OFFSET);
+        let cluster_port = bus.map(|b| b.port(port));
         if handed_out.contains(&port) || cluster_port.is_some_and(|c| handed_out.contains(&c)) {
             continue;
         }
@@ -411,7 +590,7 @@ fn pick_ports(cluster: bool) -> Result<(u16, Option<u16>), String> {
         }
         return Ok((port, cluster_port));
     }
-    Err(format!("no free loopback port in {CLIENT_PORTS:?}"))
+    Err(format!("no free loopback port in {range:?}"))
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -439,10 +618,13 @@ fn tail(path: &Path, lines: usize) -> String {
 // One redis-server process
 // ---------------------------------------------------------------------------------------------
 
+/// An optional ACL user name and a password.
+type Credentials = (Option<String>, String);
+
 /// Credentials the harness uses for its own connections, tried in order.
 #[derive(Clone, Debug, Default)]
 struct AdminAuth {
-    candidates: Vec<(Option<String>, String)>,
+    candidates: Vec<Credentials>,
 }
 
 impl AdminAuth {
@@ -482,18 +664,22 @@ enum StartFailure {
     Fatal(String),
 }
 
-/// One `redis-server` process in its own temporary directory.
+/// One `redis-server` process in its own temporary directory, or a node of an external
+/// deployment (see [`shared_cluster`]) that the harness only talks to.
 ///
 /// Dropping it kills the process (`SIGKILL`, by its pid) and deletes the directory, unless the
 /// thread is panicking (then the log path and its last lines are printed and the directory is
-/// kept) or `BOTMESH_KEEP_REDIS` is set.
+/// kept) or `BOTMESH_KEEP_REDIS` is set. An external node is left alone; asking for its pid,
+/// killing, pausing or resuming it fails with a message that says the test needs a server the
+/// harness owns.
 pub struct RedisServer {
     addr: SocketAddr,
     cluster_port: Option<u16>,
     dir: PathBuf,
     pid: u32,
     auth: AdminAuth,
-    processes: Mutex<Processes>,
+    /// `None` for an external node.
+    processes: Option<Mutex<Processes>>,
 }
 
 impl fmt::Debug for RedisServer {
@@ -508,13 +694,16 @@ impl fmt::Debug for RedisServer {
 
 impl RedisServer {
     /// Starts a server with `config` lines (the harness adds `bind`, `port`, `dir`, `logfile`,
-    /// `cluster-port` when `cluster`, `save ""` and `appendonly no`), retrying on other ports
-    /// when it loses a port race.
+    /// `cluster-port` when `cluster` and the server has it, `save ""` and `appendonly no`),
+    /// retrying on other ports when it loses a port race.
     fn spawn(config: &[String], cluster: bool, auth: AdminAuth) -> Result<RedisServer, String> {
+        refuse_in_external_mode()?;
         let binary = redis_server_path()?;
+        let version = server_version()?;
+        let bus = cluster.then(|| Bus::for_server(version));
         let mut last = String::new();
         for _ in 0..START_ATTEMPTS {
-            let (port, cluster_port) = pick_ports(cluster)?;
+            let (port, cluster_port) = pick_ports(bus)?;
             match RedisServer::spawn_on(&binary, port, cluster_port, config, auth.clone()) {
                 Ok(server) => return Ok(server),
                 Err(StartFailure::PortTaken(why)) => last = why,
@@ -548,9 +737,15 @@ impl RedisServer {
             "daemonize no".to_owned(),
             "save \"\"".to_owned(),
             "appendonly no".to_owned(),
-            "enable-debug-command yes".to_owned(),
         ];
-        if let Some(cluster_port) = cluster_port {
+        // Older servers know neither line: DEBUG is always on there, and their bus port is
+        // fixed at port + 10000 (which `pick_ports` chose free).
+        if server_version().is_ok_and(|v| v.has_debug_switch()) {
+            lines.push("enable-debug-command yes".to_owned());
+        }
+        if let Some(cluster_port) =
+            cluster_port.filter(|&c| c != port.wrapping_add(CLUSTER_PORT_OFFSET))
+        {
             lines.push(format!("cluster-port {cluster_port}"));
         }
         lines.extend(config.iter().cloned());
@@ -593,7 +788,7 @@ impl RedisServer {
             dir,
             pid,
             auth,
-            processes: Mutex::new(processes),
+            processes: Some(Mutex::new(processes)),
         };
         server.wait_ready()?;
         Ok(server)
@@ -602,9 +797,10 @@ impl RedisServer {
     /// Waits until the server answers and `INFO server` shows our pid (not another harness's
     /// server that won the port).
     fn wait_ready(&self) -> Result<(), StartFailure> {
+        let processes = self.owned("wait for").map_err(StartFailure::Fatal)?;
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         loop {
-            let exited = lock(&self.processes).server.try_wait();
+            let exited = lock(processes).server.try_wait();
             match exited {
                 Ok(Some(status)) => {
                     let log = format!(
@@ -671,9 +867,35 @@ impl RedisServer {
         self.cluster_port
     }
 
-    /// The server's process id.
+    /// The server's process id; panics for an external node.
     pub fn pid(&self) -> u32 {
+        if let Err(e) = self.owned("read the pid of") {
+            panic!("{e}");
+        }
         self.pid
+    }
+
+    /// A node of an external deployment: the harness talks to it and never steers it.
+    fn external(addr: SocketAddr, auth: AdminAuth) -> RedisServer {
+        RedisServer {
+            addr,
+            cluster_port: None,
+            dir: PathBuf::new(),
+            pid: 0,
+            auth,
+            processes: None,
+        }
+    }
+
+    /// Whether the harness started this process (false for a node of an external deployment).
+    pub fn is_owned(&self) -> bool {
+        self.processes.is_some()
+    }
+
+    fn owned(&self, what: &str) -> Result<&Mutex<Processes>, String> {
+        self.processes
+            .as_ref()
+            .ok_or_else(|| not_owned(&format!("{what} {}", self.addr)))
     }
 
     /// The node's temporary directory (config, log, `nodes.conf`).
@@ -697,15 +919,24 @@ impl RedisServer {
         self.auth.connect(self.addr, AdminConn::DEFAULT_TIMEOUT)
     }
 
-    /// Whether the process is still running (it was not killed and has not exited).
+    /// Whether the process is still running (it was not killed and has not exited). An
+    /// external node counts as running.
     pub fn is_alive(&self) -> bool {
-        let mut processes = lock(&self.processes);
+        let Some(processes) = &self.processes else {
+            return true;
+        };
+        let mut processes = lock(processes);
         !processes.killed && matches!(processes.server.try_wait(), Ok(None))
     }
 
-    /// Kills the server with `SIGKILL` (by its pid) and reaps it; idempotent.
+    /// Kills the server with `SIGKILL` (by its pid) and reaps it; idempotent. Panics for an
+    /// external node.
     pub fn kill(&self) {
-        let mut processes = lock(&self.processes);
+        let processes = match self.owned("kill") {
+            Ok(processes) => processes,
+            Err(e) => panic!("{e}"),
+        };
+        let mut processes = lock(processes);
         if processes.killed {
             return;
         }
@@ -730,7 +961,7 @@ impl RedisServer {
     }
 
     fn signal(&self, name: &str) -> Result<(), String> {
-        let processes = lock(&self.processes);
+        let processes = lock(self.owned(&format!("send SIG{name} to"))?);
         if processes.killed {
             return Err(format!("redis-server {} was killed", self.addr));
         }
@@ -755,6 +986,9 @@ impl RedisServer {
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
+        if !self.is_owned() {
+            return;
+        }
         self.kill();
         if thread::panicking() {
             eprintln!(
@@ -808,6 +1042,7 @@ pub struct ServerOptions {
     password: Option<String>,
     acl_user: Option<(String, String)>,
     extra_config: Vec<String>,
+    cluster_bus: bool,
 }
 
 impl ServerOptions {
@@ -836,6 +1071,15 @@ impl ServerOptions {
     /// restricted `user` line).
     pub fn config(mut self, line: impl Into<String>) -> ServerOptions {
         self.extra_config.push(line.into());
+        self
+    }
+
+    /// Gives the node a cluster-bus port chosen for the server's version, as the nodes of a
+    /// [`RedisCluster`] get (`cluster-port` on 7.0 and later, the fixed port + 10000 before);
+    /// [`RedisServer::cluster_port`] tells which. For a node started with `cluster-enabled yes`
+    /// that joins a cluster later.
+    pub fn cluster_bus(mut self) -> ServerOptions {
+        self.cluster_bus = true;
         self
     }
 
@@ -868,6 +1112,8 @@ impl ServerOptions {
 pub struct SingleNode {
     server: RedisServer,
     options: ServerOptions,
+    /// The URL of an external node, as given (credentials included).
+    external_url: Option<String>,
 }
 
 impl SingleNode {
@@ -881,8 +1127,52 @@ impl SingleNode {
 
     /// Starts a node.
     pub fn try_start(options: ServerOptions) -> Result<SingleNode, String> {
-        let server = RedisServer::spawn(&options.config_lines(), false, options.admin_auth())?;
-        Ok(SingleNode { server, options })
+        let server = RedisServer::spawn(
+            &options.config_lines(),
+            options.cluster_bus,
+            options.admin_auth(),
+        )?;
+        Ok(SingleNode {
+            server,
+            options,
+            external_url: None,
+        })
+    }
+
+    /// The standalone node at `url` (`redis://[user[:password]@]host:port`), which the
+    /// harness does not own.
+    fn external(url: &str) -> Result<SingleNode, String> {
+        let (addr, credentials) = parse_external_url(url)?;
+        let mut options = ServerOptions::new();
+        match &credentials {
+            Some((None, password)) => options.password = Some(password.clone()),
+            Some((Some(user), password)) => {
+                options.acl_user = Some((user.clone(), password.clone()));
+            }
+            None => {}
+        }
+        let server = RedisServer::external(
+            addr,
+            AdminAuth {
+                candidates: credentials.into_iter().collect(),
+            },
+        );
+        let info = server.connect()?.cmd(&["INFO", "cluster"])?;
+        if parse_info(info.as_str().unwrap_or_default())
+            .get("cluster_enabled")
+            .is_some_and(|v| v == "1")
+        {
+            return Err(format!(
+                "{} is a cluster node; give a standalone node, or the cluster in \
+                 {EXTERNAL_CLUSTER_VAR}",
+                redact(url)
+            ));
+        }
+        Ok(SingleNode {
+            server,
+            options,
+            external_url: Some(url.to_owned()),
+        })
     }
 
     /// The client address.
@@ -890,9 +1180,13 @@ impl SingleNode {
         self.server.addr()
     }
 
-    /// `redis://127.0.0.1:PORT` (no credentials in it).
+    /// `redis://127.0.0.1:PORT` (no credentials in it); for an external node, its URL as given
+    /// (credentials included, so that clients built from it authenticate).
     pub fn url(&self) -> String {
-        format!("redis://{}", self.addr())
+        match &self.external_url {
+            Some(url) => url.clone(),
+            None => format!("redis://{}", self.addr()),
+        }
     }
 
     /// The `requirepass` password, if any.
@@ -1031,6 +1325,8 @@ enum Role {
 pub struct RedisCluster {
     nodes: Vec<ClusterNode>,
     options: ClusterOptions,
+    /// The root URLs of an external deployment, as given.
+    external_seeds: Option<Vec<String>>,
 }
 
 impl fmt::Debug for RedisCluster {
@@ -1103,7 +1399,11 @@ impl RedisCluster {
                 .ok_or_else(|| format!("CLUSTER MYID on {}: not a string", server.addr()))?;
             nodes.push(ClusterNode { server, id });
         }
-        let cluster = RedisCluster { nodes, options };
+        let cluster = RedisCluster {
+            nodes,
+            options,
+            external_seeds: None,
+        };
         cluster.create(deadline)?;
         Ok(cluster)
     }
@@ -1202,9 +1502,97 @@ impl RedisCluster {
         self.live().map(|n| n.server.addr()).collect()
     }
 
-    /// Seed addresses for a client: every live node, as `127.0.0.1:port` strings.
+    /// Seed addresses for a client: every live node, as `127.0.0.1:port` strings; for an
+    /// external deployment, its root URLs as given (credentials included).
     pub fn seeds(&self) -> Vec<String> {
-        self.nodes().iter().map(SocketAddr::to_string).collect()
+        match &self.external_seeds {
+            Some(seeds) => seeds.clone(),
+            None => self.nodes().iter().map(SocketAddr::to_string).collect(),
+        }
+    }
+
+    /// Whether the harness started this cluster (false for an external deployment).
+    pub fn is_owned(&self) -> bool {
+        self.external_seeds.is_none()
+    }
+
+    fn refuse_external(&self, what: &str) -> Result<(), String> {
+        if self.is_owned() {
+            Ok(())
+        } else {
+            Err(not_owned(what))
+        }
+    }
+
+    /// The cluster behind `urls`, which the harness does not own: its nodes as `CLUSTER NODES`
+    /// lists them (failed and address-less nodes left out).
+    fn external(urls: &[String]) -> Result<RedisCluster, String> {
+        let mut credentials = None;
+        let mut roots = Vec::new();
+        for url in urls {
+            let (addr, auth) = parse_external_url(url)?;
+            credentials = credentials.or(auth);
+            roots.push(addr);
+        }
+        let auth = AdminAuth {
+            candidates: credentials.clone().into_iter().collect(),
+        };
+        let mut errors = Vec::new();
+        let mut listing = None;
+        for &root in &roots {
+            match auth
+                .connect(root, AdminConn::DEFAULT_TIMEOUT)
+                .and_then(|mut c| c.cmd(&["CLUSTER", "NODES"]))
+            {
+                Ok(reply) => {
+                    listing = Some(reply.as_str().unwrap_or_default().to_owned());
+                    break;
+                }
+                Err(e) => errors.push(format!("{root}: {e}")),
+            }
+        }
+        let listing =
+            listing.ok_or_else(|| format!("no root node gave CLUSTER NODES: {errors:?}"))?;
+        let mut nodes = Vec::new();
+        for line in parse_cluster_nodes(&listing) {
+            if line
+                .flags
+                .iter()
+                .any(|f| matches!(f.as_str(), "fail" | "noaddr" | "handshake"))
+            {
+                continue;
+            }
+            // `ip:port@cport[,hostname]`
+            let hostport = line.addr.split('@').next().unwrap_or_default();
+            let (host, port) = hostport
+                .rsplit_once(':')
+                .ok_or_else(|| format!("CLUSTER NODES: bad address {:?}", line.addr))?;
+            let port = port
+                .parse()
+                .map_err(|_| format!("CLUSTER NODES: bad port in {:?}", line.addr))?;
+            nodes.push(ClusterNode {
+                server: RedisServer::external(socket_addr(host, port)?, auth.clone()),
+                id: line.id,
+            });
+        }
+        let options = ClusterOptions {
+            password: credentials.map(|(_, password)| password),
+            ..ClusterOptions::default()
+        };
+        let cluster = RedisCluster {
+            nodes,
+            options,
+            external_seeds: Some(urls.to_vec()),
+        };
+        let info = cluster.any_conn()?.cmd(&["CLUSTER", "INFO"])?;
+        let state = parse_info(info.as_str().unwrap_or_default())
+            .get("cluster_state")
+            .cloned()
+            .unwrap_or_default();
+        if state != "ok" {
+            return Err(format!("cluster_state is {state:?}, not ok"));
+        }
+        Ok(cluster)
     }
 
     /// The process of a node (live or killed).
@@ -1328,6 +1716,7 @@ impl RedisCluster {
     /// `FLUSHALL` on every live master. On a shared cluster this erases other tests' keys too:
     /// prefer [`unique_prefix`] there.
     pub fn flush_all(&self) -> Result<(), String> {
+        self.refuse_external("FLUSHALL")?;
         for master in self.masters()? {
             self.conn(master)?.cmd(&["FLUSHALL"])?;
         }
@@ -1457,6 +1846,7 @@ impl RedisCluster {
     /// Starts moving `slot` to the master `to`: `CLUSTER SETSLOT slot IMPORTING` on `to`, then
     /// `MIGRATING` on the current owner. Keys move with the returned [`Migration`].
     pub fn begin_migration(&self, slot: u16, to: SocketAddr) -> Result<Migration<'_>, String> {
+        self.refuse_external(&format!("move slot {slot}"))?;
         if slot >= SLOT_COUNT {
             return Err(format!("slot {slot} out of range"));
         }
@@ -1506,6 +1896,7 @@ impl RedisCluster {
     /// failover when it silently timed out), then waits until the cluster agrees
     /// ([`RedisCluster::check_ok`]). Returns `replica`, now a master.
     pub fn failover_to(&self, replica: SocketAddr) -> Result<SocketAddr, String> {
+        self.refuse_external(&format!("fail over to {replica}"))?;
         let deadline = Instant::now() + self.options.ready_timeout;
         // A manual failover gives up after 5 s (CLUSTER_MF_TIMEOUT) without telling anyone.
         let attempt_timeout = Duration::from_secs(6);
@@ -1553,6 +1944,7 @@ impl RedisCluster {
     /// Kills `master` with `SIGKILL` (by pid), waits until one of its replicas is promoted and
     /// the cluster is ok again; returns the promoted replica.
     pub fn kill_master(&self, master: SocketAddr) -> Result<SocketAddr, String> {
+        self.refuse_external(&format!("kill {master}"))?;
         let deadline = Instant::now() + self.options.ready_timeout;
         let replicas = self.replicas_of(master)?;
         if replicas.is_empty() {
@@ -1720,6 +2112,7 @@ type SlotOwners = Vec<(u16, u16, SocketAddr)>;
 /// One line of `CLUSTER NODES`.
 struct NodeLine {
     id: String,
+    addr: String,
     flags: Vec<String>,
     master_id: String,
 }
@@ -1729,11 +2122,12 @@ fn parse_cluster_nodes(text: &str) -> Vec<NodeLine> {
         .filter_map(|line| {
             let mut fields = line.split_whitespace();
             let id = fields.next()?.to_owned();
-            let _addr = fields.next()?;
+            let addr = fields.next()?.to_owned();
             let flags = fields.next()?.split(',').map(str::to_owned).collect();
             let master_id = fields.next()?.to_owned();
             Some(NodeLine {
                 id,
+                addr,
                 flags,
                 master_id,
             })
@@ -1845,16 +2239,176 @@ where
 /// A lazily started 3 x 1 cluster shared by every test of this process. Do not change its
 /// topology (no failover, kill or slot move) and do not flush it; keep keys apart with
 /// [`unique_prefix`]. Its processes die with the test process.
+///
+/// In external mode (see [`external_mode`]) it is the cluster given by
+/// `BOTMESH_TEST_CLUSTER=redis://[user:password@]host:port[,host:port...]` instead, and the call
+/// panics when that variable is not set.
 pub fn shared_cluster() -> &'static RedisCluster {
     static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
-    CLUSTER.get_or_init(|| RedisCluster::start(ClusterOptions::default()))
+    CLUSTER.get_or_init(|| match external_urls() {
+        None => RedisCluster::start(ClusterOptions::default()),
+        Some(External {
+            cluster: Some(urls),
+            ..
+        }) => {
+            let cluster = RedisCluster::external(&urls).unwrap_or_else(|e| {
+                panic!(
+                    "{EXTERNAL_CLUSTER_VAR}={}: {e}",
+                    urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(",")
+                )
+            });
+            eprintln!(
+                "shared cluster: the external deployment {EXTERNAL_CLUSTER_VAR} ({} nodes, {})",
+                cluster.nodes().len(),
+                describe_version()
+            );
+            cluster
+        }
+        Some(External { cluster: None, .. }) => panic!(
+            "this test uses the shared cluster, but {EXTERNAL_CLUSTER_VAR} is not set while \
+             {EXTERNAL_SINGLE_VAR} is (external mode starts no server): set it too"
+        ),
+    })
 }
 
 /// A lazily started single node (no password) shared by every test of this process. Keep keys
 /// apart with [`unique_prefix`]; do not flush it.
+///
+/// In external mode (see [`external_mode`]) it is the standalone node given by
+/// `BOTMESH_TEST_SINGLE=redis://[user:password@]host:port` instead, and the call panics when
+/// that variable is not set.
 pub fn shared_single() -> &'static SingleNode {
     static NODE: OnceLock<SingleNode> = OnceLock::new();
-    NODE.get_or_init(|| SingleNode::start(ServerOptions::new()))
+    NODE.get_or_init(|| match external_urls() {
+        None => SingleNode::start(ServerOptions::new()),
+        Some(External {
+            single: Some(url), ..
+        }) => {
+            let node = SingleNode::external(&url)
+                .unwrap_or_else(|e| panic!("{EXTERNAL_SINGLE_VAR}={}: {e}", redact(&url)));
+            eprintln!(
+                "shared single node: the external node {EXTERNAL_SINGLE_VAR} ({})",
+                describe_version()
+            );
+            node
+        }
+        Some(External { single: None, .. }) => panic!(
+            "this test uses the shared single node, but {EXTERNAL_SINGLE_VAR} is not set while \
+             {EXTERNAL_CLUSTER_VAR} is (external mode starts no server): set it too"
+        ),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// External mode
+// ---------------------------------------------------------------------------------------------
+
+/// Names the cluster that [`shared_cluster`] uses instead of starting one:
+/// `redis://[user:password@]host:port[,host:port...]`.
+pub const EXTERNAL_CLUSTER_VAR: &str = "BOTMESH_TEST_CLUSTER";
+
+/// Names the standalone node that [`shared_single`] uses instead of starting one:
+/// `redis://[user:password@]host:port`.
+pub const EXTERNAL_SINGLE_VAR: &str = "BOTMESH_TEST_SINGLE";
+
+#[derive(Clone, Debug)]
+struct External {
+    cluster: Option<Vec<String>>,
+    single: Option<String>,
+}
+
+/// Whether the suites run against an external deployment: [`EXTERNAL_CLUSTER_VAR`] or
+/// [`EXTERNAL_SINGLE_VAR`] is set (and not empty). Then the harness starts no server at all:
+/// the shared instances are the given ones, and a test that needs servers the harness owns
+/// (it starts its own, kills, pauses, fails over or re-shards them) fails with a message that
+/// says so. Such a deployment's data is not flushed, but the suites write keys under unique
+/// prefixes and some flush its script cache (`SCRIPT FLUSH`): use a disposable deployment.
+pub fn external_mode() -> bool {
+    external_urls().is_some()
+}
+
+fn external_urls() -> Option<External> {
+    static FOUND: OnceLock<Option<External>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let var = |name: &str| {
+                std::env::var(name)
+                    .ok()
+                    .map(|v| v.trim().to_owned())
+                    .filter(|v| !v.is_empty())
+            };
+            let cluster = var(EXTERNAL_CLUSTER_VAR).map(|list| {
+                list.split(',')
+                    .map(|u| u.trim().to_owned())
+                    .filter(|u| !u.is_empty())
+                    .collect()
+            });
+            let single = var(EXTERNAL_SINGLE_VAR);
+            (cluster.is_some() || single.is_some()).then_some(External { cluster, single })
+        })
+        .clone()
+}
+
+fn refuse_in_external_mode() -> Result<(), String> {
+    if external_mode() {
+        Err(not_owned("start a redis-server"))
+    } else {
+        Ok(())
+    }
+}
+
+fn not_owned(what: &str) -> String {
+    format!(
+        "cannot {what}: this test needs servers the harness owns (it starts its own, or kills, \
+         pauses, fails over, re-shards or reconfigures them), and in external mode \
+         ({EXTERNAL_CLUSTER_VAR} / {EXTERNAL_SINGLE_VAR} set) the harness starts and steers \
+         nothing. Run it without those variables (see \"Checking your deployment\" in \
+         docs/operations.md)"
+    )
+}
+
+/// A URL with its credentials hidden, for messages.
+fn redact(url: &str) -> String {
+    match url.rsplit_once('@') {
+        Some((_, host)) => format!("redis://<credentials>@{host}"),
+        None => url.to_owned(),
+    }
+}
+
+/// `(address, credentials)` of `redis://[user[:password]@]host[:port]` or `host:port`; a host
+/// name is resolved here, since the harness's connections use socket addresses.
+fn parse_external_url(url: &str) -> Result<(SocketAddr, Option<Credentials>), String> {
+    let parsed = botmesh_redis_core::options::parse_url(url).map_err(|e| e.to_string())?;
+    let addr = (parsed.addr.host.as_str(), parsed.addr.port)
+        .to_socket_addrs()
+        .map_err(|e| format!("resolve {}: {e}", redact(url)))?
+        .next()
+        .ok_or_else(|| format!("{} resolves to no address", redact(url)))?;
+    Ok((addr, parsed.auth.map(|a| (a.username, a.password))))
+}
+
+fn external_version(external: &External) -> Result<ServerVersion, String> {
+    let url = match (&external.cluster, &external.single) {
+        (Some(urls), _) if !urls.is_empty() => urls[0].clone(),
+        (_, Some(url)) => url.clone(),
+        _ => return Err(format!("{EXTERNAL_CLUSTER_VAR} lists no node")),
+    };
+    let (addr, credentials) = parse_external_url(&url)?;
+    let auth = AdminAuth {
+        candidates: credentials.into_iter().collect(),
+    };
+    let info = auth
+        .connect(addr, AdminConn::DEFAULT_TIMEOUT)?
+        .cmd(&["INFO", "server"])?;
+    ServerVersion::from_info(&parse_info(info.as_str().unwrap_or_default()))
+        .ok_or_else(|| format!("INFO server of {} has no version", redact(&url)))
+}
+
+fn describe_version() -> String {
+    match server_version() {
+        Ok(version) => version.to_string(),
+        Err(e) => format!("version unknown: {e}"),
+    }
 }
 
 /// `name-PID-N`, unique in this machine's running test processes (N counts calls in this
@@ -1891,6 +2445,52 @@ mod tests {
             Err(StartFailure::Fatal(e)) => panic!("misclassified: {e}"),
             Ok(server) => panic!("started on a taken port: {server:?}"),
         }
+    }
+
+    #[test]
+    fn server_versions_parse_from_version_output_and_info() {
+        let old = ServerVersion::parse(
+            "Redis server v=6.2.14 sha=40305114:0 malloc=libc bits=64 build=dff95a8e7a99d269",
+        )
+        .unwrap();
+        assert_eq!(
+            (old.product, old.major, old.minor, old.patch),
+            (Product::Redis, 6, 2, 14)
+        );
+        assert!(!old.has_cluster_port() && !old.has_debug_switch() && old.asks_on_split_keys());
+        let debian = ServerVersion::parse("Redis server v=7.0.15 sha=00000000:0").unwrap();
+        assert!(debian.has_cluster_port() && !debian.asks_on_split_keys());
+        let valkey = ServerVersion::parse("Valkey server v=8.1.8 sha=00000000:1").unwrap();
+        assert_eq!(valkey.to_string(), "Valkey 8.1.8");
+        assert!(valkey.has_cluster_port() && valkey.has_debug_switch());
+        assert_eq!(ServerVersion::parse("KeyDB server v=6.3.4"), None);
+        assert_eq!(ServerVersion::parse("Redis server v=7"), None);
+
+        let info = parse_info("# Server\r\nredis_version:7.2.4\r\nvalkey_version:9.1.2\r\n");
+        assert_eq!(
+            ServerVersion::from_info(&info).unwrap().to_string(),
+            "Valkey 9.1.2"
+        );
+        let info = parse_info("redis_version:7.4.1\r\n");
+        assert_eq!(
+            ServerVersion::from_info(&info).unwrap().to_string(),
+            "Redis 7.4.1"
+        );
+    }
+
+    #[test]
+    fn bus_ports_stay_outside_the_ephemeral_range() {
+        let (lo, hi) = ephemeral_range();
+        for bus in [Bus::Below, Bus::Above] {
+            let (port, cluster_port) = pick_ports(Some(bus)).unwrap();
+            let cluster_port = cluster_port.unwrap();
+            assert_eq!(cluster_port, bus.port(port));
+            for p in [port, cluster_port] {
+                assert!(!(lo..=hi).contains(&p), "{bus:?}: {p} is ephemeral");
+            }
+        }
+        let (port, none) = pick_ports(None).unwrap();
+        assert!(none.is_none() && !(lo..=hi).contains(&port));
     }
 
     #[test]

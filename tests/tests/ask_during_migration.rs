@@ -1,7 +1,8 @@
 //! Calls on a slot that is being migrated: a single-key call whose key has already moved
 //! follows `ASK` (and leaves the slot map alone); a multi-key script whose keys are split
 //! between source and target gets `TRYAGAIN`, backs off and retries until the move ends, then
-//! succeeds.
+//! succeeds. (Before 7.0 the source answers such a script with `ASK` as soon as one key is
+//! missing, and the target refuses the `ASKING` retry with `TRYAGAIN`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod driver_support;
@@ -12,7 +13,9 @@ use std::time::{Duration, Instant};
 use botmesh_redis_core::store;
 use botmesh_redis_core::{Access, ClientOptions, Executor, Key, Keyspace, Layout, Request, Value};
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
-use botmesh_redis_tests::{both_drivers, poll_until, unique_prefix, ClusterOptions, RedisCluster};
+use botmesh_redis_tests::{
+    both_drivers, poll_until, server_version, unique_prefix, ClusterOptions, RedisCluster,
+};
 use bytes::Bytes;
 use driver_support::{cmdstat, errorstat};
 
@@ -144,11 +147,17 @@ async fn script_on_keys_split_by_a_migration_retries_tryagain_until_the_move_end
     let slot = log.slot();
     let source = cluster.master_for_slot(slot).unwrap();
     let target = other_master(cluster, source);
+    let asks_first = server_version().unwrap().asks_on_split_keys();
+    // The node that answers TRYAGAIN: the source, or before 7.0 the target (after the source's
+    // ASK).
+    let refuser = if asks_first { target } else { source };
     let mut on_source = cluster.conn(source).unwrap();
+    let mut on_refuser = cluster.conn(refuser).unwrap();
     let migration = cluster.begin_migration(slot, target).unwrap();
     // Split: the item is on the target, the log still on the source.
     migration.migrate_keys(&[item.as_bytes()]).unwrap();
-    let tryagain_before = errorstat(&mut on_source, "TRYAGAIN");
+    let tryagain_before = errorstat(&mut on_refuser, "TRYAGAIN");
+    let asks_before = errorstat(&mut on_source, "ASK");
 
     let started = Instant::now();
     let updating = tokio::spawn({
@@ -158,12 +167,12 @@ async fn script_on_keys_split_by_a_migration_retries_tryagain_until_the_move_end
     // Finish the move once the call has been refused twice (so it has retried at least once),
     // from another thread, while the call keeps retrying.
     let finishing = tokio::task::spawn_blocking(move || {
-        let mut on_source = cluster.conn(source).unwrap();
+        let mut on_refuser = cluster.conn(refuser).unwrap();
         poll_until(
             Instant::now() + Duration::from_secs(10),
             "two TRYAGAIN replies",
             || {
-                let n = errorstat(&mut on_source, "TRYAGAIN") - tryagain_before;
+                let n = errorstat(&mut on_refuser, "TRYAGAIN") - tryagain_before;
                 if n >= 2 {
                     Ok(())
                 } else {
@@ -186,7 +195,21 @@ async fn script_on_keys_split_by_a_migration_retries_tryagain_until_the_move_end
         driver_name::<R>(),
         started.elapsed()
     );
-    assert!(errorstat(&mut on_source, "TRYAGAIN") - tryagain_before >= 2);
+    let tryagains = errorstat(&mut on_refuser, "TRYAGAIN") - tryagain_before;
+    assert!(tryagains >= 2, "{tryagains} TRYAGAIN replies");
+    let asks = errorstat(&mut on_source, "ASK") - asks_before;
+    if asks_first {
+        // Every refused attempt went through the source's ASK first.
+        assert!(asks >= tryagains, "{asks} ASK for {tryagains} TRYAGAIN");
+    } else {
+        // The source refused with TRYAGAIN itself while it held the log. Once the log has moved
+        // too, and before the slot is reassigned, it holds none of the keys and answers ASK:
+        // the attempt that lands in that window is the last one, it succeeds on the target.
+        assert!(
+            asks <= 1,
+            "{asks} ASK: the source refused with TRYAGAIN itself"
+        );
+    }
 
     let mut on_target = cluster.conn(target).unwrap();
     let payload = on_target.cmd(&[&b"GET"[..], item.as_bytes()]).unwrap();
