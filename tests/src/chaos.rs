@@ -753,20 +753,19 @@ pub struct ExtraMaster {
 }
 
 impl ExtraMaster {
-    /// Starts a node with the cluster's node timeout and an explicit cluster-bus port outside
-    /// the kernel's ephemeral range, `CLUSTER MEET`s it from a cluster node, and waits until
-    /// every node of `cluster` knows it as a connected master.
+    /// Starts a node with the cluster's node timeout and a cluster-bus port fit for the server
+    /// version (`ServerOptions::cluster_bus`), `CLUSTER MEET`s it from a cluster node, and
+    /// waits until every node of `cluster` knows it as a connected master.
     pub fn join(cluster: &RedisCluster) -> Result<ExtraMaster, String> {
         let timeout = node_timeout_ms(cluster)?;
         let mut last = String::new();
-        for attempt in 0..8u16 {
-            let bus = free_bus_port(attempt)?;
+        for _ in 0..8 {
             let options = ServerOptions::new()
                 .config("cluster-enabled yes")
                 .config("cluster-config-file nodes.conf")
                 .config(format!("cluster-node-timeout {timeout}"))
                 .config("cluster-allow-replica-migration no")
-                .config(format!("cluster-port {bus}"));
+                .cluster_bus();
             let node = match SingleNode::try_start(options) {
                 Ok(node) => node,
                 Err(e) => {
@@ -774,6 +773,10 @@ impl ExtraMaster {
                     continue;
                 }
             };
+            let bus = node
+                .server()
+                .cluster_port()
+                .ok_or("the new node has no cluster-bus port")?;
             let id = node
                 .conn()?
                 .cmd(&["CLUSTER", "MYID"])?
@@ -840,19 +843,6 @@ impl ExtraMaster {
     pub fn node(&self) -> &SingleNode {
         &self.node
     }
-}
-
-/// A cluster-bus port in `10000..20000` (below the harness's client ports, outside the
-/// ephemeral range), free right now.
-fn free_bus_port(attempt: u16) -> Result<u16, String> {
-    let base = 10_000 + (std::process::id() % 9000) as u16;
-    for i in 0..1000u16 {
-        let port = 10_000 + (base - 10_000 + attempt * 997 + i * 7) % 10_000;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return Ok(port);
-        }
-    }
-    Err("no free cluster-bus port in 10000..20000".into())
 }
 
 /// The cluster's `cluster-node-timeout` in ms, as its first node has it.
