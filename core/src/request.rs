@@ -235,15 +235,16 @@ impl Request {
         }
     }
 
-    /// Follows this request with `WAIT replicas timeout_ms` in the same write on the same
-    /// connection, as `ASKING` precedes its command: `WAIT` counts the writes of its own
-    /// connection, so only there does it say whether replicas acknowledged this one.
+    /// Follows a grant with `WAIT replicas timeout_ms` on the same connection, as soon as the
+    /// grant is answered with something other than nil: `WAIT` counts the writes of its own
+    /// connection, so only there does it say whether replicas acknowledged this one. A nil
+    /// answer (nothing granted) or an error reply sends no `WAIT`.
     ///
     /// The reply is then a two-element array: this request's value, and `WAIT`'s count, or its
-    /// error as a status starting with `-`, or nil when `WAIT`'s reply was lost (the write was
-    /// answered, its replication is unknown). An error reply to the request itself comes
-    /// as usual. The session refuses a timeout at or above its response timeout, which would
-    /// close the connection under the waiting `WAIT`.
+    /// error as a status starting with `-`, or nil when none came (nothing was granted, or the
+    /// connection was lost before `WAIT` answered: the grant's replication is then unknown).
+    /// An error reply to the request itself comes as usual. The session refuses a timeout at or
+    /// above its response timeout, which would close the connection under the waiting `WAIT`.
     pub fn then_wait(mut self, replicas: u32, timeout_ms: u64) -> Request {
         self.wait = Some((replicas, timeout_ms));
         self

@@ -560,7 +560,14 @@ enum Pending {
 /// request counts as sent exactly when its bytes were handed out.
 #[derive(Debug)]
 enum Queued {
-    Request { req: ReqRef, asking: bool },
+    Request {
+        req: ReqRef,
+        asking: bool,
+    },
+    /// The `WAIT` after `req`'s grant, on the connection that carried it.
+    Wait {
+        req: ReqRef,
+    },
     Topology(u64),
 }
 
@@ -1032,16 +1039,24 @@ impl Session {
                     state.sent = true;
                     c.in_flight
                         .push_back((Pending::Request { req, asking }, now));
-                    // In the same write: nothing can come between the request and its WAIT.
-                    if let Some((replicas, ms)) = state.request.wait() {
-                        let wait = vec![
-                            Bytes::from_static(b"WAIT"),
-                            Bytes::from(replicas.to_string()),
-                            Bytes::from(ms.to_string()),
-                        ];
-                        encode_args(wait, buf);
-                        c.in_flight.push_back((Pending::Wait { req }, now));
-                    }
+                }
+                Queued::Wait { req } => {
+                    let wait = self
+                        .ops
+                        .get_mut(req.op)
+                        .and_then(|op| op.reqs.get_mut(req.idx))
+                        .filter(|s| s.attempt == req.attempt && s.granted.is_some())
+                        .and_then(|s| s.request.wait());
+                    let Some((replicas, ms)) = wait else {
+                        continue;
+                    };
+                    let wait = vec![
+                        Bytes::from_static(b"WAIT"),
+                        Bytes::from(replicas.to_string()),
+                        Bytes::from(ms.to_string()),
+                    ];
+                    encode_args(wait, buf);
+                    c.in_flight.push_back((Pending::Wait { req }, now));
                 }
                 Queued::Topology(round) => {
                     // A round that ended while this query waited needs no answer.
@@ -1536,7 +1551,9 @@ impl Session {
                 },
             },
             Pending::Topology(round) => self.on_topology(now, round, node, Ok(frame)),
-            Pending::Request { req, asking } => self.on_reply(now, req, node, asking, frame),
+            Pending::Request { req, asking } => {
+                self.on_reply(now, req, (conn, node), asking, frame)
+            }
             Pending::Wait { req } => {
                 let wait = match frame {
                     Ok(value) => value,
@@ -1588,7 +1605,14 @@ impl Session {
         })
     }
 
-    fn on_reply(&mut self, now: Instant, r: ReqRef, node: NodeId, asking: bool, frame: Frame) {
+    fn on_reply(
+        &mut self,
+        now: Instant,
+        r: ReqRef,
+        (conn, node): (ConnId, NodeId),
+        asking: bool,
+        frame: Frame,
+    ) {
         let cluster = self.cluster;
         let max_redirections = self.config.max_redirections;
         let error = match frame {
@@ -1603,9 +1627,22 @@ impl Session {
                         op.answered_by.get_or_insert(node);
                     }
                 }
-                // A request followed by WAIT completes with WAIT's reply.
+                // A grant that asked for WAIT completes with WAIT's reply. WAIT counts the
+                // writes of its own connection: it goes on the one that carried the grant, and
+                // only after something was granted (after a refusal or an error it would only
+                // hold the connection up to its timeout, with nothing to wait for).
                 if let Some(state) = self.req_mut(r).filter(|s| s.request.wait().is_some()) {
+                    if value == Value::Nil {
+                        return self.finish(r, Ok(Value::Array(vec![Value::Nil, Value::Nil])));
+                    }
                     state.granted = Some(value);
+                    match self.conns.get_mut(&conn) {
+                        Some(c) => {
+                            c.outbox.push(Queued::Wait { req: r });
+                            self.dirty.insert(conn);
+                        }
+                        None => self.finish_granted(r, Value::Nil),
+                    }
                     return;
                 }
                 // `finish` ignores a stale reply.
@@ -1755,6 +1792,8 @@ impl Session {
             match queued {
                 Queued::Request { req, .. } if give_up => self.finish(req, Err(not_sent.clone())),
                 Queued::Request { req, .. } => self.retry_later(now, req, not_sent.clone()),
+                // The grant was answered, its WAIT never written: replication unknown.
+                Queued::Wait { req } => self.finish_granted(req, Value::Nil),
                 Queued::Topology(round) => {
                     self.on_topology(now, round, c.node, Err(not_sent.clone()))
                 }

@@ -1,46 +1,66 @@
-//! A request followed by `WAIT` (`Request::then_wait`): both go in one write on one
-//! connection, the reply carries both answers, a lost `WAIT` reply is reported as such, and a
-//! `WAIT` that would outlast the response timeout is refused before anything is written.
+//! A grant followed by `WAIT` (`Request::then_wait`): `WAIT` goes on the connection that
+//! carried the grant, only once something was granted; the reply carries both answers; a lost
+//! `WAIT` reply is reported as such; and a `WAIT` that would outlast the response timeout is
+//! refused before anything is written.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use botmesh_redis_core::error::Error;
-use botmesh_redis_core::testing::{set, Harness, Rule};
+use botmesh_redis_core::testing::{get, set, Harness, Rule};
 use botmesh_redis_core::{Reply, Value};
 
+fn ok() -> Value {
+    Value::Status("OK".into())
+}
+
 #[test]
-fn wait_goes_in_the_same_write_as_its_request() {
+fn wait_follows_its_grant_on_the_same_connection() {
     let mut h = Harness::cluster(3, 1);
     let a = h.sim.master(0);
     let key = h.sim.keys_on(&a, 1).remove(0);
-    // Another request shares the connection: nothing may come between SET and its WAIT.
     let token = h.submit_batch(vec![set(&key, "v").then_wait(1, 100), set(&key, "w")]);
     let replies = h.wait_for::<Vec<Reply>>(token).unwrap();
     assert_eq!(
         replies,
         vec![Ok(Value::Array(vec![ok(), Value::Int(1)])), Ok(ok())]
     );
-    let wire = &h.wires_to(&a)[0];
-    let write = wire
-        .writes
-        .iter()
-        .find(|w| w.windows(4).any(|x| x == b"WAIT"))
-        .expect("a write with WAIT");
-    let text = String::from_utf8_lossy(write);
-    let set_at = text.find("$1\r\nv").expect("SET in the same write");
-    let wait_at = text.find("WAIT").unwrap();
-    assert!(set_at < wait_at, "{text:?}");
+    let wires = h.wires_to(&a);
+    assert_eq!(wires.len(), 1, "one connection to the master");
+    let commands: Vec<String> = wires[0]
+        .commands()
+        .into_iter()
+        .filter(|c| c.starts_with("SET") || c.starts_with("WAIT"))
+        .collect();
     assert_eq!(
-        wire.commands()
-            .iter()
-            .filter(|c| c.starts_with("SET") || c.starts_with("WAIT"))
-            .cloned()
-            .collect::<Vec<_>>(),
+        commands,
         vec![
             format!("SET {key} v"),
-            "WAIT 1 100".to_owned(),
-            format!("SET {key} w")
+            format!("SET {key} w"),
+            "WAIT 1 100".to_owned()
         ]
     );
+}
+
+#[test]
+fn nothing_granted_sends_no_wait() {
+    let mut h = Harness::cluster(3, 1);
+    let a = h.sim.master(0);
+    let key = h.sim.keys_on(&a, 1).remove(0);
+    // A nil answer: nothing was granted.
+    assert_eq!(
+        h.run_one(get(&key).then_wait(1, 100)),
+        Ok(Value::Array(vec![Value::Nil, Value::Nil]))
+    );
+    // An error reply: nothing ran.
+    h.sim.add_rule(
+        Rule::error("NOREPLICAS Not enough good replicas to write.")
+            .commands(&["SET"])
+            .times(1),
+    );
+    match h.run_one(set(&key, "v").then_wait(1, 100)) {
+        Err(Error::Server(e)) => assert_eq!(e.code(), "NOREPLICAS"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.sim.count("WAIT 1 100"), 0);
 }
 
 #[test]
@@ -70,8 +90,4 @@ fn a_wait_as_long_as_the_response_timeout_is_refused_before_sending() {
         h.run_one(set(&key, "v").then_wait(1, 4_999)),
         Ok(Value::Array(vec![ok(), Value::Int(1)]))
     );
-}
-
-fn ok() -> Value {
-    Value::Status("OK".into())
 }

@@ -151,6 +151,8 @@ pub enum Kind {
     Stale,
     /// `Error::NotReplicated`.
     NotReplicated,
+    /// `Error::ReplicationUnknown`: granted, then the connection went before `WAIT` answered.
+    ReplicationUnknown,
     /// `Error::Closed`.
     Closed,
     /// Any other variant.
@@ -182,6 +184,7 @@ impl Kind {
             Error::NotHolder { what } => (Kind::NotHolder, what.clone()),
             Error::Stale { what, .. } => (Kind::Stale, what.clone()),
             Error::NotReplicated { what, .. } => (Kind::NotReplicated, what.clone()),
+            Error::ReplicationUnknown { what } => (Kind::ReplicationUnknown, what.clone()),
             Error::Closed => (Kind::Closed, String::new()),
             other => (Kind::Other, other.to_string()),
         }

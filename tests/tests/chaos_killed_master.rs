@@ -233,6 +233,11 @@ async fn killed_master<R: Runtime>(replication: Replication) {
             // WAIT could not reach the replica of a grant made just before the kill: the grant
             // was given back.
             (Kind::NotReplicated, Replication::MinReplicasAndWait, Some(_)) => true,
+            // Granted by the master as it died, its WAIT's reply lost with the connection: the
+            // grant's replication is unknown, and it was given back.
+            (Kind::ReplicationUnknown, Replication::MinReplicasAndWait, Some(k)) => {
+                o.ended >= k.killed && o.ended <= k.promoted_at
+            }
             _ => false,
         };
         if !fine {

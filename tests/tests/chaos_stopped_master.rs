@@ -13,7 +13,10 @@
 //!   budget, before the master is resumed;
 //! - every acknowledged write is stored afterwards, except one kind that design.md names as the
 //!   asynchronous-replication loss: a write to the stopped master's slots, still unanswered when
-//!   it resumed and acknowledged after (the stale master's late `OK`).
+//!   it resumed and acknowledged after (the stale master's late `OK`). The session reports such
+//!   an `OK` as `ReplyLost` once its map names the new master (a stalled connection refreshes
+//!   the map every second); only one that arrives before that refresh can be taken, and the
+//!   report counts them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
