@@ -37,12 +37,13 @@ use std::time::{Duration, Instant};
 use botmesh_redis_core::coord::{TurnGrant, TurnOptions};
 use botmesh_redis_core::coordinator::Coordinator;
 use botmesh_redis_core::layout::{RecordKind, TurnPart};
-use botmesh_redis_core::store::{MessageQuery, Store};
-use botmesh_redis_core::{Error, Executor, Keyspace};
+use botmesh_redis_core::store::{MessageQuery, Store, StoreOptions};
+use botmesh_redis_core::{ClientOptions, Error, Executor, Keyspace};
 
+use crate::conformance::{Client, Runtime};
 use crate::harness::{
-    parse_cluster_slots, parse_info, poll_until, AdminConn, RedisCluster, ServerOptions,
-    SingleNode, SlotRange, SLOT_COUNT,
+    parse_cluster_slots, parse_info, poll_until, unique_prefix, AdminConn, ClusterOptions,
+    RedisCluster, ServerOptions, SingleNode, SlotRange, SLOT_COUNT,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1200,6 +1201,33 @@ pub fn turn_options() -> TurnOptions {
         claim_timeout: Duration::from_secs(1),
         wait_timeout: Duration::from_secs(4),
     }
+}
+
+/// Starts a cluster off the async runtime's threads (starting one blocks for seconds).
+pub async fn start_cluster(options: ClusterOptions) -> Arc<RedisCluster> {
+    let cluster = tokio::task::spawn_blocking(move || RedisCluster::start(options))
+        .await
+        .expect("the cluster's start panicked");
+    Arc::new(cluster)
+}
+
+/// A started cluster-layout store under a new prefix named after `name`, on a client of
+/// `options` with the given request timeout.
+pub async fn started_store<R: Runtime>(
+    options: ClientOptions,
+    request_timeout: Duration,
+    name: &str,
+) -> Store<Client<R>> {
+    let client = Client::<R>::connect(options.request_timeout(request_timeout))
+        .await
+        .expect("the client connects");
+    let store = Store::new(
+        client,
+        StoreOptions::new(unique_prefix(name)).cluster_client(true),
+    )
+    .expect("the store options are valid");
+    store.start().await.expect("the store starts");
+    store
 }
 
 /// The requests of an open-loop load on a store and its coordinator.

@@ -20,14 +20,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use botmesh_redis_core::store::{Store, StoreOptions};
 use botmesh_redis_core::ClientOptions;
 use botmesh_redis_tests::chaos::{
-    blocking, check_acknowledged_writes, open_loop, owner, promoted, slots_of, BusPartition, Clock,
-    Fault, Kind, Outcome, Recorder, Report, Scale, Workload,
+    blocking, check_acknowledged_writes, open_loop, owner, promoted, slots_of, start_cluster,
+    started_store, BusPartition, Clock, Fault, Kind, Outcome, Recorder, Report, Scale, Workload,
 };
-use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
-use botmesh_redis_tests::{both_drivers, eventually, unique_prefix, ClusterOptions, RedisCluster};
+use botmesh_redis_tests::conformance::{driver_name, Runtime};
+use botmesh_redis_tests::{both_drivers, eventually, ClusterOptions};
 
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -42,31 +41,14 @@ enum Cut {
 async fn partition<R: Runtime>(cut: Cut) {
     let _turn = TURN.lock().await;
     let scale = Scale::from_env();
-    let cluster = Arc::new(
-        tokio::task::spawn_blocking(|| {
-            RedisCluster::start(
-                ClusterOptions::new()
-                    .config("min-replicas-to-write 1")
-                    .config("min-replicas-max-lag 2"),
-            )
-        })
-        .await
-        .unwrap(),
-    );
+    let options = ClusterOptions::new()
+        .config("min-replicas-to-write 1")
+        .config("min-replicas-max-lag 2");
+    let cluster = start_cluster(options).await;
     let request_timeout = Duration::from_secs(10);
-    let client = Client::<R>::connect(
-        ClientOptions::cluster(cluster.seeds())
-            .cluster_retry(20, Duration::from_millis(10))
-            .request_timeout(request_timeout),
-    )
-    .await
-    .unwrap();
-    let store = Store::new(
-        client,
-        StoreOptions::new(unique_prefix("partition")).cluster_client(true),
-    )
-    .unwrap();
-    store.start().await.unwrap();
+    let retry =
+        ClientOptions::cluster(cluster.seeds()).cluster_retry(20, Duration::from_millis(10));
+    let store = started_store::<R>(retry, request_timeout, "partition").await;
     let clock = Clock::new();
     let recorder = Recorder::new(clock);
     let workload = Workload::new(store, recorder.clone(), 24, request_timeout);

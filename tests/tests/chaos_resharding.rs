@@ -12,17 +12,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use botmesh_redis_core::coord::TurnOptions;
-use botmesh_redis_core::store::{Store, StoreOptions};
 use botmesh_redis_core::ClientOptions;
 use botmesh_redis_tests::chaos::{
-    blocking, check_acknowledged_writes, check_monotonic, open_loop, reshard, turn_options,
-    wait_agreement, Clock, ExtraMaster, Fault, Grant, Kind, Outcome, Recorder, Report, Scale,
-    Workload,
+    blocking, check_acknowledged_writes, check_monotonic, open_loop, reshard, start_cluster,
+    started_store, turn_options, wait_agreement, Clock, ExtraMaster, Fault, Grant, Kind, Outcome,
+    Recorder, Report, Scale, Workload,
 };
-use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
-use botmesh_redis_tests::{
-    both_drivers, parse_info, unique_prefix, AdminConn, ClusterOptions, RedisCluster, SLOT_COUNT,
-};
+use botmesh_redis_tests::conformance::{driver_name, Runtime};
+use botmesh_redis_tests::{both_drivers, parse_info, AdminConn, ClusterOptions, SLOT_COUNT};
 
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -32,25 +29,11 @@ const SLOTS_PER_STEP: usize = 512;
 async fn new_master_takes_a_third_of_the_slots_under_load<R: Runtime>() {
     let _turn = TURN.lock().await;
     let scale = Scale::from_env();
-    let cluster = Arc::new(
-        tokio::task::spawn_blocking(|| RedisCluster::start(ClusterOptions::new()))
-            .await
-            .unwrap(),
-    );
+    let cluster = start_cluster(ClusterOptions::new()).await;
     let request_timeout = Duration::from_secs(30);
-    let client = Client::<R>::connect(
-        ClientOptions::cluster(cluster.seeds())
-            .cluster_retry(40, Duration::from_millis(10))
-            .request_timeout(request_timeout),
-    )
-    .await
-    .unwrap();
-    let store = Store::new(
-        client,
-        StoreOptions::new(unique_prefix("reshard")).cluster_client(true),
-    )
-    .unwrap();
-    store.start().await.unwrap();
+    let retry =
+        ClientOptions::cluster(cluster.seeds()).cluster_retry(40, Duration::from_millis(10));
+    let store = started_store::<R>(retry, request_timeout, "reshard").await;
     let clock = Clock::new();
     let recorder = Recorder::new(clock);
     // Turn waits are long enough for queues that grow while both cores move slots.

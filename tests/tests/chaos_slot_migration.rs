@@ -19,14 +19,14 @@ use std::time::Duration;
 
 use botmesh_redis_core::keys::bucket;
 use botmesh_redis_core::layout::RecordKind;
-use botmesh_redis_core::store::{MessageQuery, Store, StoreOptions};
+use botmesh_redis_core::store::{MessageQuery, Store};
 use botmesh_redis_core::{ClientOptions, Error, Keyspace};
 use botmesh_redis_tests::chaos::{
-    assign_slot, open_loop, pipeline_at, Call, Clock, Fault, Kind, Losses, Outcome, Recorder,
-    Report, Scale,
+    assign_slot, open_loop, pipeline_at, start_cluster, started_store, Call, Clock, Fault, Kind,
+    Losses, Outcome, Recorder, Report, Scale,
 };
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
-use botmesh_redis_tests::{both_drivers, unique_prefix, ClusterOptions, RedisCluster};
+use botmesh_redis_tests::{both_drivers, ClusterOptions};
 
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -91,25 +91,11 @@ fn exact(got: Vec<String>, expected: &[String], what: &str) -> Result<(), Error>
 async fn live_migration_keeps_listings_exact_and_surfaces_no_error<R: Runtime>() {
     let _turn = TURN.lock().await;
     let scale = Scale::from_env();
-    let cluster = Arc::new(
-        tokio::task::spawn_blocking(|| RedisCluster::start(ClusterOptions::new()))
-            .await
-            .unwrap(),
-    );
+    let cluster = start_cluster(ClusterOptions::new()).await;
     let request_timeout = Duration::from_secs(30);
-    let client = Client::<R>::connect(
-        ClientOptions::cluster(cluster.seeds())
-            .cluster_retry(40, Duration::from_millis(10))
-            .request_timeout(request_timeout),
-    )
-    .await
-    .unwrap();
-    let store = Store::new(
-        client,
-        StoreOptions::new(unique_prefix("migrate")).cluster_client(true),
-    )
-    .unwrap();
-    store.start().await.unwrap();
+    let retry =
+        ClientOptions::cluster(cluster.seeds()).cluster_retry(40, Duration::from_millis(10));
+    let store = started_store::<R>(retry, request_timeout, "migrate").await;
     let ks = store.keyspace().clone();
     let stable = stable_chat(&ks);
 

@@ -25,14 +25,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use botmesh_redis_core::coord::TurnOptions;
-use botmesh_redis_core::store::{Store, StoreOptions};
 use botmesh_redis_core::ClientOptions;
 use botmesh_redis_tests::chaos::{
-    blocking, check_acknowledged_writes, is_master, open_loop, owner, slots_of, turn_options,
-    Clock, Fault, Kind, Outcome, Recorder, Report, Scale, Workload, REPLICA,
+    blocking, check_acknowledged_writes, is_master, open_loop, owner, slots_of, start_cluster,
+    started_store, turn_options, Clock, Fault, Kind, Outcome, Recorder, Report, Scale, Workload,
+    REPLICA,
 };
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
-use botmesh_redis_tests::{both_drivers, eventually, unique_prefix, ClusterOptions, RedisCluster};
+use botmesh_redis_tests::{both_drivers, eventually, ClusterOptions};
 
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -65,15 +65,7 @@ async fn run<R: Runtime>(
     retry_attempts: u32,
     clock: Clock,
 ) -> Run<R> {
-    let client = Client::<R>::connect(options.request_timeout(request_timeout))
-        .await
-        .unwrap();
-    let store = Store::new(
-        client,
-        StoreOptions::new(unique_prefix(&format!("stop-{name}"))).cluster_client(true),
-    )
-    .unwrap();
-    store.start().await.unwrap();
+    let store = started_store::<R>(options, request_timeout, &format!("stop-{name}")).await;
     let recorder = Recorder::new(clock);
     // Turn waits outlast the pause, so that a turn fails only with its lost requests.
     let workload = Workload::new(store, recorder.clone(), 24, request_timeout).with_turn_options(
@@ -105,13 +97,7 @@ struct Pause {
 async fn stopped_master_is_replaced_and_only_its_late_acks_are_lost<R: Runtime>() {
     let _turn = TURN.lock().await;
     let scale = Scale::from_env();
-    let cluster = Arc::new(
-        tokio::task::spawn_blocking(|| {
-            RedisCluster::start(ClusterOptions::new().node_timeout(NODE_TIMEOUT))
-        })
-        .await
-        .unwrap(),
-    );
+    let cluster = start_cluster(ClusterOptions::new().node_timeout(NODE_TIMEOUT)).await;
     let clock = Clock::new();
     let seeds = cluster.seeds();
     let runs = [
