@@ -47,9 +47,8 @@ pub fn classify(err: &ServerError, fallback_host: &str) -> Decision {
             Decision::Backoff { refresh: true }
         }
         "NOSCRIPT" => Decision::NoScript,
-        // Redis 6 wraps the error of a write inside a script on a demoted master:
-        // `ERR Error running script ... -READONLY You can't write against a read only replica`.
-        "ERR" if err.text().contains("-READONLY ") => Decision::Backoff { refresh: true },
+        // (Redis 6's `ERR Error running script ... -READONLY ...` of a write inside a script
+        // on a demoted master has the code READONLY: see `ServerError::code`.)
         _ => Decision::Final,
     }
 }
@@ -192,6 +191,32 @@ mod tests {
         assert_eq!(c("ERR wrong number of arguments"), Decision::Final);
         assert_eq!(c("CROSSSLOT Keys in request"), Decision::Final);
         assert_eq!(c("MOVED nonsense"), Decision::Final);
+    }
+
+    #[test]
+    fn a_redis_6_script_error_has_the_wrapped_code() {
+        let wrapped = |inner: &str| {
+            ServerError::new(format!(
+                "ERR Error running script (call to f_67ed14c1): @user_script:1: \
+                 @user_script: 1: -{inner}"
+            ))
+        };
+        let noreplicas = wrapped("NOREPLICAS Not enough good replicas to write.");
+        assert_eq!(noreplicas.code(), "NOREPLICAS");
+        assert_eq!(classify(&noreplicas, "h"), Decision::Final);
+        let readonly = wrapped("READONLY You can't write against a read only replica.");
+        assert_eq!(readonly.code(), "READONLY");
+        assert_eq!(
+            classify(&readonly, "h"),
+            Decision::Backoff { refresh: true }
+        );
+        // An error of the script itself, or any other ERR, keeps its code.
+        let own = ServerError::new("ERR Error running script (call to f_1): @user_script:1: boom");
+        assert_eq!(own.code(), "ERR");
+        assert_eq!(
+            ServerError::new("ERR wrong number of arguments").code(),
+            "ERR"
+        );
     }
 
     #[test]

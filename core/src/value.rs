@@ -35,9 +35,20 @@ impl ServerError {
         ServerError { text: text.into() }
     }
 
-    /// The leading code word, e.g. `MOVED`, `ERR`, `NOSCRIPT`.
+    /// The leading code word, e.g. `MOVED`, `ERR`, `NOSCRIPT`. Redis 6 wraps the error of a
+    /// command a script called in an `ERR Error running script ...: -CODE message` reply
+    /// (7.0 and later pass it through): the code is then the wrapped one, so that a script's
+    /// `READONLY` or `NOREPLICAS` reads the same on every version.
     pub fn code(&self) -> &str {
-        self.text.split(' ').next().unwrap_or("")
+        let first = self.text.split(' ').next().unwrap_or("");
+        if first == "ERR" && self.text.starts_with("ERR Error running script") {
+            if let Some((_, inner)) = self.text.rsplit_once(": -") {
+                if let Some(code) = inner.split(' ').next().filter(|c| !c.is_empty()) {
+                    return code;
+                }
+            }
+        }
+        first
     }
 
     /// The whole text.
