@@ -1203,6 +1203,16 @@ pub fn turn_options() -> TurnOptions {
     }
 }
 
+/// Fails the test with every failure a scenario collected (the first 40 of them in full).
+pub fn assert_no_failures(failures: &[String]) {
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures[..failures.len().min(40)].join("\n")
+    );
+}
+
 /// Starts a cluster off the async runtime's threads (starting one blocks for seconds).
 pub async fn start_cluster(options: ClusterOptions) -> Arc<RedisCluster> {
     let cluster = tokio::task::spawn_blocking(move || RedisCluster::start(options))

@@ -21,9 +21,9 @@ use std::time::Duration;
 use botmesh_redis_core::coord::TurnOptions;
 use botmesh_redis_core::ClientOptions;
 use botmesh_redis_tests::chaos::{
-    blocking, check_acknowledged_writes, check_monotonic, open_loop, owner, promoted, slots_of,
-    start_cluster, started_store, turn_options, Clock, Fault, Grant, Kind, Op, Outcome, Recorder,
-    Report, Scale, Workload,
+    assert_no_failures, blocking, check_acknowledged_writes, check_monotonic, open_loop, owner,
+    promoted, slots_of, start_cluster, started_store, turn_options, Clock, Fault, Grant, Kind, Op,
+    Outcome, Recorder, Report, Scale, Workload,
 };
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
 use botmesh_redis_tests::{both_drivers, AdminConn, ClusterOptions};
@@ -294,12 +294,7 @@ async fn killed_master<R: Runtime>(replication: Replication) {
         }
     }
     assert!(losses.checked > 0);
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}",
-        failures.len(),
-        failures[..failures.len().min(40)].join("\n")
-    );
+    assert_no_failures(&failures);
     workload.store.executor().close().await;
 }
 

@@ -22,8 +22,9 @@ use std::time::Duration;
 
 use botmesh_redis_core::ClientOptions;
 use botmesh_redis_tests::chaos::{
-    blocking, check_acknowledged_writes, open_loop, owner, promoted, slots_of, start_cluster,
-    started_store, BusPartition, Clock, Fault, Kind, Outcome, Recorder, Report, Scale, Workload,
+    assert_no_failures, blocking, check_acknowledged_writes, open_loop, owner, promoted, slots_of,
+    start_cluster, started_store, BusPartition, Clock, Fault, Kind, Outcome, Recorder, Report,
+    Scale, Workload,
 };
 use botmesh_redis_tests::conformance::{driver_name, Runtime};
 use botmesh_redis_tests::{both_drivers, eventually, ClusterOptions};
@@ -239,12 +240,7 @@ async fn partition<R: Runtime>(cut: Cut) {
         "the victim's slots take writes again"
     );
     assert!(losses.checked > 0);
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}",
-        failures.len(),
-        failures[..failures.len().min(40)].join("\n")
-    );
+    assert_no_failures(&failures);
     workload.store.executor().close().await;
 }
 

@@ -14,9 +14,9 @@ use std::time::Duration;
 use botmesh_redis_core::coord::TurnOptions;
 use botmesh_redis_core::ClientOptions;
 use botmesh_redis_tests::chaos::{
-    blocking, check_acknowledged_writes, check_monotonic, open_loop, reshard, start_cluster,
-    started_store, turn_options, wait_agreement, Clock, ExtraMaster, Fault, Grant, Kind, Outcome,
-    Recorder, Report, Scale, Workload,
+    assert_no_failures, blocking, check_acknowledged_writes, check_monotonic, open_loop, reshard,
+    start_cluster, started_store, turn_options, wait_agreement, Clock, ExtraMaster, Fault, Grant,
+    Kind, Outcome, Recorder, Report, Scale, Workload,
 };
 use botmesh_redis_tests::conformance::{driver_name, Runtime};
 use botmesh_redis_tests::{both_drivers, parse_info, AdminConn, ClusterOptions, SLOT_COUNT};
@@ -168,12 +168,7 @@ async fn new_master_takes_a_third_of_the_slots_under_load<R: Runtime>() {
     );
     failures.extend(bad);
     assert!(losses.checked > 0);
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}",
-        failures.len(),
-        failures[..failures.len().min(40)].join("\n")
-    );
+    assert_no_failures(&failures);
     workload.store.executor().close().await;
     drop(extra);
 }

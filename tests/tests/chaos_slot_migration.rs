@@ -22,8 +22,8 @@ use botmesh_redis_core::layout::RecordKind;
 use botmesh_redis_core::store::{MessageQuery, Store};
 use botmesh_redis_core::{ClientOptions, Error, Keyspace};
 use botmesh_redis_tests::chaos::{
-    assign_slot, open_loop, pipeline_at, start_cluster, started_store, Call, Clock, Fault, Kind,
-    Losses, Outcome, Recorder, Report, Scale,
+    assert_no_failures, assign_slot, open_loop, pipeline_at, start_cluster, started_store, Call,
+    Clock, Fault, Kind, Losses, Outcome, Recorder, Report, Scale,
 };
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
 use botmesh_redis_tests::{both_drivers, ClusterOptions};
@@ -435,12 +435,7 @@ async fn live_migration_keeps_listings_exact_and_surfaces_no_error<R: Runtime>()
     assert!(deleted.chunks >= 3, "{deleted:?}");
     let listings: BTreeSet<&str> = outcomes.iter().filter(|o| o.ok()).map(|o| o.op).collect();
     assert!(listings.contains("list_stable") && listings.contains("list_chats"));
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}",
-        failures.len(),
-        failures[..failures.len().min(40)].join("\n")
-    );
+    assert_no_failures(&failures);
     store.executor().close().await;
 }
 

@@ -27,9 +27,9 @@ use std::time::Duration;
 use botmesh_redis_core::coord::TurnOptions;
 use botmesh_redis_core::ClientOptions;
 use botmesh_redis_tests::chaos::{
-    blocking, check_acknowledged_writes, is_master, open_loop, owner, slots_of, start_cluster,
-    started_store, turn_options, Clock, Fault, Kind, Outcome, Recorder, Report, Scale, Workload,
-    REPLICA,
+    assert_no_failures, blocking, check_acknowledged_writes, is_master, open_loop, owner, slots_of,
+    start_cluster, started_store, turn_options, Clock, Fault, Kind, Outcome, Recorder, Report,
+    Scale, Workload, REPLICA,
 };
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
 use botmesh_redis_tests::{both_drivers, eventually, ClusterOptions};
@@ -309,12 +309,7 @@ async fn stopped_master_is_replaced_and_only_its_late_acks_are_lost<R: Runtime>(
         assert!(losses.checked > 0);
         assert!(r.request_timeout > Duration::ZERO);
     }
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_no_failures(&failures);
     for r in &runs {
         r.workload.store.executor().close().await;
     }
