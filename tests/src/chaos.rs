@@ -849,6 +849,45 @@ impl ExtraMaster {
     }
 }
 
+/// Moves up to `count` keys of `slot` from the node of `conn` (migrating it) to `target`
+/// with one `MIGRATE`; the number moved, 0 once the slot holds none.
+pub fn migrate_batch(
+    conn: &mut AdminConn,
+    slot: u16,
+    count: usize,
+    target: SocketAddr,
+) -> Result<usize, String> {
+    let keys = conn.cmd(&[
+        "CLUSTER",
+        "GETKEYSINSLOT",
+        &slot.to_string(),
+        &count.to_string(),
+    ])?;
+    let keys: Vec<Vec<u8>> = keys
+        .as_array()
+        .ok_or("GETKEYSINSLOT: not an array")?
+        .iter()
+        .filter_map(|k| k.as_bytes().map(<[u8]>::to_vec))
+        .collect();
+    if keys.is_empty() {
+        return Ok(0);
+    }
+    let port = target.port().to_string();
+    let mut args: Vec<&[u8]> = vec![
+        b"MIGRATE",
+        b"127.0.0.1",
+        port.as_bytes(),
+        b"",
+        b"0",
+        b"10000",
+        b"REPLACE",
+        b"KEYS",
+    ];
+    args.extend(keys.iter().map(Vec::as_slice));
+    conn.cmd(&args)?;
+    Ok(keys.len())
+}
+
 /// The cluster's `cluster-node-timeout` in ms, as its first node has it.
 fn node_timeout_ms(cluster: &RedisCluster) -> Result<i64, String> {
     let addr = *cluster
@@ -921,30 +960,10 @@ pub fn reshard(
                 continue;
             }
             loop {
-                let keys = conn.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), "100"])?;
-                let keys: Vec<Vec<u8>> = keys
-                    .as_array()
-                    .ok_or("GETKEYSINSLOT: not an array")?
-                    .iter()
-                    .filter_map(|k| k.as_bytes().map(<[u8]>::to_vec))
-                    .collect();
-                if keys.is_empty() {
-                    break;
+                match migrate_batch(&mut conn, *slot, 100, target)? {
+                    0 => break,
+                    n => moved += n,
                 }
-                let port = target.port().to_string();
-                let mut args: Vec<&[u8]> = vec![
-                    b"MIGRATE",
-                    b"127.0.0.1",
-                    port.as_bytes(),
-                    b"",
-                    b"0",
-                    b"10000",
-                    b"REPLACE",
-                    b"KEYS",
-                ];
-                args.extend(keys.iter().map(Vec::as_slice));
-                conn.cmd(&args)?;
-                moved += keys.len();
             }
         }
         let assign: Vec<_> = slots

@@ -22,8 +22,8 @@ use botmesh_redis_core::layout::RecordKind;
 use botmesh_redis_core::store::{MessageQuery, Store};
 use botmesh_redis_core::{ClientOptions, Error, Keyspace};
 use botmesh_redis_tests::chaos::{
-    assert_no_failures, assign_slot, open_loop, pipeline_at, start_cluster, started_store, Call,
-    Clock, Fault, Kind, Losses, Outcome, Recorder, Report, Scale,
+    assert_no_failures, assign_slot, migrate_batch, open_loop, pipeline_at, start_cluster,
+    started_store, Call, Clock, Fault, Kind, Losses, Outcome, Recorder, Report, Scale,
 };
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
 use botmesh_redis_tests::{both_drivers, ClusterOptions};
@@ -206,10 +206,7 @@ async fn live_migration_keeps_listings_exact_and_surfaces_no_error<R: Runtime>()
         .unwrap()
         .slot();
     // The index slot holds few keys: they move two at a time, so listings meet it half moved.
-    for (what, slot, batch) in [
-        ("chat", busy_slot, "100"),
-        ("bucket index", index_slot, "2"),
-    ] {
+    for (what, slot, batch) in [("chat", busy_slot, 100), ("bucket index", index_slot, 2)] {
         let c = Arc::clone(&cluster);
         let (source, target) = tokio::task::spawn_blocking(move || {
             let source = c.master_for_slot(slot).unwrap();
@@ -254,33 +251,7 @@ async fn live_migration_keeps_listings_exact_and_surfaces_no_error<R: Runtime>()
         loop {
             let c = Arc::clone(&cluster);
             let moved = tokio::task::spawn_blocking(move || {
-                let keys =
-                    c.conn(source)?
-                        .cmd(&["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), batch])?;
-                let keys: Vec<Vec<u8>> = keys
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .filter_map(|k| k.as_bytes().map(<[u8]>::to_vec))
-                    .collect();
-                if keys.is_empty() {
-                    return Ok::<usize, String>(0);
-                }
-                let n = keys.len();
-                let port = target.port().to_string();
-                let mut args: Vec<&[u8]> = vec![
-                    b"MIGRATE",
-                    b"127.0.0.1",
-                    port.as_bytes(),
-                    b"",
-                    b"0",
-                    b"10000",
-                    b"REPLACE",
-                    b"KEYS",
-                ];
-                args.extend(keys.iter().map(Vec::as_slice));
-                c.conn(source)?.cmd(&args)?;
-                Ok(n)
+                migrate_batch(&mut c.conn(source)?, slot, batch, target)
             })
             .await
             .unwrap()
