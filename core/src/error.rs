@@ -132,6 +132,31 @@ pub enum Error {
         /// What was granted.
         what: String,
     },
+    /// A migration or rollback refused to start; nothing was written.
+    #[error(transparent)]
+    Refused(#[from] crate::migrate::Refusal),
+    /// A cluster-layout store found legacy-layout keys under its prefix and no layout marker:
+    /// the keyspace has not been migrated. Nothing was written.
+    #[error(
+        "the prefix {prefix:?} holds legacy-layout keys (for example {}) and no layout marker: \
+         migrate them first with botmesh_redis_core::migrate::migrate_to_cluster_layout (the \
+         command line: `botmesh-redis migrate`), or pass allow_legacy_data to start anyway",
+        examples.join(", ")
+    )]
+    LegacyDataFound {
+        /// The store's prefix.
+        prefix: String,
+        /// Up to 10 of the legacy-layout keys found.
+        examples: Vec<String>,
+    },
+    /// The layout marker holds a layout this version does not know. Nothing was written.
+    #[error("the layout marker {key} holds {value:?}, not cluster:v1: this keyspace is in a layout this version does not know")]
+    UnknownLayoutMarker {
+        /// The marker key.
+        key: String,
+        /// Its value.
+        value: String,
+    },
     /// The client was closed before the request completed.
     #[error("the client is closed")]
     Closed,

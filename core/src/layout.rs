@@ -50,6 +50,19 @@ pub enum KeyError {
         /// The refused prefix.
         prefix: String,
     },
+    /// The legacy layout joins raw segments with `:`, so a `:` in a user id or a user-data
+    /// namespace would make the entry's name read back as another user's or namespace's
+    /// (`docs/key-layout.md`). The cluster layout holds any id.
+    #[error(
+        "the legacy layout cannot hold the {field} {value:?}: a ':' in it would make the key \
+         name ambiguous; use the cluster layout, which also runs on a single node"
+    )]
+    LegacyColon {
+        /// Which id (`user id`, `namespace`).
+        field: &'static str,
+        /// The refused id.
+        value: String,
+    },
     /// A durability table name must be non-empty and free of braces, since it is the hash tag.
     #[error("the durability table name {table:?} is empty or contains {{ or }}")]
     BadTableName {

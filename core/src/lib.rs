@@ -15,6 +15,7 @@
 //! - [`script`]: the Lua scripts of `lua/`, embedded and hashed once, sent as `EVALSHA`.
 //! - [`plan`]: one state machine per store operation, emitting batches of requests and waits.
 //! - [`store`]: the plans of the store's operations.
+//! - [`migrate`]: inspection, the migration between the layouts and the rollback.
 //! - [`value`]: replies, decoded with `redis-protocol`, and typed accessors.
 //!
 //! ## Layers
@@ -40,6 +41,7 @@ pub mod executor;
 pub mod framing;
 pub mod keys;
 pub mod layout;
+pub mod migrate;
 pub mod options;
 pub mod plan;
 pub mod request;

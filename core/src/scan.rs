@@ -151,7 +151,7 @@ pub fn masters_of(reply: crate::plan::Reply) -> Result<Vec<Option<String>>, Erro
     }
 }
 
-fn parse_page(value: Value) -> Result<(Bytes, Vec<Bytes>), Error> {
+pub(crate) fn parse_page(value: Value) -> Result<(Bytes, Vec<Bytes>), Error> {
     let mut items = value.into_array()?.into_iter();
     let (Some(cursor), Some(keys)) = (items.next(), items.next()) else {
         return Err(Error::UnexpectedReply {

@@ -60,6 +60,7 @@ pub fn all() -> Vec<&'static Script> {
     let mut all: Vec<&'static Script> = Vec::new();
     all.extend_from_slice(crate::store::SCRIPTS);
     all.extend_from_slice(crate::coord::SCRIPTS);
+    all.extend_from_slice(crate::migrate::SCRIPTS);
     all
 }
 

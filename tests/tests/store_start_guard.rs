@@ -35,8 +35,10 @@ async fn set_raw<R: Runtime>(client: &Client<R>, key: &Key, value: &str) {
 
 fn refused(result: Result<Started, Error>) -> String {
     match result {
-        Err(Error::Config(text)) => text,
-        other => panic!("expected a configuration error, got {other:?}"),
+        Err(e @ (Error::LegacyDataFound { .. } | Error::UnknownLayoutMarker { .. })) => {
+            e.to_string()
+        }
+        other => panic!("expected a refusal of the keyspace, got {other:?}"),
     }
 }
 
@@ -73,12 +75,18 @@ async fn legacy_data_is_refused<R: Runtime>(setup: Setup) {
         legacy.upsert_chat("c1", "v".into()).await.unwrap();
     }
     let store = store_on(client.clone(), Layout::Cluster, &prefix);
+    match store.start().await {
+        Err(Error::LegacyDataFound {
+            prefix: found,
+            examples,
+        }) => {
+            assert_eq!(found, prefix);
+            assert_eq!(examples, vec![format!("{prefix}:chat:c1")]);
+        }
+        other => panic!("expected LegacyDataFound, got {other:?}"),
+    }
     let text = refused(store.start().await);
-    assert!(
-        text.contains("run migrate_to_cluster_layout() first"),
-        "{text}"
-    );
-    assert!(text.contains(":chat:c1"), "{text}");
+    assert!(text.contains("migrate_to_cluster_layout"), "{text}");
     assert_eq!(marker(&store).await, None);
 
     let allowed = Store::new(

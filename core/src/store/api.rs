@@ -349,6 +349,7 @@ impl<E: Executor> Store<E> {
         user: &str,
         ns: Option<&str>,
     ) -> Result<Vec<UserEntry>, Error> {
+        user::check_legacy_ids(&self.ks, user, ns)?;
         self.executor
             .run(user::list_user_data(&self.ks, user, ns))
             .await
@@ -356,6 +357,7 @@ impl<E: Executor> Store<E> {
 
     /// Deletes a user's entries, in namespace `ns` or all; yields how many existed.
     pub async fn clear_user_data(&self, user: &str, ns: Option<&str>) -> Result<u64, Error> {
+        user::check_legacy_ids(&self.ks, user, ns)?;
         self.executor
             .run(user::clear_user_data(&self.ks, user, ns))
             .await

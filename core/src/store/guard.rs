@@ -6,7 +6,8 @@
 //!    the cluster layout; any other value is refused;
 //! 2. without a marker, `SCAN` at most [`SCAN_LIMIT`] keys under the prefix (on a single node,
 //!    or on every master of a cluster) for legacy-layout keys;
-//! 3. legacy keys found: refuse with "run migrate_to_cluster_layout() first", unless
+//! 3. legacy keys found: refuse with [`Error::LegacyDataFound`] (naming up to ten of them and the
+//!    migration, [`migrate_to_cluster_layout`](crate::migrate::migrate_to_cluster_layout)), unless
 //!    `allow_legacy_data`, which starts without writing the marker (so the guard stays armed
 //!    for stores started without it);
 //! 4. none found: write the marker (`SET NX`).
@@ -142,12 +143,10 @@ impl StartGuard {
             (Layout::Cluster, Some(value)) if value.as_ref() == CLUSTER_V1.as_bytes() => {
                 Ok(Step::Done(Ok(Started::MarkerFound)))
             }
-            (Layout::Cluster, Some(value)) => Err(Error::Config(format!(
-                "the layout marker {} holds {:?}, not {CLUSTER_V1}: this keyspace is in a layout \
-                 this version does not know",
-                self.ks.marker(),
-                value.escape_ascii().to_string()
-            ))),
+            (Layout::Cluster, Some(value)) => Err(Error::UnknownLayoutMarker {
+                key: self.ks.marker().to_string(),
+                value: value.escape_ascii().to_string(),
+            }),
             (Layout::Cluster, None) if reread => Err(Error::Config(format!(
                 "the layout marker {} was deleted while this store started; start again",
                 self.ks.marker()
@@ -166,15 +165,20 @@ impl StartGuard {
             Ok(keys) => keys,
             Err(step) => return Ok(step),
         };
-        if let Some(key) = keys.iter().find(|k| is_legacy_layout_key(&self.ks, k)) {
+        let mut legacy = keys.iter().filter(|k| is_legacy_layout_key(&self.ks, k));
+        if let Some(key) = legacy.next() {
             let example = String::from_utf8_lossy(key).into_owned();
             if !self.allow_legacy_data {
-                return Err(Error::Config(format!(
-                    "the prefix {:?} holds legacy-layout keys (for example {example:?}) and no \
-                     layout marker: run migrate_to_cluster_layout() first, or pass \
-                     allow_legacy_data to start anyway",
-                    self.ks.prefix()
-                )));
+                let mut examples = vec![example];
+                examples.extend(
+                    legacy
+                        .take(9)
+                        .map(|k| String::from_utf8_lossy(k).into_owned()),
+                );
+                return Err(Error::LegacyDataFound {
+                    prefix: self.ks.prefix().to_owned(),
+                    examples,
+                });
             }
             tracing::warn!(
                 prefix = self.ks.prefix(),

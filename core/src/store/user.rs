@@ -61,6 +61,26 @@ fn parse_member(member: &str) -> Option<(String, String)> {
     Some((decode(ns)?, decode(key)?))
 }
 
+/// Refuses, in the legacy layout, a user id or namespace holding `:`: its entries' names
+/// (`p:user:<user>:<ns>:<key>`) would read back as another user's or namespace's, and a
+/// listing of user `a` would also match user `a:b`. The cluster layout encodes every segment
+/// and holds any id.
+pub fn check_legacy_ids(ks: &Keyspace, user: &str, ns: Option<&str>) -> Result<(), Error> {
+    if ks.layout() != crate::layout::Layout::Legacy {
+        return Ok(());
+    }
+    for (field, value) in [("user id", Some(user)), ("namespace", ns)] {
+        if let Some(value) = value.filter(|v| v.contains(':')) {
+            return Err(crate::layout::KeyError::LegacyColon {
+                field,
+                value: value.to_owned(),
+            }
+            .into());
+        }
+    }
+    Ok(())
+}
+
 /// Stores an entry, expiring after `ttl` (`None`: never).
 pub fn set_user_data(
     ks: &Keyspace,
@@ -70,6 +90,7 @@ pub fn set_user_data(
     value: Bytes,
     ttl: Option<Duration>,
 ) -> Result<Single<()>, Error> {
+    check_legacy_ids(ks, user, Some(ns))?;
     let entry = ks.user_entry(user, ns, key);
     let request = match ks.user_index(user) {
         Some(index) => Request::script_in(
@@ -91,6 +112,7 @@ pub fn get_user_data(
     ns: &str,
     key: &str,
 ) -> Result<Single<Option<Bytes>>, Error> {
+    check_legacy_ids(ks, user, Some(ns))?;
     let request = Request::cmd(Access::Read, "GET")
         .key(&ks.user_entry(user, ns, key))
         .build()?;
@@ -104,6 +126,7 @@ pub fn delete_user_data(
     ns: &str,
     key: &str,
 ) -> Result<Single<bool>, Error> {
+    check_legacy_ids(ks, user, Some(ns))?;
     let entry = ks.user_entry(user, ns, key);
     let request = match ks.user_index(user) {
         Some(index) => Request::script_in(

@@ -1,0 +1,758 @@
+//! The copy pass both directions share: one `SCAN` page of the source at a time, read in
+//! batches, written in groups that share a slot at the target.
+
+use bytes::Bytes;
+
+use crate::error::Error;
+use crate::executor::Executor;
+use crate::keys::Key;
+use crate::layout::{Keyspace, Layout, RecordKind};
+use crate::request::{Access, Request};
+
+use super::engine::{
+    canonical_int, delete, read, script_call, send, send_ok, ttl_arg, write, Entry, Mode, Read,
+    WRITE_CHUNK,
+};
+use super::names::{self, item_readings, Name};
+use super::{
+    MigrationReport, Namespace, CHAT_WAVE, MIGRATE_COUNTERS, MIGRATE_DROP, MIGRATE_LEASE,
+    MIGRATE_MESSAGES, MIGRATE_RESTORE, MIGRATE_SCHEDULES, MIGRATE_STRINGS,
+};
+
+/// Messages read from a log per page.
+const LOG_PAGE: i64 = 1000;
+
+/// The same name under another prefix: the names both layouts share.
+pub(super) fn renamed(key: &[u8], from: &str, to: &str) -> Key {
+    let mut out = Vec::with_capacity(key.len() + to.len());
+    out.extend_from_slice(to.as_bytes());
+    out.extend_from_slice(&key[from.len()..]);
+    Key::new(out)
+}
+
+/// One key of a page to copy, once read.
+enum Job {
+    Record {
+        kind: RecordKind,
+        id: String,
+    },
+    User {
+        user: String,
+        ns: String,
+        key: String,
+    },
+    Counter(Namespace, Key),
+    Restore(Namespace, Key),
+    Lease(Key),
+}
+
+/// What a copy pass does, whichever its direction.
+pub(super) struct Settings {
+    /// Existing target keys are replaced (a rollback's mirror).
+    pub overwrite: bool,
+    /// Nothing is written.
+    pub dry_run: bool,
+    /// Source keys are deleted once the target holds them.
+    pub delete_source: bool,
+    /// The target is another server or prefix: the names both layouts share are copied.
+    pub separate: bool,
+    /// Only these namespaces (`None`: all).
+    pub include: Option<Vec<Namespace>>,
+}
+
+impl Settings {
+    fn includes(&self, ns: Namespace) -> bool {
+        let ns = match ns {
+            Namespace::Drains | Namespace::Items => Namespace::Messages,
+            other => other,
+        };
+        self.include.as_ref().is_none_or(|list| list.contains(&ns))
+    }
+}
+
+/// The copy pass: the source and target, their layouts, and the report it fills.
+pub(super) struct Copier<'a, S, T> {
+    pub source: &'a S,
+    pub target: &'a T,
+    pub settings: Settings,
+    /// The source keyspace (its layout is the direction).
+    pub src: Keyspace,
+    /// The target keyspace.
+    pub tgt: Keyspace,
+    pub src_cluster: bool,
+    pub tgt_cluster: bool,
+    /// The target's layout under the source prefix, to recognise what an in-place run wrote.
+    pub own_other: Option<Keyspace>,
+    pub report: MigrationReport,
+}
+
+impl<S: Executor, T: Executor> Copier<'_, S, T> {
+    fn flags(&self) -> (Bytes, Bytes) {
+        let flag = |b: bool| Bytes::from_static(if b { b"1" } else { b"0" });
+        (flag(self.settings.overwrite), flag(self.settings.dry_run))
+    }
+
+    fn name(&self, key: &[u8]) -> Name {
+        match self.src.layout() {
+            Layout::Legacy => names::legacy(&self.src, key),
+            Layout::Cluster => names::cluster(&self.src, key),
+        }
+    }
+
+    fn is_other_layout(&self, key: &[u8]) -> bool {
+        let Some(other) = &self.own_other else {
+            return false;
+        };
+        let name = match other.layout() {
+            Layout::Legacy => names::legacy(other, key),
+            Layout::Cluster => names::cluster(other, key),
+        };
+        name != Name::Unknown && !name.is_shared()
+    }
+
+    /// Copies one `SCAN` page of source keys.
+    pub(super) async fn page(&mut self, keys: Vec<Bytes>) -> Result<(), Error> {
+        let mut reads: Vec<(Key, Mode)> = Vec::new();
+        let mut jobs: Vec<Job> = Vec::new();
+        let mut logs: Vec<(String, bool)> = Vec::new();
+        let mut items: Vec<(Bytes, Name)> = Vec::new();
+        let mut coordination: Vec<Key> = Vec::new();
+        for key in keys {
+            self.report.scanned += 1;
+            if self.is_other_layout(&key) {
+                self.report.target_layout += 1;
+                continue;
+            }
+            let name = self.name(&key);
+            let ns = Namespace::of(&name);
+            let separate = self.settings.separate;
+            match &name {
+                Name::Unknown => {
+                    self.report.unknown += 1;
+                    self.report.example("unknown", &key);
+                    continue;
+                }
+                Name::Marker | Name::Heartbeat => {
+                    *self.report.not_copied.entry(ns).or_default() += 1;
+                    continue;
+                }
+                Name::LockHolder { .. }
+                | Name::LeaderHolder { .. }
+                | Name::Turn { .. }
+                | Name::RecordIndex { .. }
+                | Name::UserIndex { .. } => {
+                    *self.report.not_copied.entry(ns).or_default() += 1;
+                    coordination.push(Key::new(key));
+                    continue;
+                }
+                Name::Conversation | Name::Cursor | Name::Lease | Name::Durable { .. }
+                    if !separate =>
+                {
+                    *self.report.not_copied.entry(ns).or_default() += 1;
+                    continue;
+                }
+                Name::UserEntry {
+                    user, ns: space, ..
+                } if self.tgt.layout() == Layout::Legacy
+                    && (user.contains(':') || space.contains(':')) =>
+                {
+                    // The legacy layout cannot hold it: its name would read back differently.
+                    self.report.unrepresentable += 1;
+                    self.report.example("unrepresentable", &key);
+                    continue;
+                }
+                _ if !self.settings.includes(ns) => continue,
+                _ => {}
+            }
+            let key = Key::new(key);
+            let shared_target = || renamed(key.as_bytes(), self.src.prefix(), self.tgt.prefix());
+            match name {
+                Name::Log { chat } => logs.push((chat, false)),
+                Name::Drain { chat } => logs.push((chat, true)),
+                item @ (Name::LegacyItem { .. } | Name::Item { .. }) => {
+                    items.push((key.to_bytes(), item))
+                }
+                Name::Record { kind, id } => {
+                    let mode = if kind == RecordKind::Schedule {
+                        Mode::Hash
+                    } else {
+                        Mode::String
+                    };
+                    reads.push((key, mode));
+                    jobs.push(Job::Record { kind, id });
+                }
+                Name::UserEntry { user, ns, key: k } => {
+                    reads.push((key, Mode::String));
+                    jobs.push(Job::User { user, ns, key: k });
+                }
+                Name::Fence { key: k } => {
+                    reads.push((key, Mode::String));
+                    jobs.push(Job::Counter(Namespace::Fences, self.tgt.lock_fence(&k)));
+                }
+                Name::Term { name } => {
+                    reads.push((key, Mode::String));
+                    jobs.push(Job::Counter(Namespace::Terms, self.tgt.leader_term(&name)));
+                }
+                Name::Cursor => {
+                    let to = shared_target();
+                    reads.push((key, Mode::String));
+                    jobs.push(Job::Counter(Namespace::Cursors, to));
+                }
+                Name::Conversation | Name::Durable { .. } => {
+                    let to = shared_target();
+                    reads.push((key, Mode::Dump));
+                    jobs.push(Job::Restore(ns, to));
+                }
+                Name::Lease => {
+                    let to = shared_target();
+                    reads.push((key, Mode::Hash));
+                    jobs.push(Job::Lease(to));
+                }
+                _ => {}
+            }
+        }
+        let values = read(self.source, self.src_cluster, &reads).await?;
+        let mut deletable: Vec<Key> = Vec::new();
+        self.copy(reads, values, jobs, &mut deletable).await?;
+        self.check_items(items).await?;
+        for wave in logs.chunks(CHAT_WAVE) {
+            self.messages(wave).await?;
+        }
+        if self.settings.delete_source && !self.settings.dry_run {
+            deletable.extend(coordination);
+            let deleted = delete(self.source, self.src_cluster, deletable).await?;
+            self.report.source_deleted += deleted;
+        }
+        Ok(())
+    }
+
+    /// Writes the records, user data, counters and shared names of one page.
+    async fn copy(
+        &mut self,
+        reads: Vec<(Key, Mode)>,
+        values: Vec<Read>,
+        jobs: Vec<Job>,
+        deletable: &mut Vec<Key>,
+    ) -> Result<(), Error> {
+        let (overwrite, dry) = self.flags();
+        let mut indexed = Vec::new();
+        let mut expiring = Vec::new();
+        let mut schedules = Vec::new();
+        let mut counters = Vec::new();
+        let mut restores = Vec::new();
+        let mut leases = Vec::new();
+        for (((src_key, _), value), job) in reads.into_iter().zip(values).zip(jobs) {
+            if value.kind == "none" {
+                continue; // deleted since the scan
+            }
+            if value.value.is_none() {
+                self.unreadable(&src_key);
+                continue;
+            }
+            match job {
+                Job::Record {
+                    kind: RecordKind::Schedule,
+                    id,
+                } => {
+                    let Some(entry) = schedule_entry(&self.tgt, &id, &value) else {
+                        self.unreadable(&src_key);
+                        continue;
+                    };
+                    schedules.push(entry.tagged((Namespace::Schedules, src_key)));
+                }
+                Job::Record { kind, id } => {
+                    let tgt = self.tgt.record(kind, &id);
+                    let head = self.tgt.record_index_of(kind, &id).into_iter().collect();
+                    let entry = Entry {
+                        slot: tgt.slot(),
+                        head,
+                        args: vec![
+                            Bytes::from(id),
+                            value.bytes().unwrap_or_default(),
+                            ttl_arg(value.ttl()),
+                        ],
+                        keys: vec![tgt],
+                        tag: (Namespace::of_record(kind), src_key),
+                    };
+                    if kind == RecordKind::Checkpoint {
+                        expiring.push(entry);
+                    } else {
+                        indexed.push(entry);
+                    }
+                }
+                Job::User { user, ns, key } => {
+                    let tgt = self.tgt.user_entry(&user, &ns, &key);
+                    let member = format!("{}:{}", crate::keys::enc(&ns), crate::keys::enc(&key));
+                    expiring.push(Entry {
+                        slot: tgt.slot(),
+                        head: self.tgt.user_index(&user).into_iter().collect(),
+                        args: vec![
+                            Bytes::from(member),
+                            value.bytes().unwrap_or_default(),
+                            ttl_arg(value.ttl()),
+                        ],
+                        keys: vec![tgt],
+                        tag: (Namespace::UserData, src_key),
+                    });
+                }
+                Job::Counter(ns, tgt) => {
+                    let Some(n) = value.bytes().and_then(|b| canonical_int(&b)) else {
+                        self.unreadable(&src_key);
+                        continue;
+                    };
+                    counters.push(Entry {
+                        slot: tgt.slot(),
+                        head: Vec::new(),
+                        args: vec![n],
+                        keys: vec![tgt],
+                        tag: (ns, src_key),
+                    });
+                }
+                Job::Restore(ns, tgt) => {
+                    restores.push(Entry {
+                        slot: tgt.slot(),
+                        head: Vec::new(),
+                        args: vec![
+                            value.bytes().unwrap_or_default(),
+                            Bytes::from(value.ttl().unwrap_or(0).to_string()),
+                        ],
+                        keys: vec![tgt],
+                        tag: (ns, src_key),
+                    });
+                }
+                Job::Lease(tgt) => {
+                    let Some(entry) = lease_entry(&value, tgt) else {
+                        self.unreadable(&src_key);
+                        continue;
+                    };
+                    leases.push(entry.tagged((Namespace::Leases, src_key)));
+                }
+            }
+        }
+        let c = self.tgt_cluster;
+        let t = self.target;
+        let mut done = Vec::new();
+        // The legacy layout has no indexes: its records are plain strings.
+        let (indexed_mode, expiring_mode, schedule_index): (&'static [u8], &'static [u8], _) =
+            match self.tgt.layout() {
+                Layout::Cluster => (b"indexed", b"expiring", Bytes::from_static(b"1")),
+                Layout::Legacy => (b"plain", b"plain", Bytes::from_static(b"0")),
+            };
+        let indexed_head = [
+            Bytes::from_static(indexed_mode),
+            overwrite.clone(),
+            dry.clone(),
+        ];
+        done.extend(write(t, c, &MIGRATE_STRINGS, indexed, &indexed_head, WRITE_CHUNK).await?);
+        let expiring_head = [
+            Bytes::from_static(expiring_mode),
+            overwrite.clone(),
+            dry.clone(),
+        ];
+        done.extend(
+            write(
+                t,
+                c,
+                &MIGRATE_STRINGS,
+                expiring,
+                &expiring_head,
+                WRITE_CHUNK,
+            )
+            .await?,
+        );
+        let schedule_head = [schedule_index, overwrite.clone(), dry.clone()];
+        done.extend(
+            write(
+                t,
+                c,
+                &MIGRATE_SCHEDULES,
+                schedules,
+                &schedule_head,
+                WRITE_CHUNK,
+            )
+            .await?,
+        );
+        done.extend(
+            write(
+                t,
+                c,
+                &MIGRATE_COUNTERS,
+                counters,
+                std::slice::from_ref(&dry),
+                WRITE_CHUNK,
+            )
+            .await?,
+        );
+        let flags = [overwrite, dry];
+        done.extend(write(t, c, &MIGRATE_RESTORE, restores, &flags, WRITE_CHUNK).await?);
+        done.extend(write(t, c, &MIGRATE_LEASE, leases, &flags, 1).await?);
+        for ((ns, src_key), code) in done {
+            match code {
+                Ok(code) => {
+                    self.report.counts(ns).add(code);
+                    deletable.push(src_key);
+                }
+                Err(e) if e.server().is_some() => self.unreadable(&src_key),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn unreadable(&mut self, key: &Key) {
+        self.report.unreadable += 1;
+        self.report.example("unreadable", key.as_bytes());
+    }
+
+    /// Finds the owners of the items of a page: orphans (no log or drain names them), and for
+    /// legacy items with several readings, foreign and shared items.
+    async fn check_items(&mut self, items: Vec<(Bytes, Name)>) -> Result<(), Error> {
+        let mut batch = Vec::new();
+        let mut spans = Vec::with_capacity(items.len());
+        for (_, name) in &items {
+            let start = batch.len();
+            let readings: Vec<(&str, &str)> = match name {
+                Name::LegacyItem { rest } => item_readings(rest).collect(),
+                Name::Item { chat, id } => vec![(chat.as_str(), id.as_str())],
+                _ => Vec::new(),
+            };
+            for (chat, id) in readings {
+                for log in [self.src.message_log(chat), self.src.message_drain(chat)] {
+                    batch.push(
+                        Request::cmd(Access::Read, "ZSCORE")
+                            .key(&log)
+                            .arg(id)
+                            .build()?,
+                    );
+                }
+            }
+            spans.push(start..batch.len());
+        }
+        let replies = send(self.source, batch).await?;
+        for ((key, _), span) in items.iter().zip(spans) {
+            // Each reading asked its log and its drain: an owner is a reading either names.
+            let owners: Vec<bool> = replies[span]
+                .chunks(2)
+                .map(|pair| {
+                    pair.iter()
+                        .any(|r| matches!(r, Ok(v) if *v != crate::value::Value::Nil))
+                })
+                .collect();
+            let count = owners.iter().filter(|o| **o).count();
+            if count == 0 {
+                self.report.orphans += 1;
+                self.report.example("orphans", key);
+            } else {
+                if !owners[0] {
+                    self.report.foreign_items += 1;
+                }
+                if count > 1 {
+                    self.report.shared_items += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies the messages of a wave of logs (and drains), page by page.
+    async fn messages(&mut self, wave: &[(String, bool)]) -> Result<(), Error> {
+        let (overwrite, dry) = self.flags();
+        let mut starts: Vec<Option<i64>> = vec![Some(0); wave.len()];
+        while starts.iter().any(Option::is_some) {
+            let active: Vec<usize> = (0..wave.len()).filter(|&i| starts[i].is_some()).collect();
+            let mut batch = Vec::new();
+            for &i in &active {
+                let (chat, drain) = &wave[i];
+                let log = self.src_log(chat, *drain);
+                let start = starts[i].unwrap_or(0);
+                batch.push(
+                    Request::cmd(Access::Read, "ZRANGE")
+                        .key(&log)
+                        .arg(start)
+                        .arg(start + LOG_PAGE - 1)
+                        .arg("WITHSCORES")
+                        .build()?,
+                );
+            }
+            let replies = send(self.source, batch).await?;
+            let mut pages: Vec<(usize, Vec<(Bytes, Bytes)>)> = Vec::new();
+            for (&i, reply) in active.iter().zip(replies) {
+                let (chat, drain) = &wave[i];
+                let members = match reply.and_then(|v| v.into_array()) {
+                    Ok(members) => members,
+                    Err(_) => {
+                        let log = self.src_log(chat, *drain);
+                        self.unreadable(&log);
+                        starts[i] = None;
+                        continue;
+                    }
+                };
+                let mut page = Vec::with_capacity(members.len() / 2);
+                for pair in members.chunks(2) {
+                    if let [id, score] = pair {
+                        page.push((id.clone().into_bytes()?, score.clone().into_bytes()?));
+                    }
+                }
+                pages.push((i, page));
+            }
+            let mut reads = Vec::new();
+            for (i, page) in &pages {
+                let chat = &wave[*i].0;
+                for (id, _) in page {
+                    let id = String::from_utf8_lossy(id);
+                    reads.push((self.src.message_item(chat, &id), Mode::String));
+                }
+            }
+            let values = read(self.source, self.src_cluster, &reads).await?;
+            let clashes = self.legacy_clashes(&pages, wave, &values).await?;
+            let mut values = values.into_iter();
+            let mut position = 0;
+            let mut entries = Vec::new();
+            for (i, page) in &pages {
+                let (chat, drain) = &wave[*i];
+                let ns = if *drain {
+                    Namespace::Drains
+                } else {
+                    Namespace::Messages
+                };
+                let log = self.tgt_log(chat, *drain);
+                for (id, score) in page {
+                    let Some(value) = values.next() else {
+                        return Err(crate::plan::misuse("fewer item reads than members"));
+                    };
+                    position += 1;
+                    let id_text = String::from_utf8_lossy(id).into_owned();
+                    if clashes.contains(&(position - 1)) {
+                        self.report.unrepresentable += 1;
+                        let item = self.src.message_item(chat, &id_text);
+                        self.report.example("unrepresentable", item.as_bytes());
+                        continue;
+                    }
+                    if value.kind == "none" {
+                        self.report.dangling += 1;
+                        continue;
+                    }
+                    let Some(bytes) = value.bytes() else {
+                        self.unreadable(&self.src.message_item(chat, &id_text));
+                        continue;
+                    };
+                    let item = self.tgt.message_item(chat, &id_text);
+                    entries.push(Entry {
+                        slot: item.slot(),
+                        head: vec![log.clone()],
+                        args: vec![id.clone(), score.clone(), bytes],
+                        keys: vec![item],
+                        tag: (*i, ns, id.clone()),
+                    });
+                }
+            }
+            let head = [overwrite.clone(), dry.clone()];
+            let done = write(
+                self.target,
+                self.tgt_cluster,
+                &MIGRATE_MESSAGES,
+                entries,
+                &head,
+                WRITE_CHUNK,
+            )
+            .await?;
+            let mut copied: Vec<Vec<Bytes>> = vec![Vec::new(); wave.len()];
+            for ((i, ns, id), code) in done {
+                match code {
+                    Ok(code) => {
+                        self.report.counts(ns).add(code);
+                        copied[i].push(id);
+                    }
+                    Err(e) if e.server().is_some() => {
+                        self.report.unreadable += 1;
+                        self.report.example("unreadable", &id);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let dropping = self.settings.delete_source && !self.settings.dry_run;
+            let mut drops = Vec::new();
+            for (i, page) in &pages {
+                let (chat, drain) = &wave[*i];
+                let ids = &copied[*i];
+                if dropping && !ids.is_empty() {
+                    let mut keys = vec![self.src_log(chat, *drain)];
+                    for id in ids {
+                        keys.push(self.src.message_item(chat, &String::from_utf8_lossy(id)));
+                    }
+                    drops.push(script_call(
+                        self.src_cluster,
+                        &MIGRATE_DROP,
+                        Access::Write,
+                        keys,
+                        ids.clone(),
+                    )?);
+                }
+                let len = page.len() as i64;
+                let kept = if dropping {
+                    len - ids.len() as i64
+                } else {
+                    len
+                };
+                starts[*i] = (len == LOG_PAGE).then(|| starts[*i].unwrap_or(0) + kept);
+            }
+            for (value, (i, _)) in send_ok(self.source, drops).await?.into_iter().zip(
+                pages
+                    .iter()
+                    .filter(|(i, _)| dropping && !copied[*i].is_empty()),
+            ) {
+                let ns = if wave[*i].1 {
+                    Namespace::Drains
+                } else {
+                    Namespace::Messages
+                };
+                let _ = ns;
+                self.report.source_deleted += u64::try_from(value.as_i64()?).unwrap_or(0);
+            }
+        }
+        Ok(())
+    }
+
+    /// The positions (in the order of `values`) of messages a legacy target cannot hold: their
+    /// legacy item key is also the key of another message of the source (`a` + `b:c` and
+    /// `a:b` + `c`) with a different value. Equal values are one legacy item, as before the
+    /// forward migration copied a shared item to both chats.
+    async fn legacy_clashes(
+        &self,
+        pages: &[(usize, Vec<(Bytes, Bytes)>)],
+        wave: &[(String, bool)],
+        values: &[Read],
+    ) -> Result<std::collections::BTreeSet<usize>, Error> {
+        let mut clashes = std::collections::BTreeSet::new();
+        if self.tgt.layout() != Layout::Legacy {
+            return Ok(clashes);
+        }
+        let mut batch = Vec::new();
+        let mut asked = Vec::new();
+        let mut position = 0;
+        for (i, page) in pages {
+            let chat = &wave[*i].0;
+            for (id, _) in page {
+                let id = String::from_utf8_lossy(id);
+                let rest = format!("{chat}:{id}");
+                for (other_chat, other_id) in item_readings(&rest) {
+                    if other_chat == chat {
+                        continue;
+                    }
+                    batch.push(
+                        Request::cmd(Access::Read, "ZSCORE")
+                            .key(&self.src.message_log(other_chat))
+                            .arg(other_id)
+                            .build()?,
+                    );
+                    batch.push(
+                        Request::cmd(Access::Read, "GET")
+                            .key(&self.src.message_item(other_chat, other_id))
+                            .build()?,
+                    );
+                    asked.push(position);
+                }
+                position += 1;
+            }
+        }
+        let replies = send_ok(self.source, batch).await?;
+        for (pair, at) in replies.chunks(2).zip(asked) {
+            if let [named, other] = pair {
+                let named = *named != crate::value::Value::Nil;
+                let same = values[at].bytes() == other.clone().into_opt_bytes()?;
+                if named && !same {
+                    clashes.insert(at);
+                }
+            }
+        }
+        Ok(clashes)
+    }
+
+    fn src_log(&self, chat: &str, drain: bool) -> Key {
+        if drain {
+            self.src.message_drain(chat)
+        } else {
+            self.src.message_log(chat)
+        }
+    }
+
+    fn tgt_log(&self, chat: &str, drain: bool) -> Key {
+        if drain {
+            self.tgt.message_drain(chat)
+        } else {
+            self.tgt.message_log(chat)
+        }
+    }
+}
+
+/// An entry without its tag yet.
+pub(super) struct Untagged {
+    slot: u16,
+    head: Vec<Key>,
+    keys: Vec<Key>,
+    args: Vec<Bytes>,
+}
+
+impl Untagged {
+    pub(super) fn tagged<T>(self, tag: T) -> Entry<T> {
+        Entry {
+            slot: self.slot,
+            head: self.head,
+            keys: self.keys,
+            args: self.args,
+            tag,
+        }
+    }
+}
+
+/// The write of a schedule record (hash: token, holder, data, deleted) under `ks`; `None` when
+/// the record has no canonical token.
+pub(super) fn schedule_entry(ks: &Keyspace, id: &str, value: &Read) -> Option<Untagged> {
+    let hash = value.hash()?;
+    let token = hash.get(b"token".as_slice())?;
+    let token = canonical_int(token).filter(|t| t == token)?;
+    let deleted = hash
+        .get(b"deleted".as_slice())
+        .is_some_and(|d| d.as_ref() == b"1");
+    let tgt = ks.record(RecordKind::Schedule, id);
+    Some(Untagged {
+        slot: tgt.slot(),
+        head: ks
+            .record_index_of(RecordKind::Schedule, id)
+            .into_iter()
+            .collect(),
+        args: vec![
+            Bytes::copy_from_slice(id.as_bytes()),
+            token,
+            hash.get(b"holder".as_slice()).cloned().unwrap_or_default(),
+            Bytes::from_static(if deleted { b"1" } else { b"0" }),
+            hash.get(b"data".as_slice()).cloned().unwrap_or_default(),
+        ],
+        keys: vec![tgt],
+    })
+}
+
+/// The write of a lease: its token, and its holder with the time it had left when it was read.
+pub(super) fn lease_entry(value: &Read, tgt: Key) -> Option<Untagged> {
+    let hash = value.hash()?;
+    let token = match hash.get(b"token".as_slice()) {
+        Some(t) => canonical_int(t)?,
+        None => Bytes::new(),
+    };
+    let holder = hash.get(b"holder".as_slice()).cloned().unwrap_or_default();
+    let until: Option<i64> = hash
+        .get(b"until".as_slice())
+        .and_then(|u| std::str::from_utf8(u).ok()?.parse().ok());
+    let left = match until {
+        Some(until) if !holder.is_empty() && until > value.now_ms => {
+            Bytes::from((until - value.now_ms).to_string())
+        }
+        _ => Bytes::new(),
+    };
+    Some(Untagged {
+        slot: tgt.slot(),
+        head: Vec::new(),
+        args: vec![token, holder, left],
+        keys: vec![tgt],
+    })
+}

@@ -1,0 +1,402 @@
+//! The I/O vocabulary of the migration: batches of requests over an [`Executor`], `SCAN`
+//! pages, reads of many keys in one script call, and writes grouped by slot.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use crate::error::Error;
+use crate::executor::Executor;
+use crate::keys::Key;
+use crate::plan::{misuse, Plan, Reply, Step};
+use crate::request::{Access, Request};
+use crate::scan::{masters_of, masters_request, parse_page};
+use crate::script::Script;
+use crate::value::Value;
+
+use super::MIGRATE_READ;
+
+/// Keys per read script call on a single node (a cluster groups by slot instead).
+const READ_CHUNK: usize = 256;
+/// Entries per write script call.
+pub(super) const WRITE_CHUNK: usize = 256;
+
+/// A plan that sends one batch and yields every reply, errors included.
+struct Batch(Option<Vec<Request>>);
+
+impl Plan for Batch {
+    type Output = Vec<Reply>;
+
+    fn start(&mut self) -> Step<Vec<Reply>> {
+        match self.0.take() {
+            Some(batch) if batch.is_empty() => Step::Done(Ok(Vec::new())),
+            Some(batch) => Step::Send(batch),
+            None => Step::Done(Err(misuse("Batch::start called twice"))),
+        }
+    }
+
+    fn resume(&mut self, replies: Vec<Reply>) -> Step<Vec<Reply>> {
+        Step::Done(Ok(replies))
+    }
+}
+
+/// Sends `batch` and yields its replies, in order. A reply that is not a server error reply
+/// (a lost connection, a timeout) ends the run: the migration is idempotent, so the operator
+/// runs it again.
+pub(super) async fn send<E: Executor>(e: &E, batch: Vec<Request>) -> Result<Vec<Reply>, Error> {
+    let wanted = batch.len();
+    let replies = e.run(Batch(Some(batch))).await?;
+    if replies.len() != wanted {
+        return Err(misuse("a batch answered with the wrong number of replies"));
+    }
+    for reply in &replies {
+        if let Err(e) = reply {
+            if e.server().is_none() {
+                return Err(e.clone());
+            }
+        }
+    }
+    Ok(replies)
+}
+
+/// Sends `batch`, failing on any error reply.
+pub(super) async fn send_ok<E: Executor>(e: &E, batch: Vec<Request>) -> Result<Vec<Value>, Error> {
+    send(e, batch).await?.into_iter().collect()
+}
+
+/// The masters to scan: `[None]` for a single node, else every master's address.
+pub(super) async fn masters<E: Executor>(e: &E) -> Result<Vec<Option<String>>, Error> {
+    let reply = send(e, vec![masters_request()?]).await?.pop();
+    masters_of(reply.ok_or_else(|| misuse("no reply to CLUSTER SLOTS"))?)
+}
+
+/// The number of keys of each node (`DBSIZE`), summed: the progress bar's total.
+pub(super) async fn dbsize<E: Executor>(e: &E, nodes: &[Option<String>]) -> Result<u64, Error> {
+    let mut batch = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        let mut builder = Request::cmd(Access::Read, "DBSIZE");
+        if let Some(node) = node {
+            builder = builder.to_node(node.clone());
+        }
+        batch.push(builder.build()?);
+    }
+    let mut total = 0;
+    for value in send_ok(e, batch).await? {
+        total += u64::try_from(value.as_i64()?).unwrap_or(0);
+    }
+    Ok(total)
+}
+
+/// One `SCAN` page of `node`: the next cursor (`0` at the end) and the keys.
+pub(super) async fn scan_page<E: Executor>(
+    e: &E,
+    node: &Option<String>,
+    cursor: &Bytes,
+    pattern: &str,
+    count: u32,
+) -> Result<(Bytes, Vec<Bytes>), Error> {
+    let mut builder = Request::cmd(Access::Read, "SCAN")
+        .arg(cursor)
+        .arg("MATCH")
+        .arg(pattern)
+        .arg("COUNT")
+        .arg(count.max(10));
+    if let Some(node) = node {
+        builder = builder.to_node(node.clone());
+    }
+    let value = send_ok(e, vec![builder.build()?])
+        .await?
+        .pop()
+        .ok_or_else(|| misuse("no reply to SCAN"))?;
+    parse_page(value)
+}
+
+/// A script call: checked to one slot on a cluster, or sent to the single node.
+pub(super) fn script_call(
+    cluster: bool,
+    script: &'static Script,
+    access: Access,
+    keys: Vec<Key>,
+    args: Vec<Bytes>,
+) -> Result<Request, Error> {
+    if cluster {
+        Request::script(script, access, keys, args)
+    } else {
+        Ok(Request::single_node_script(script, access, keys, args))
+    }
+}
+
+/// How to read a key (see `lua/migrate_read.lua`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// A string.
+    String,
+    /// A hash.
+    Hash,
+    /// Any type, as a `DUMP` payload.
+    Dump,
+}
+
+impl Mode {
+    fn arg(self) -> &'static str {
+        match self {
+            Mode::String => "s",
+            Mode::Hash => "h",
+            Mode::Dump => "d",
+        }
+    }
+}
+
+/// A key as read.
+#[derive(Clone, Debug)]
+pub(super) struct Read {
+    /// The type (`none` when the key is gone).
+    pub kind: String,
+    /// The remaining time to live in ms; negative for none (-1) or gone (-2).
+    pub pttl: i64,
+    /// The value, when the key had the wanted type: bytes for a string or a dump, the flat
+    /// field/value list for a hash.
+    pub value: Option<Value>,
+    /// The server's time in ms when it was read.
+    pub now_ms: i64,
+}
+
+impl Read {
+    /// The remaining TTL in ms, `None` without one.
+    pub(super) fn ttl(&self) -> Option<i64> {
+        (self.pttl >= 0).then_some(self.pttl.max(1))
+    }
+
+    /// The value as bytes.
+    pub(super) fn bytes(&self) -> Option<Bytes> {
+        match &self.value {
+            Some(Value::Bulk(b)) | Some(Value::Status(b)) => Some(b.clone()),
+            _ => None,
+        }
+    }
+
+    /// The value as a hash.
+    pub(super) fn hash(&self) -> Option<BTreeMap<Bytes, Bytes>> {
+        let Some(Value::Array(items)) = &self.value else {
+            return None;
+        };
+        let mut map = BTreeMap::new();
+        for pair in items.chunks(2) {
+            if let [Value::Bulk(k), Value::Bulk(v)] = pair {
+                map.insert(k.clone(), v.clone());
+            }
+        }
+        Some(map)
+    }
+}
+
+fn decode_read(value: Value, now_ms: i64) -> Result<Read, Error> {
+    let mut items = value.into_array()?.into_iter();
+    let kind = items
+        .next()
+        .ok_or_else(|| misuse("migrate_read entry without a type"))?
+        .into_string()?;
+    let pttl = items.next().map(|v| v.as_i64()).transpose()?.unwrap_or(-2);
+    Ok(Read {
+        kind,
+        pttl,
+        value: items.next(),
+        now_ms,
+    })
+}
+
+/// Reads `keys` with their modes: one script call per chunk (single node) or per slot
+/// (cluster). Yields one [`Read`] per key, in order.
+pub(super) async fn read<E: Executor>(
+    e: &E,
+    cluster: bool,
+    keys: &[(Key, Mode)],
+) -> Result<Vec<Read>, Error> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let groups = groups(cluster, keys.len(), |i| keys[i].0.slot(), READ_CHUNK);
+    let mut batch = Vec::with_capacity(groups.len());
+    for group in &groups {
+        let ks = group.iter().map(|&i| keys[i].0.clone()).collect();
+        let args = group
+            .iter()
+            .map(|&i| Bytes::from_static(keys[i].1.arg().as_bytes()))
+            .collect();
+        batch.push(script_call(cluster, &MIGRATE_READ, Access::Read, ks, args)?);
+    }
+    let replies = send_ok(e, batch).await?;
+    let mut out: Vec<Option<Read>> = vec![None; keys.len()];
+    for (group, reply) in groups.iter().zip(replies) {
+        let mut items = reply.into_array()?.into_iter();
+        let now_ms = items
+            .next()
+            .ok_or_else(|| misuse("migrate_read without the time"))?
+            .as_i64()?;
+        for (&i, item) in group.iter().zip(items) {
+            out[i] = Some(decode_read(item, now_ms)?);
+        }
+    }
+    out.into_iter()
+        .map(|r| r.ok_or_else(|| misuse("migrate_read answered too few entries")))
+        .collect()
+}
+
+/// Splits `n` items into groups: by slot on a cluster (items of one slot together), or in
+/// chunks on a single node; no group holds more than `chunk`.
+pub(super) fn groups(
+    cluster: bool,
+    n: usize,
+    slot: impl Fn(usize) -> u16,
+    chunk: usize,
+) -> Vec<Vec<usize>> {
+    let mut out = Vec::new();
+    if cluster {
+        let mut by_slot: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+        for i in 0..n {
+            by_slot.entry(slot(i)).or_default().push(i);
+        }
+        for (_, items) in by_slot {
+            out.extend(items.chunks(chunk).map(<[usize]>::to_vec));
+        }
+    } else {
+        let all: Vec<usize> = (0..n).collect();
+        out.extend(all.chunks(chunk).map(<[usize]>::to_vec));
+    }
+    out
+}
+
+/// One entry of a grouped write: the keys it adds to its call, the arguments, and where its
+/// code goes.
+pub(super) struct Entry<T> {
+    /// The slot of the entry's keys (the group key on a cluster).
+    pub slot: u16,
+    /// Keys that head the call (an index), the same for every entry of a group.
+    pub head: Vec<Key>,
+    /// Keys the entry contributes.
+    pub keys: Vec<Key>,
+    /// Arguments the entry contributes.
+    pub args: Vec<Bytes>,
+    /// What the caller wants back with the entry's code.
+    pub tag: T,
+}
+
+/// Writes entries with `script`, grouped by slot (cluster) or in chunks (single node), at most
+/// `chunk` entries per call. Each call's keys are the group's head keys and the entries' keys;
+/// its arguments `head_args` and the entries'. Yields `(tag, code)` per entry, or `(tag, Err)`
+/// for a call answered with an error reply (every entry of that call).
+pub(super) async fn write<E: Executor, T>(
+    e: &E,
+    cluster: bool,
+    script: &'static Script,
+    entries: Vec<Entry<T>>,
+    head_args: &[Bytes],
+    chunk: usize,
+) -> Result<Vec<(T, Result<i64, Error>)>, Error> {
+    if entries.is_empty() {
+        return Ok(Vec::new());
+    }
+    // On a cluster the head keys (an index) belong to the group's slot; on a single node a
+    // group must also share its head keys, so chunks are cut by head key too.
+    let heads: Vec<Vec<Key>> = entries.iter().map(|e| e.head.clone()).collect();
+    let mut order: BTreeMap<(Vec<u8>, u16), Vec<usize>> = BTreeMap::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let head: Vec<u8> = heads[i]
+            .iter()
+            .flat_map(|k| k.as_bytes().to_vec())
+            .collect();
+        let slot = if cluster { entry.slot } else { 0 };
+        order.entry((head, slot)).or_default().push(i);
+    }
+    let mut calls = Vec::new();
+    let mut batch = Vec::new();
+    for (_, members) in order {
+        for chunk in members.chunks(chunk.clamp(1, WRITE_CHUNK)) {
+            let mut keys = heads[chunk[0]].clone();
+            let mut args = head_args.to_vec();
+            for &i in chunk {
+                keys.extend(entries[i].keys.iter().cloned());
+                args.extend(entries[i].args.iter().cloned());
+            }
+            batch.push(script_call(cluster, script, Access::Write, keys, args)?);
+            calls.push(chunk.to_vec());
+        }
+    }
+    let replies = send(e, batch).await?;
+    let mut codes: Vec<Option<Result<i64, Error>>> = (0..entries.len()).map(|_| None).collect();
+    for (call, reply) in calls.iter().zip(replies) {
+        match reply {
+            Ok(value) => {
+                let values = value.into_array()?;
+                if values.len() != call.len() {
+                    return Err(misuse("a write script answered the wrong number of codes"));
+                }
+                for (&i, v) in call.iter().zip(values) {
+                    codes[i] = Some(v.as_i64());
+                }
+            }
+            Err(err) => {
+                for &i in call {
+                    codes[i] = Some(Err(err.clone()));
+                }
+            }
+        }
+    }
+    Ok(entries
+        .into_iter()
+        .zip(codes)
+        .map(|(entry, code)| {
+            (
+                entry.tag,
+                code.unwrap_or_else(|| Err(misuse("a write without a code"))),
+            )
+        })
+        .collect())
+}
+
+/// `DEL` of `keys`, grouped by slot (cluster) or in chunks (single node).
+pub(super) async fn delete<E: Executor>(
+    e: &E,
+    cluster: bool,
+    keys: Vec<Key>,
+) -> Result<u64, Error> {
+    if keys.is_empty() {
+        return Ok(0);
+    }
+    let groups = groups(cluster, keys.len(), |i| keys[i].slot(), 512);
+    let mut batch = Vec::new();
+    for group in groups {
+        if cluster {
+            let mut builder = Request::cmd(Access::Write, "DEL");
+            for &i in &group {
+                builder = builder.key(&keys[i]);
+            }
+            batch.push(builder.build()?);
+        } else {
+            // A single node: one DEL per key keeps the request free of slot checks.
+            for &i in &group {
+                batch.push(Request::cmd(Access::Write, "DEL").key(&keys[i]).build()?);
+            }
+        }
+    }
+    let mut deleted = 0;
+    for value in send_ok(e, batch).await? {
+        deleted += u64::try_from(value.as_i64()?).unwrap_or(0);
+    }
+    Ok(deleted)
+}
+
+/// A canonical decimal integer read from a counter, or `None`.
+pub(super) fn canonical_int(bytes: &[u8]) -> Option<Bytes> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let value: i64 = text.trim().parse().ok()?;
+    Some(Bytes::from(value.to_string()))
+}
+
+/// The TTL argument of a write script: ms, or empty for none.
+pub(super) fn ttl_arg(ttl: Option<i64>) -> Bytes {
+    match ttl {
+        Some(ms) => Bytes::from(ms.to_string()),
+        None => Bytes::new(),
+    }
+}

@@ -1,0 +1,188 @@
+//! `migrate_to_cluster_layout`: copies a legacy-layout keyspace into the cluster layout, in
+//! place or into another server or prefix. The rules are in the module docs of
+//! [`migrate`](super) and in `docs/migration.md`.
+
+use bytes::Bytes;
+
+use crate::error::Error;
+use crate::executor::Executor;
+use crate::layout::{Keyspace, Layout, CLUSTER_V1};
+use crate::request::{Access, Request};
+
+use super::copy::{Copier, Settings};
+use super::engine::{dbsize, masters, scan_page, send_ok};
+use super::{MarkerOutcome, MigrateOptions, MigrationReport, Progress, Refusal};
+
+/// Copies the legacy-layout keyspace of `options.prefix` on `source` into the cluster layout of
+/// `options.target_prefix()` on `target` (for an in-place run, pass the same client twice).
+///
+/// Refuses with [`Error::Refused`] before writing anything when bots look live (unless
+/// `allow_live`), when the source is a cluster, for an in-place run of a braced prefix, and
+/// when the target's marker holds another layout. Any transport error ends the run: it is
+/// idempotent, so run it again.
+pub async fn migrate_to_cluster_layout<S: Executor, T: Executor>(
+    source: &S,
+    target: &T,
+    options: &MigrateOptions,
+    progress: &mut (dyn FnMut(&Progress) + Send),
+) -> Result<MigrationReport, Error> {
+    let src = Keyspace::new(Layout::Legacy, options.prefix.clone())?;
+    if !options.separate() && options.prefix.contains(['{', '}']) {
+        return Err(Refusal::BracedPrefixInPlace {
+            prefix: options.prefix.clone(),
+        }
+        .into());
+    }
+    let tgt = Keyspace::new(Layout::Cluster, options.target_prefix())?;
+    let src_nodes = masters(source).await?;
+    if src_nodes != [None] {
+        return Err(Refusal::SourceIsCluster.into());
+    }
+    let tgt_cluster = masters(target).await? != [None];
+    let marker = read_marker(target, &tgt).await?;
+    if let Some(value) = &marker {
+        if value.as_ref() != CLUSTER_V1.as_bytes() {
+            return Err(Refusal::ForeignMarker {
+                key: tgt.marker().to_string(),
+                value: String::from_utf8_lossy(value).into_owned(),
+            }
+            .into());
+        }
+    }
+    if !options.allow_live {
+        progress(&Progress {
+            phase: "checking",
+            ..Progress::default()
+        });
+        let mut found = LiveFound::default();
+        found
+            .scan(source, &src.heartbeat_pattern(), &legacy_tickets(&src))
+            .await?;
+        if options.separate() {
+            found
+                .scan(target, &tgt.heartbeat_pattern(), &cluster_tickets(&tgt))
+                .await?;
+        }
+        found.refuse()?;
+    }
+
+    let mut run = Copier {
+        source,
+        target,
+        settings: Settings {
+            overwrite: options.overwrite,
+            dry_run: options.dry_run,
+            delete_source: options.delete_source,
+            separate: options.separate(),
+            include: options.include.clone(),
+        },
+        src,
+        tgt,
+        src_cluster: false,
+        tgt_cluster,
+        own_other: Keyspace::new(Layout::Cluster, options.prefix.clone()).ok(),
+        report: MigrationReport::new(Layout::Legacy, options.dry_run),
+    };
+    let total = dbsize(source, &src_nodes).await?;
+    let pattern = run.src.prefix_pattern();
+    let mut cursor = Bytes::from_static(b"0");
+    loop {
+        let (next, keys) = scan_page(source, &None, &cursor, &pattern, options.scan_count).await?;
+        run.page(keys).await?;
+        progress(&Progress {
+            scanned: run.report.scanned,
+            total,
+            moved: run.report.moved(),
+            phase: "copying",
+        });
+        cursor = next;
+        if cursor.as_ref() == b"0" {
+            break;
+        }
+    }
+    run.report.marker = if options.dry_run {
+        MarkerOutcome::NotWrittenDryRun
+    } else if !options.complete() {
+        MarkerOutcome::NotWrittenPartial
+    } else if marker.is_some() {
+        MarkerOutcome::AlreadySet
+    } else {
+        let set = Request::cmd(Access::Write, "SET")
+            .key(&run.tgt.marker())
+            .arg(CLUSTER_V1)
+            .arg("NX")
+            .build()?;
+        send_ok(target, vec![set]).await?;
+        MarkerOutcome::Written
+    };
+    Ok(run.report)
+}
+
+/// The pattern of the legacy layout's turn queues with pending tickets.
+pub(super) fn legacy_tickets(ks: &Keyspace) -> String {
+    format!("{}:co:turn:*:tix", crate::keys::glob_escape(ks.prefix()))
+}
+
+/// The pattern of the cluster layout's turn queues with pending tickets.
+pub(super) fn cluster_tickets(ks: &Keyspace) -> String {
+    format!("{}:co:{{t:*}}:tix", crate::keys::glob_escape(ks.prefix()))
+}
+
+/// The marker's value under `ks`.
+pub(super) async fn read_marker<E: Executor>(e: &E, ks: &Keyspace) -> Result<Option<Bytes>, Error> {
+    let get = Request::cmd(Access::Read, "GET")
+        .key(&ks.marker())
+        .build()?;
+    send_ok(e, vec![get])
+        .await?
+        .pop()
+        .map_or(Ok(None), |v| v.into_opt_bytes())
+}
+
+/// Keys that show live bots: heartbeats and turn queues with pending tickets.
+#[derive(Default)]
+pub(super) struct LiveFound {
+    heartbeats: u64,
+    tickets: u64,
+    examples: Vec<String>,
+}
+
+impl LiveFound {
+    /// Scans `e` for heartbeats and pending tickets.
+    pub(super) async fn scan<E: Executor>(
+        &mut self,
+        e: &E,
+        heartbeats: &str,
+        tickets: &str,
+    ) -> Result<(), Error> {
+        for (pattern, is_heartbeat) in [(heartbeats, true), (tickets, false)] {
+            let keys = e.run(crate::scan::scan(pattern, 1000)).await?;
+            for key in &keys {
+                if self.examples.len() < 5 {
+                    self.examples
+                        .push(String::from_utf8_lossy(key).into_owned());
+                }
+            }
+            let n = keys.len() as u64;
+            if is_heartbeat {
+                self.heartbeats += n;
+            } else {
+                self.tickets += n;
+            }
+        }
+        Ok(())
+    }
+
+    /// The refusal, when anything was found.
+    pub(super) fn refuse(self) -> Result<(), Error> {
+        if self.heartbeats + self.tickets == 0 {
+            return Ok(());
+        }
+        Err(Refusal::Live {
+            heartbeats: self.heartbeats,
+            tickets: self.tickets,
+            examples: self.examples,
+        }
+        .into())
+    }
+}

@@ -1,0 +1,613 @@
+//! Moving a keyspace between the two layouts: inspection, the forward migration
+//! (`legacy` → `cluster:v1`) and the rollback (`cluster:v1` → `legacy`).
+//!
+//! All three are written once over any [`Executor`](crate::Executor), like the store's API,
+//! and send nothing but the requests built here: `SCAN` pages, one read script per batch of
+//! keys ([`MIGRATE_READ`]) and one write script per group of keys that share a slot at the
+//! target. Memory stays bounded whatever the keyspace size: one `SCAN` page at a time, message
+//! logs in pages of 1000, and at most [`CHAT_WAVE`] logs in flight.
+//!
+//! `docs/migration.md` is the operator's guide and states every rule; in short:
+//!
+//! - messages are read from each chat's log, never by parsing item keys; an item no log (or
+//!   drain) names is an orphan, reported and left alone;
+//! - records and user data keep their remaining TTL; checkpoint and user-data index scores are
+//!   computed from the target server's clock;
+//! - lock fences, leadership terms and cursors are only ever raised; schedule tokens never go
+//!   backwards (a higher source token wins even without `overwrite`);
+//! - turn queues, lock and leadership holders and heartbeats belong to running bots and are not
+//!   copied; conversations, cursors, leases and durability tables keep their names and are copied
+//!   only to another server or prefix;
+//! - an existing target key wins unless `overwrite`; so a run killed at any point and run again
+//!   ends with the same keyspace;
+//! - the layout marker is written last, and only by a complete run.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use crate::layout::{Layout, RecordKind};
+
+mod copy;
+mod engine;
+mod forward;
+mod inspect;
+pub mod names;
+mod rollback;
+
+pub use forward::migrate_to_cluster_layout;
+pub use inspect::inspect_keyspace;
+pub use rollback::rollback_to_legacy_layout;
+
+crate::lua_script!(
+    /// Reads a batch of keys with their TTLs (and the server's time).
+    pub MIGRATE_READ = "migrate_read"
+);
+crate::lua_script!(
+    /// Writes string records (chats, contacts, checkpoints, user data) of one group.
+    pub MIGRATE_STRINGS = "migrate_strings"
+);
+crate::lua_script!(
+    /// Writes messages of one chat, items with their log members.
+    pub MIGRATE_MESSAGES = "migrate_messages"
+);
+crate::lua_script!(
+    /// Writes schedules, keeping the higher fencing token.
+    pub MIGRATE_SCHEDULES = "migrate_schedules"
+);
+crate::lua_script!(
+    /// Raises fences, terms and cursors.
+    pub MIGRATE_COUNTERS = "migrate_counters"
+);
+crate::lua_script!(
+    /// Restores keys that keep their names (conversations, durability tables).
+    pub MIGRATE_RESTORE = "migrate_restore"
+);
+crate::lua_script!(
+    /// Copies a lease: token raised, a live holder rebased on the target's clock.
+    pub MIGRATE_LEASE = "migrate_lease"
+);
+crate::lua_script!(
+    /// Deletes migrated messages from the source, item and member together.
+    pub MIGRATE_DROP = "migrate_drop"
+);
+
+/// The scripts of the migration.
+pub(crate) static SCRIPTS: &[&crate::script::Script] = &[
+    &MIGRATE_READ,
+    &MIGRATE_STRINGS,
+    &MIGRATE_MESSAGES,
+    &MIGRATE_SCHEDULES,
+    &MIGRATE_COUNTERS,
+    &MIGRATE_RESTORE,
+    &MIGRATE_LEASE,
+    &MIGRATE_DROP,
+];
+
+/// At most this many message logs are migrated at once (each in pages of 1000 messages).
+pub const CHAT_WAVE: usize = 16;
+
+/// What a key holds, for counting and for choosing what to copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Namespace {
+    /// Message logs (inspect: one per chat with messages) and messages (migration: one per log
+    /// member copied with its item).
+    Messages,
+    /// Message items (inspect only: the migration counts them as messages).
+    Items,
+    /// Logs of an interrupted `delete_chat` (inspect), and their messages (migration).
+    Drains,
+    /// Chat records.
+    Chats,
+    /// Contact records.
+    Contacts,
+    /// Checkpoints.
+    Checkpoints,
+    /// Schedules, deleted markers included.
+    Schedules,
+    /// Bucket and user-data indexes (cluster layout; rebuilt, never copied).
+    Indexes,
+    /// User-data entries (`ctx.user`).
+    UserData,
+    /// Lock holders.
+    Locks,
+    /// Lock fences.
+    Fences,
+    /// Turn queue keys.
+    Turns,
+    /// Leadership holders.
+    Leaderships,
+    /// Leadership terms.
+    Terms,
+    /// Replica heartbeats.
+    Heartbeats,
+    /// Conversation states.
+    Conversations,
+    /// Cursors.
+    Cursors,
+    /// Leases.
+    Leases,
+    /// Durability table keys.
+    Durability,
+    /// The layout marker.
+    Marker,
+    /// Keys under the prefix that are no name of the layout.
+    Unknown,
+}
+
+impl Namespace {
+    /// Every namespace, in report order.
+    pub const ALL: [Namespace; 21] = [
+        Namespace::Messages,
+        Namespace::Items,
+        Namespace::Drains,
+        Namespace::Chats,
+        Namespace::Contacts,
+        Namespace::Checkpoints,
+        Namespace::Schedules,
+        Namespace::Indexes,
+        Namespace::UserData,
+        Namespace::Locks,
+        Namespace::Fences,
+        Namespace::Turns,
+        Namespace::Leaderships,
+        Namespace::Terms,
+        Namespace::Heartbeats,
+        Namespace::Conversations,
+        Namespace::Cursors,
+        Namespace::Leases,
+        Namespace::Durability,
+        Namespace::Marker,
+        Namespace::Unknown,
+    ];
+
+    /// The namespaces a migration copies (the ones `include` chooses from).
+    pub const COPIED: [Namespace; 12] = [
+        Namespace::Messages,
+        Namespace::Chats,
+        Namespace::Contacts,
+        Namespace::Checkpoints,
+        Namespace::Schedules,
+        Namespace::UserData,
+        Namespace::Fences,
+        Namespace::Terms,
+        Namespace::Conversations,
+        Namespace::Cursors,
+        Namespace::Leases,
+        Namespace::Durability,
+    ];
+
+    /// The name used in reports and on the command line (`user-data`, `fences`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Namespace::Messages => "messages",
+            Namespace::Items => "items",
+            Namespace::Drains => "drains",
+            Namespace::Chats => "chats",
+            Namespace::Contacts => "contacts",
+            Namespace::Checkpoints => "checkpoints",
+            Namespace::Schedules => "schedules",
+            Namespace::Indexes => "indexes",
+            Namespace::UserData => "user-data",
+            Namespace::Locks => "locks",
+            Namespace::Fences => "fences",
+            Namespace::Turns => "turns",
+            Namespace::Leaderships => "leaderships",
+            Namespace::Terms => "terms",
+            Namespace::Heartbeats => "heartbeats",
+            Namespace::Conversations => "conversations",
+            Namespace::Cursors => "cursors",
+            Namespace::Leases => "leases",
+            Namespace::Durability => "durability",
+            Namespace::Marker => "marker",
+            Namespace::Unknown => "unknown",
+        }
+    }
+
+    /// The namespace of a record kind.
+    pub fn of_record(kind: RecordKind) -> Namespace {
+        match kind {
+            RecordKind::Chat => Namespace::Chats,
+            RecordKind::Contact => Namespace::Contacts,
+            RecordKind::Checkpoint => Namespace::Checkpoints,
+            RecordKind::Schedule => Namespace::Schedules,
+        }
+    }
+
+    /// The namespace of a key name (drains count as their own namespace).
+    pub fn of(name: &names::Name) -> Namespace {
+        use names::Name;
+        match name {
+            Name::Log { .. } => Namespace::Messages,
+            Name::Drain { .. } => Namespace::Drains,
+            Name::LegacyItem { .. } | Name::Item { .. } => Namespace::Items,
+            Name::Record { kind, .. } => Namespace::of_record(*kind),
+            Name::RecordIndex { .. } | Name::UserIndex { .. } => Namespace::Indexes,
+            Name::UserEntry { .. } => Namespace::UserData,
+            Name::LockHolder { .. } => Namespace::Locks,
+            Name::Fence { .. } => Namespace::Fences,
+            Name::Turn { .. } => Namespace::Turns,
+            Name::LeaderHolder { .. } => Namespace::Leaderships,
+            Name::Term { .. } => Namespace::Terms,
+            Name::Heartbeat => Namespace::Heartbeats,
+            Name::Conversation => Namespace::Conversations,
+            Name::Cursor => Namespace::Cursors,
+            Name::Lease => Namespace::Leases,
+            Name::Durable { .. } => Namespace::Durability,
+            Name::Marker => Namespace::Marker,
+            Name::Unknown => Namespace::Unknown,
+        }
+    }
+}
+
+impl fmt::Display for Namespace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Namespace {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Namespace::ALL
+            .into_iter()
+            .find(|n| n.name() == s)
+            .ok_or_else(|| {
+                let known: Vec<&str> = Namespace::COPIED.iter().map(|n| n.name()).collect();
+                format!("unknown namespace {s:?}; known: {}", known.join(", "))
+            })
+    }
+}
+
+/// Why a migration or a rollback refused to start. Nothing was written.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// Bots still run on the source or the target: a heartbeat or a pending chat ticket exists.
+    #[error(
+        "bots may still be running: {} heartbeat(s) and {} pending turn queue(s) found (for example {}); stop every bot of the prefix, or pass allow_live",
+        heartbeats, tickets, examples.join(", ")
+    )]
+    Live {
+        /// Heartbeat keys found.
+        heartbeats: u64,
+        /// Turn queues with pending tickets found.
+        tickets: u64,
+        /// Up to 5 of the keys found.
+        examples: Vec<String>,
+    },
+    /// The legacy source is a Redis Cluster: the legacy layout lives on one node.
+    #[error("the source is a Redis Cluster, but the legacy layout lives on one node: connect to that node")]
+    SourceIsCluster,
+    /// The legacy target of a rollback is a Redis Cluster.
+    #[error("the rollback target is a Redis Cluster, but the legacy layout lives on one node")]
+    TargetIsCluster,
+    /// An in-place migration of a legacy prefix with braces, which the cluster layout refuses.
+    #[error(
+        "the prefix {prefix:?} contains {{ or }}, which the cluster layout reserves for hash tags: an in-place migration is impossible; migrate to a new target prefix"
+    )]
+    BracedPrefixInPlace {
+        /// The prefix.
+        prefix: String,
+    },
+    /// The target's layout marker holds a value this version does not know.
+    #[error("the target's layout marker {key} holds {value:?}, not cluster:v1")]
+    ForeignMarker {
+        /// The marker key.
+        key: String,
+        /// Its value.
+        value: String,
+    },
+}
+
+/// Per namespace: what happened to the source's keys.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Copied to a target that did not hold them.
+    pub copied: u64,
+    /// Left as they were, because the target already held them (an existing key wins), or,
+    /// for counters, held an equal or higher value.
+    pub kept: u64,
+    /// Replaced at the target (`overwrite`, a higher schedule token, a raised counter).
+    pub overwritten: u64,
+    /// Deleted from the target by a mirroring rollback, because the source no longer holds them
+    /// (schedules: turned into deleted markers).
+    pub pruned: u64,
+}
+
+impl Counts {
+    fn add(&mut self, code: i64) {
+        match code {
+            0 => self.kept += 1,
+            1 => self.copied += 1,
+            _ => self.overwritten += 1,
+        }
+    }
+}
+
+/// What happened to the layout marker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MarkerOutcome {
+    /// Written (`cluster:v1`) by this complete run.
+    Written,
+    /// Already there.
+    AlreadySet,
+    /// Not written: `include` left namespaces out, so the start guard stays armed.
+    NotWrittenPartial,
+    /// Not written: a dry run.
+    NotWrittenDryRun,
+    /// Removed by this complete rollback.
+    Removed,
+    /// A rollback found none to remove.
+    Absent,
+    /// Kept by a rollback that was not complete (dry run, or data the legacy layout cannot hold).
+    Kept,
+}
+
+impl fmt::Display for MarkerOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MarkerOutcome::Written => "written",
+            MarkerOutcome::AlreadySet => "already set",
+            MarkerOutcome::NotWrittenPartial => "not written (include limited the run)",
+            MarkerOutcome::NotWrittenDryRun => "not written (dry run)",
+            MarkerOutcome::Removed => "removed",
+            MarkerOutcome::Absent => "absent",
+            MarkerOutcome::Kept => "kept (dry run or incomplete rollback)",
+        })
+    }
+}
+
+/// Keys kept as examples in a report, per kind of problem.
+pub const EXAMPLES: usize = 10;
+
+/// The report of a migration or a rollback.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigrationReport {
+    /// `legacy` → `cluster` for a migration, `cluster` → `legacy` for a rollback.
+    pub from: Layout,
+    /// Whether nothing was written.
+    pub dry_run: bool,
+    /// Keys seen under the source prefix.
+    pub scanned: u64,
+    /// Per copied namespace.
+    pub namespaces: BTreeMap<Namespace, Counts>,
+    /// Keys not copied by design (turn queues, holders, heartbeats; in place: the names both
+    /// layouts share), per namespace.
+    pub not_copied: BTreeMap<Namespace, u64>,
+    /// Message items that no log or drain names (left alone).
+    pub orphans: u64,
+    /// Message items whose key reads first as one chat's but that a longer chat id's log names
+    /// (copied to that chat).
+    pub foreign_items: u64,
+    /// Message items named by two logs (the legacy layout's historical collision), copied to
+    /// each.
+    pub shared_items: u64,
+    /// Log members whose item is missing (not copied: there is no message to copy).
+    pub dangling: u64,
+    /// Keys that could not be read as their namespace's type (wrong type, bad token).
+    pub unreadable: u64,
+    /// Data the target layout cannot hold (a rollback: a `:` in a user id or namespace, two
+    /// messages on one legacy item key with different values). Not copied.
+    pub unrepresentable: u64,
+    /// Keys under the prefix that are no name of the source layout.
+    pub unknown: u64,
+    /// Keys of the target layout found under the source prefix (an in-place run sees what it
+    /// wrote), skipped.
+    pub target_layout: u64,
+    /// Up to [`EXAMPLES`] keys per problem (orphans, unreadable, unrepresentable, unknown).
+    pub examples: BTreeMap<&'static str, Vec<String>>,
+    /// Source keys deleted after copying (`delete_source`; a message counts once).
+    pub source_deleted: u64,
+    /// The layout marker.
+    pub marker: MarkerOutcome,
+    /// Wall time of the run, measured by the caller (the core has no clock); zero until set.
+    pub elapsed: Duration,
+}
+
+impl MigrationReport {
+    fn new(from: Layout, dry_run: bool) -> Self {
+        MigrationReport {
+            from,
+            dry_run,
+            scanned: 0,
+            namespaces: BTreeMap::new(),
+            not_copied: BTreeMap::new(),
+            orphans: 0,
+            foreign_items: 0,
+            shared_items: 0,
+            dangling: 0,
+            unreadable: 0,
+            unrepresentable: 0,
+            unknown: 0,
+            target_layout: 0,
+            examples: BTreeMap::new(),
+            source_deleted: 0,
+            marker: MarkerOutcome::Kept,
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    fn counts(&mut self, ns: Namespace) -> &mut Counts {
+        self.namespaces.entry(ns).or_default()
+    }
+
+    fn example(&mut self, what: &'static str, key: &[u8]) {
+        let list = self.examples.entry(what).or_default();
+        if list.len() < EXAMPLES {
+            list.push(String::from_utf8_lossy(key).into_owned());
+        }
+    }
+
+    /// Total keys copied, kept or overwritten.
+    pub fn moved(&self) -> u64 {
+        self.namespaces
+            .values()
+            .map(|c| c.copied + c.kept + c.overwritten)
+            .sum()
+    }
+}
+
+/// Progress of a long run, reported after every `SCAN` page.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Keys seen so far.
+    pub scanned: u64,
+    /// Keys in the source databases when the run began (`DBSIZE` of every node scanned): the
+    /// upper bound of `scanned` for a keyspace that does not grow.
+    pub total: u64,
+    /// Records and messages handled so far (copied, kept or overwritten).
+    pub moved: u64,
+    /// The phase: `checking`, `copying`, `pruning`.
+    pub phase: &'static str,
+}
+
+/// Options of [`migrate_to_cluster_layout`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigrateOptions {
+    /// The source's prefix (legacy layout).
+    pub prefix: String,
+    /// The target's prefix; `None`: the same prefix.
+    pub target_prefix: Option<String>,
+    /// Whether the target is another server than the source (a different client).
+    pub other_server: bool,
+    /// Count what would happen; write nothing.
+    pub dry_run: bool,
+    /// Only these namespaces (of [`Namespace::COPIED`]); `None`: all. A limited run leaves the
+    /// layout marker unset.
+    pub include: Option<Vec<Namespace>>,
+    /// Replace existing target keys (counters are still only raised).
+    pub overwrite: bool,
+    /// Run although heartbeats or pending tickets show live bots. Unsafe: see
+    /// `docs/migration.md`.
+    pub allow_live: bool,
+    /// Delete each source key once the target holds it.
+    pub delete_source: bool,
+    /// `SCAN COUNT` hint (default 2000).
+    pub scan_count: u32,
+}
+
+impl MigrateOptions {
+    /// An in-place migration of `prefix`, with every default.
+    pub fn new(prefix: impl Into<String>) -> Self {
+        MigrateOptions {
+            prefix: prefix.into(),
+            target_prefix: None,
+            other_server: false,
+            dry_run: false,
+            include: None,
+            overwrite: false,
+            allow_live: false,
+            delete_source: false,
+            scan_count: 2000,
+        }
+    }
+
+    /// The target's prefix.
+    pub fn target_prefix(&self) -> &str {
+        self.target_prefix.as_deref().unwrap_or(&self.prefix)
+    }
+
+    /// Whether the target is another server or prefix (the names both layouts share are then
+    /// copied, and the target is checked for live bots too).
+    pub fn separate(&self) -> bool {
+        self.other_server || self.target_prefix() != self.prefix
+    }
+
+    fn complete(&self) -> bool {
+        self.include
+            .as_ref()
+            .is_none_or(|list| Namespace::COPIED.iter().all(|ns| list.contains(ns)))
+    }
+}
+
+/// Options of [`rollback_to_legacy_layout`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RollbackOptions {
+    /// The source's prefix (cluster layout).
+    pub prefix: String,
+    /// The target's prefix (legacy layout); `None`: the same prefix.
+    pub target_prefix: Option<String>,
+    /// Whether the target is another server than the source.
+    pub other_server: bool,
+    /// Make the legacy target match the source (default): records overwrite, and legacy
+    /// records the source no longer holds are deleted (schedules become deleted markers).
+    /// `false`: copy only, existing legacy keys win.
+    pub mirror: bool,
+    /// Count what would happen; write nothing.
+    pub dry_run: bool,
+    /// Delete each source key once the target holds it (and the source's indexes, turn queues,
+    /// holders and marker).
+    pub delete_source: bool,
+    /// Run although heartbeats or pending tickets show live bots. Unsafe: see
+    /// `docs/migration.md`.
+    pub allow_live: bool,
+    /// `SCAN COUNT` hint (default 2000).
+    pub scan_count: u32,
+}
+
+impl RollbackOptions {
+    /// A mirroring rollback of `prefix` into the same prefix.
+    pub fn new(prefix: impl Into<String>) -> Self {
+        RollbackOptions {
+            prefix: prefix.into(),
+            target_prefix: None,
+            other_server: false,
+            mirror: true,
+            dry_run: false,
+            delete_source: false,
+            allow_live: false,
+            scan_count: 2000,
+        }
+    }
+
+    /// The target's prefix.
+    pub fn target_prefix(&self) -> &str {
+        self.target_prefix.as_deref().unwrap_or(&self.prefix)
+    }
+
+    /// Whether the target is another server or prefix.
+    pub fn separate(&self) -> bool {
+        self.other_server || self.target_prefix() != self.prefix
+    }
+}
+
+/// Counts of one layout's keys, per namespace.
+pub type NamespaceCounts = BTreeMap<Namespace, u64>;
+
+/// What [`inspect_keyspace`] found under a prefix.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyspaceReport {
+    /// The prefix.
+    pub prefix: String,
+    /// The nodes scanned: `standalone`, or each master's address.
+    pub nodes: Vec<String>,
+    /// Keys of the legacy layout, per namespace.
+    pub legacy: NamespaceCounts,
+    /// Keys of the cluster layout, per namespace.
+    pub cluster: NamespaceCounts,
+    /// Keys both layouts share (heartbeats, conversations, cursors, leases, durability tables,
+    /// the marker), per namespace.
+    pub shared: NamespaceCounts,
+    /// Keys under the prefix that are no name of either layout.
+    pub unknown: u64,
+    /// Up to [`EXAMPLES`] unknown keys.
+    pub unknown_examples: Vec<String>,
+    /// The layout marker's value, if any.
+    pub marker: Option<String>,
+    /// Keys per node and namespace (both layouts and shared names together).
+    pub per_node: BTreeMap<String, NamespaceCounts>,
+    /// The hash tags holding the most keys, most first (at most 10). Counted with a bounded
+    /// summary (Misra-Gries, 1024 counters), so the counts are lower bounds when there are
+    /// more tags than that.
+    pub hot_tags: Vec<(String, u64)>,
+    /// Keys scanned.
+    pub scanned: u64,
+}
+
+impl KeyspaceReport {
+    /// Whether the prefix holds legacy-layout keys (what the start guard refuses).
+    pub fn has_legacy_data(&self) -> bool {
+        self.legacy.values().any(|n| *n > 0)
+    }
+}

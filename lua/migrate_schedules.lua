@@ -1,0 +1,89 @@
+-- migrate_schedules: writes schedule records of one group (one bucket in the cluster layout),
+-- deleted markers included, keeping fencing tokens: a record with a higher token replaces the
+-- stored one even without overwrite, and an overwritten record keeps the higher token (and its
+-- holder). Tokens compare exactly as 64-bit integers, on their decimal text.
+-- KEYS[1] the bucket index when ARGV[1] is '1' (cluster layout), else the first record
+-- KEYS[2..] the records (hash: token, holder, data, deleted), in the order of the entries; they
+--         start at the first key when there is no index
+-- ARGV[1] '1' when KEYS[1] is an index
+-- ARGV[2] '1' to overwrite, else '0'
+-- ARGV[3] '1' for a dry run: nothing is written
+-- ARGV[4..] per record: id, token, holder ('' for none), deleted ('0' or '1'), data
+-- Returns a code per record: 0 kept, 1 copied, 2 replaced; an error for a token that is not a
+-- canonical integer.
+local indexed, overwrite, dry = ARGV[1] == '1', ARGV[2] == '1', ARGV[3] == '1'
+
+local function canonical(x)
+  return x == '0' or string.match(x, '^%-?[1-9]%d*$') ~= nil
+end
+
+-- Compares two canonical decimal integers exactly: -1, 0 or 1.
+local function compare(a, b)
+  local a_neg, b_neg = a:sub(1, 1) == '-', b:sub(1, 1) == '-'
+  if a_neg ~= b_neg then
+    return a_neg and -1 or 1
+  end
+  local c = 0
+  if #a ~= #b then
+    c = #a < #b and -1 or 1
+  elseif a ~= b then
+    c = a < b and -1 or 1
+  end
+  if a_neg then
+    return -c
+  end
+  return c
+end
+
+local first = indexed and 2 or 1
+local codes = {}
+local n = (#ARGV - 3) / 5
+for i = 1, n do
+  local key = KEYS[first + i - 1]
+  local at = 3 + (i - 1) * 5
+  local id, token, holder, deleted, data =
+    ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5]
+  if not canonical(token) then
+    return redis.error_reply('ERR migrate_schedules: the token of ' .. id .. ' is not a canonical integer')
+  end
+  local stored = redis.call('HMGET', key, 'token', 'holder')
+  local write = true
+  local code = 1
+  if stored[1] then
+    code = 2
+    if not canonical(stored[1]) then
+      return redis.error_reply('ERR migrate_schedules: the stored token of ' .. id .. ' is not a canonical integer')
+    end
+    local order = compare(token, stored[1])
+    if order < 0 or (order == 0 and not overwrite) then
+      if overwrite then
+        -- The source's record, with the stored (higher) token and its holder.
+        token, holder = stored[1], stored[2] or ''
+      else
+        write = false
+        code = 0
+      end
+    elseif order == 0 then
+      holder = holder ~= '' and holder or (stored[2] or '')
+    end
+  end
+  codes[i] = code
+  if write and not dry then
+    redis.call('DEL', key)
+    redis.call('HSET', key, 'token', token, 'deleted', deleted)
+    if holder ~= '' then
+      redis.call('HSET', key, 'holder', holder)
+    end
+    if deleted == '1' then
+      if indexed then
+        redis.call('ZREM', KEYS[1], id)
+      end
+    else
+      redis.call('HSET', key, 'data', data)
+      if indexed then
+        redis.call('ZADD', KEYS[1], 0, id)
+      end
+    end
+  end
+end
+return codes
