@@ -16,7 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use botmesh_redis_core::keys::bucket;
-use botmesh_redis_core::layout::RecordKind;
+use botmesh_redis_core::layout::{KeyError, RecordKind};
 use botmesh_redis_core::plan::scripted;
 use botmesh_redis_core::store::{
     conv, cursor, delete_chat, guard, messages, records, user, MessageCursor, MessageQuery,
@@ -344,17 +344,23 @@ fn checkpoints() {
 #[test]
 fn user_data() {
     for (layout, ks) in both() {
+        // The legacy layout refuses a `:` in a user id or namespace (its names would read back
+        // ambiguously); the cluster layout encodes every segment.
+        let uid = match layout {
+            Layout::Legacy => "u1",
+            Layout::Cluster => "u:1",
+        };
         let mut out = String::new();
         for ttl in [Some(Duration::from_millis(300)), None] {
-            let plan = user::set_user_data(&ks, "u:1", "n{s}", "k*", "v".into(), ttl).unwrap();
+            let plan = user::set_user_data(&ks, uid, "n{s}", "k*", "v".into(), ttl).unwrap();
             out.push_str(&run(plan, |req| match req.name().as_str() {
                 "SET" => status_ok(),
                 _ => Ok(Value::Int(-1)),
             }));
         }
-        let get = user::get_user_data(&ks, "u:1", "n{s}", "k*").unwrap();
+        let get = user::get_user_data(&ks, uid, "n{s}", "k*").unwrap();
         out.push_str(&run(get, |_| Ok(bulk("v"))));
-        let delete = user::delete_user_data(&ks, "u:1", "", "😀").unwrap();
+        let delete = user::delete_user_data(&ks, uid, "", "😀").unwrap();
         out.push_str(&run(delete, |_| Ok(Value::Int(1))));
 
         // Entries of the user; for the legacy layout, as the scan would return their keys.
@@ -371,7 +377,7 @@ fn user_data() {
             .collect();
         let keys: Vec<String> = entries
             .iter()
-            .map(|(ns, key)| ks.user_entry("u:1", ns, key).to_string())
+            .map(|(ns, key)| ks.user_entry(uid, ns, key).to_string())
             .collect();
         let answer = |req: &Request| match req.name().as_str() {
             "list_expiring_index" | "ZRANGE" => Ok(arr(members.clone())),
@@ -382,14 +388,39 @@ fn user_data() {
             "DEL" => Ok(Value::Int(1)),
             other => panic!("unexpected {other}"),
         };
-        out.push_str(&run(user::list_user_data(&ks, "u:1", Some("n{s}")), answer));
-        out.push_str(&run(user::list_user_data(&ks, "u:1", None), answer));
+        out.push_str(&run(user::list_user_data(&ks, uid, Some("n{s}")), answer));
+        out.push_str(&run(user::list_user_data(&ks, uid, None), answer));
         out.push_str(&run(
-            user::clear_user_data(&ks, "u:1", Some("n{s}")),
+            user::clear_user_data(&ks, uid, Some("n{s}")),
             answer,
         ));
         snap("user_data", layout, out);
     }
+}
+
+#[test]
+fn legacy_user_data_refuses_ambiguous_ids() {
+    let ks = Keyspace::new(Layout::Legacy, "bot").unwrap();
+    let refused = |result: Result<(), Error>| match result {
+        Err(Error::Key(KeyError::LegacyColon { field, value })) => format!("{field}={value}"),
+        other => panic!("expected LegacyColon, got {other:?}"),
+    };
+    assert_eq!(
+        refused(user::set_user_data(&ks, "u:1", "n", "k", "v".into(), None).map(drop)),
+        "user id=u:1"
+    );
+    assert_eq!(
+        refused(user::get_user_data(&ks, "u", "n:s", "k").map(drop)),
+        "namespace=n:s"
+    );
+    assert_eq!(
+        refused(user::delete_user_data(&ks, "u", "n:s", "k").map(drop)),
+        "namespace=n:s"
+    );
+    // A `:` in the entry's own key is fine: it is the last segment.
+    assert!(user::set_user_data(&ks, "u", "n", "k:1", "v".into(), None).is_ok());
+    let cluster = Keyspace::new(Layout::Cluster, "bot").unwrap();
+    assert!(user::set_user_data(&cluster, "u:1", "n:s", "k", "v".into(), None).is_ok());
 }
 
 // --- conversations and cursors ------------------------------------------------------------------
