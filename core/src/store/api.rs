@@ -149,8 +149,9 @@ impl<E: Executor> Store<E> {
     /// The `start()` guard; call it once before using the store.
     ///
     /// Cluster layout: with the layout marker present, starts. Without it, checks up to 10,000
-    /// keys under the prefix for legacy-layout keys: if there are some, fails with an
-    /// [`Error::Config`] saying "run migrate_to_cluster_layout() first" (unless
+    /// keys under the prefix for legacy-layout keys: if there are some, fails with
+    /// [`Error::LegacyDataFound`], which names them and the migration,
+    /// [`migrate_to_cluster_layout`](crate::migrate::migrate_to_cluster_layout) (unless
     /// `allow_legacy_data`, which starts without writing the marker); if there are none, writes
     /// the marker. Legacy layout: starts, with a warning in the log when the prefix carries the
     /// marker.
