@@ -390,10 +390,7 @@ fn user_data() {
         };
         out.push_str(&run(user::list_user_data(&ks, uid, Some("n{s}")), answer));
         out.push_str(&run(user::list_user_data(&ks, uid, None), answer));
-        out.push_str(&run(
-            user::clear_user_data(&ks, uid, Some("n{s}")),
-            answer,
-        ));
+        out.push_str(&run(user::clear_user_data(&ks, uid, Some("n{s}")), answer));
         snap("user_data", layout, out);
     }
 }

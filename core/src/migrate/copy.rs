@@ -1,6 +1,8 @@
 //! The copy pass both directions share: one `SCAN` page of the source at a time, read in
 //! batches, written in groups that share a slot at the target.
 
+use std::collections::{BTreeSet, VecDeque};
+
 use bytes::Bytes;
 
 use crate::error::Error;
@@ -211,13 +213,21 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                 _ => {}
             }
         }
-        let values = read(self.source, self.src_cluster, &reads).await?;
-        let mut deletable: Vec<Key> = Vec::new();
-        self.copy(reads, values, jobs, &mut deletable).await?;
-        self.check_items(items).await?;
-        for wave in logs.chunks(CHAT_WAVE) {
-            self.messages(wave).await?;
+        // Records, the owners of items, and message logs are independent: they run together.
+        let (mut records, mut owners, mut messages) =
+            (self.report.part(), self.report.part(), self.report.part());
+        let (copied, checked, moved) = futures_util::future::join3(
+            self.copy(&mut records, reads, jobs),
+            self.check_items(&mut owners, items),
+            self.messages(&mut messages, logs),
+        )
+        .await;
+        for part in [records, owners, messages] {
+            self.report.absorb(part);
         }
+        let mut deletable = copied?;
+        checked?;
+        moved?;
         if self.settings.delete_source && !self.settings.dry_run {
             deletable.extend(coordination);
             let deleted = delete(self.source, self.src_cluster, deletable).await?;
@@ -227,13 +237,15 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
     }
 
     /// Writes the records, user data, counters and shared names of one page.
+    /// Yields the source keys the target now holds (for `delete_source`).
     async fn copy(
-        &mut self,
+        &self,
+        report: &mut MigrationReport,
         reads: Vec<(Key, Mode)>,
-        values: Vec<Read>,
         jobs: Vec<Job>,
-        deletable: &mut Vec<Key>,
-    ) -> Result<(), Error> {
+    ) -> Result<Vec<Key>, Error> {
+        let values = read(self.source, self.src_cluster, &reads).await?;
+        let mut deletable = Vec::new();
         let (overwrite, dry) = self.flags();
         let mut indexed = Vec::new();
         let mut expiring = Vec::new();
@@ -246,7 +258,7 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                 continue; // deleted since the scan
             }
             if value.value.is_none() {
-                self.unreadable(&src_key);
+                unreadable(report, &src_key);
                 continue;
             }
             match job {
@@ -255,7 +267,7 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                     id,
                 } => {
                     let Some(entry) = schedule_entry(&self.tgt, &id, &value) else {
-                        self.unreadable(&src_key);
+                        unreadable(report, &src_key);
                         continue;
                     };
                     schedules.push(entry.tagged((Namespace::Schedules, src_key)));
@@ -297,7 +309,7 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                 }
                 Job::Counter(ns, tgt) => {
                     let Some(n) = value.bytes().and_then(|b| canonical_int(&b)) else {
-                        self.unreadable(&src_key);
+                        unreadable(report, &src_key);
                         continue;
                     };
                     counters.push(Entry {
@@ -322,7 +334,7 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                 }
                 Job::Lease(tgt) => {
                     let Some(entry) = lease_entry(&value, tgt) else {
-                        self.unreadable(&src_key);
+                        unreadable(report, &src_key);
                         continue;
                     };
                     leases.push(entry.tagged((Namespace::Leases, src_key)));
@@ -389,24 +401,23 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
         for ((ns, src_key), code) in done {
             match code {
                 Ok(code) => {
-                    self.report.counts(ns).add(code);
+                    report.counts(ns).add(code);
                     deletable.push(src_key);
                 }
-                Err(e) if e.server().is_some() => self.unreadable(&src_key),
+                Err(e) if e.server().is_some() => unreadable(report, &src_key),
                 Err(e) => return Err(e),
             }
         }
-        Ok(())
-    }
-
-    fn unreadable(&mut self, key: &Key) {
-        self.report.unreadable += 1;
-        self.report.example("unreadable", key.as_bytes());
+        Ok(deletable)
     }
 
     /// Finds the owners of the items of a page: orphans (no log or drain names them), and for
     /// legacy items with several readings, foreign and shared items.
-    async fn check_items(&mut self, items: Vec<(Bytes, Name)>) -> Result<(), Error> {
+    async fn check_items(
+        &self,
+        report: &mut MigrationReport,
+        items: Vec<(Bytes, Name)>,
+    ) -> Result<(), Error> {
         let mut batch = Vec::new();
         let mut spans = Vec::with_capacity(items.len());
         for (_, name) in &items {
@@ -440,199 +451,239 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                 .collect();
             let count = owners.iter().filter(|o| **o).count();
             if count == 0 {
-                self.report.orphans += 1;
-                self.report.example("orphans", key);
+                report.orphans += 1;
+                report.example("orphans", key);
             } else {
                 if !owners[0] {
-                    self.report.foreign_items += 1;
+                    report.foreign_items += 1;
                 }
                 if count > 1 {
-                    self.report.shared_items += 1;
+                    report.shared_items += 1;
                 }
             }
         }
         Ok(())
     }
 
-    /// Copies the messages of a wave of logs (and drains), page by page.
-    async fn messages(&mut self, wave: &[(String, bool)]) -> Result<(), Error> {
-        let (overwrite, dry) = self.flags();
-        let mut starts: Vec<Option<i64>> = vec![Some(0); wave.len()];
-        while starts.iter().any(Option::is_some) {
-            let active: Vec<usize> = (0..wave.len()).filter(|&i| starts[i].is_some()).collect();
-            let mut batch = Vec::new();
-            for &i in &active {
-                let (chat, drain) = &wave[i];
-                let log = self.src_log(chat, *drain);
-                let start = starts[i].unwrap_or(0);
-                batch.push(
-                    Request::cmd(Access::Read, "ZRANGE")
-                        .key(&log)
-                        .arg(start)
-                        .arg(start + LOG_PAGE - 1)
-                        .arg("WITHSCORES")
-                        .build()?,
-                );
+    /// Copies the messages of `logs` (and drains), in waves of [`CHAT_WAVE`] logs, each log in
+    /// pages of [`LOG_PAGE`]: while one wave is written to the target, the next is read from the
+    /// source.
+    async fn messages(
+        &self,
+        report: &mut MigrationReport,
+        logs: Vec<(String, bool)>,
+    ) -> Result<(), Error> {
+        let mut queue: VecDeque<LogPage> = logs
+            .into_iter()
+            .map(|(chat, drain)| LogPage {
+                chat,
+                drain,
+                start: 0,
+            })
+            .collect();
+        let mut ready: Option<Vec<FetchedLog>> = None;
+        loop {
+            let current = match ready.take() {
+                Some(current) => current,
+                None if queue.is_empty() => return Ok(()),
+                None => self.fetch(report, take_wave(&mut queue)).await?,
+            };
+            let next = take_wave(&mut queue);
+            if next.is_empty() {
+                let more = self.store(report, current).await?;
+                queue.extend(more);
+                continue;
             }
-            let replies = send(self.source, batch).await?;
-            let mut pages: Vec<(usize, Vec<(Bytes, Bytes)>)> = Vec::new();
-            for (&i, reply) in active.iter().zip(replies) {
-                let (chat, drain) = &wave[i];
-                let members = match reply.and_then(|v| v.into_array()) {
-                    Ok(members) => members,
-                    Err(_) => {
-                        let log = self.src_log(chat, *drain);
-                        self.unreadable(&log);
-                        starts[i] = None;
-                        continue;
-                    }
-                };
-                let mut page = Vec::with_capacity(members.len() / 2);
-                for pair in members.chunks(2) {
-                    if let [id, score] = pair {
-                        page.push((id.clone().into_bytes()?, score.clone().into_bytes()?));
-                    }
-                }
-                pages.push((i, page));
-            }
-            let mut reads = Vec::new();
-            for (i, page) in &pages {
-                let chat = &wave[*i].0;
-                for (id, _) in page {
-                    let id = String::from_utf8_lossy(id);
-                    reads.push((self.src.message_item(chat, &id), Mode::String));
-                }
-            }
-            let values = read(self.source, self.src_cluster, &reads).await?;
-            let clashes = self.legacy_clashes(&pages, wave, &values).await?;
-            let mut values = values.into_iter();
-            let mut position = 0;
-            let mut entries = Vec::new();
-            for (i, page) in &pages {
-                let (chat, drain) = &wave[*i];
-                let ns = if *drain {
-                    Namespace::Drains
-                } else {
-                    Namespace::Messages
-                };
-                let log = self.tgt_log(chat, *drain);
-                for (id, score) in page {
-                    let Some(value) = values.next() else {
-                        return Err(crate::plan::misuse("fewer item reads than members"));
-                    };
-                    position += 1;
-                    let id_text = String::from_utf8_lossy(id).into_owned();
-                    if clashes.contains(&(position - 1)) {
-                        self.report.unrepresentable += 1;
-                        let item = self.src.message_item(chat, &id_text);
-                        self.report.example("unrepresentable", item.as_bytes());
-                        continue;
-                    }
-                    if value.kind == "none" {
-                        self.report.dangling += 1;
-                        continue;
-                    }
-                    let Some(bytes) = value.bytes() else {
-                        self.unreadable(&self.src.message_item(chat, &id_text));
-                        continue;
-                    };
-                    let item = self.tgt.message_item(chat, &id_text);
-                    entries.push(Entry {
-                        slot: item.slot(),
-                        head: vec![log.clone()],
-                        args: vec![id.clone(), score.clone(), bytes],
-                        keys: vec![item],
-                        tag: (*i, ns, id.clone()),
-                    });
-                }
-            }
-            let head = [overwrite.clone(), dry.clone()];
-            let done = write(
-                self.target,
-                self.tgt_cluster,
-                &MIGRATE_MESSAGES,
-                entries,
-                &head,
-                WRITE_CHUNK,
+            let (mut stored_report, mut fetched_report) = (report.part(), report.part());
+            let (stored, fetched) = futures_util::future::join(
+                self.store(&mut stored_report, current),
+                self.fetch(&mut fetched_report, next),
             )
-            .await?;
-            let mut copied: Vec<Vec<Bytes>> = vec![Vec::new(); wave.len()];
-            for ((i, ns, id), code) in done {
-                match code {
-                    Ok(code) => {
-                        self.report.counts(ns).add(code);
-                        copied[i].push(id);
-                    }
-                    Err(e) if e.server().is_some() => {
-                        self.report.unreadable += 1;
-                        self.report.example("unreadable", &id);
-                    }
-                    Err(e) => return Err(e),
+            .await;
+            report.absorb(stored_report);
+            report.absorb(fetched_report);
+            queue.extend(stored?);
+            ready = Some(fetched?);
+        }
+    }
+
+    /// Reads a wave of log pages and their items from the source.
+    async fn fetch(
+        &self,
+        report: &mut MigrationReport,
+        wave: Vec<LogPage>,
+    ) -> Result<Vec<FetchedLog>, Error> {
+        let mut batch = Vec::with_capacity(wave.len());
+        for log in &wave {
+            batch.push(
+                Request::cmd(Access::Read, "ZRANGE")
+                    .key(&self.src_log(&log.chat, log.drain))
+                    .arg(log.start)
+                    .arg(log.start + LOG_PAGE - 1)
+                    .arg("WITHSCORES")
+                    .build()?,
+            );
+        }
+        let replies = send(self.source, batch).await?;
+        let mut fetched = Vec::with_capacity(wave.len());
+        for (log, reply) in wave.into_iter().zip(replies) {
+            let Ok(flat) = reply.and_then(|v| v.into_array()) else {
+                unreadable(report, &self.src_log(&log.chat, log.drain));
+                continue;
+            };
+            let mut members = Vec::with_capacity(flat.len() / 2);
+            for pair in flat.chunks(2) {
+                if let [id, score] = pair {
+                    members.push((id.clone().into_bytes()?, score.clone().into_bytes()?));
                 }
             }
-            let dropping = self.settings.delete_source && !self.settings.dry_run;
-            let mut drops = Vec::new();
-            for (i, page) in &pages {
-                let (chat, drain) = &wave[*i];
-                let ids = &copied[*i];
-                if dropping && !ids.is_empty() {
-                    let mut keys = vec![self.src_log(chat, *drain)];
-                    for id in ids {
-                        keys.push(self.src.message_item(chat, &String::from_utf8_lossy(id)));
-                    }
-                    drops.push(script_call(
-                        self.src_cluster,
-                        &MIGRATE_DROP,
-                        Access::Write,
-                        keys,
-                        ids.clone(),
-                    )?);
+            fetched.push(FetchedLog {
+                page: log,
+                members,
+                values: Vec::new(),
+                clashes: BTreeSet::new(),
+            });
+        }
+        let mut reads = Vec::new();
+        for log in &fetched {
+            for (id, _) in &log.members {
+                let id = String::from_utf8_lossy(id);
+                reads.push((self.src.message_item(&log.page.chat, &id), Mode::String));
+            }
+        }
+        let mut values = read(self.source, self.src_cluster, &reads)
+            .await?
+            .into_iter();
+        for log in &mut fetched {
+            log.values = values.by_ref().take(log.members.len()).collect();
+            if log.values.len() != log.members.len() {
+                return Err(crate::plan::misuse("fewer item reads than members"));
+            }
+        }
+        self.legacy_clashes(&mut fetched).await?;
+        Ok(fetched)
+    }
+
+    /// Writes a fetched wave to the target (and drops it from the source with
+    /// `delete_source`); yields the next page of every log whose page was full.
+    async fn store(
+        &self,
+        report: &mut MigrationReport,
+        wave: Vec<FetchedLog>,
+    ) -> Result<Vec<LogPage>, Error> {
+        let (overwrite, dry) = self.flags();
+        let mut entries = Vec::new();
+        for (i, log) in wave.iter().enumerate() {
+            let (chat, drain) = (&log.page.chat, log.page.drain);
+            let ns = if drain {
+                Namespace::Drains
+            } else {
+                Namespace::Messages
+            };
+            let target_log = self.tgt_log(chat, drain);
+            for (position, ((id, score), value)) in log.members.iter().zip(&log.values).enumerate()
+            {
+                let id_text = String::from_utf8_lossy(id);
+                if value.kind == "none" {
+                    report.dangling += 1;
+                    continue;
                 }
-                let len = page.len() as i64;
+                if log.clashes.contains(&position) {
+                    report.unrepresentable += 1;
+                    let item = self.src.message_item(chat, &id_text);
+                    report.example("unrepresentable", item.as_bytes());
+                    continue;
+                }
+                let Some(bytes) = value.bytes() else {
+                    unreadable(report, &self.src.message_item(chat, &id_text));
+                    continue;
+                };
+                let item = self.tgt.message_item(chat, &id_text);
+                entries.push(Entry {
+                    slot: item.slot(),
+                    head: vec![target_log.clone()],
+                    args: vec![id.clone(), score.clone(), bytes],
+                    keys: vec![item],
+                    tag: (i, ns, id.clone()),
+                });
+            }
+        }
+        let head = [overwrite, dry];
+        let done = write(
+            self.target,
+            self.tgt_cluster,
+            &MIGRATE_MESSAGES,
+            entries,
+            &head,
+            WRITE_CHUNK,
+        )
+        .await?;
+        let mut copied: Vec<Vec<Bytes>> = vec![Vec::new(); wave.len()];
+        for ((i, ns, id), code) in done {
+            match code {
+                Ok(code) => {
+                    report.counts(ns).add(code);
+                    copied[i].push(id);
+                }
+                Err(e) if e.server().is_some() => {
+                    report.unreadable += 1;
+                    report.example("unreadable", &id);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let dropping = self.settings.delete_source && !self.settings.dry_run;
+        let mut drops = Vec::new();
+        let mut more = Vec::new();
+        for (log, ids) in wave.iter().zip(&copied) {
+            let (chat, drain) = (&log.page.chat, log.page.drain);
+            if dropping && !ids.is_empty() {
+                let mut keys = vec![self.src_log(chat, drain)];
+                for id in ids {
+                    keys.push(self.src.message_item(chat, &String::from_utf8_lossy(id)));
+                }
+                drops.push(script_call(
+                    self.src_cluster,
+                    &MIGRATE_DROP,
+                    Access::Write,
+                    keys,
+                    ids.clone(),
+                )?);
+            }
+            let len = log.members.len() as i64;
+            if len == LOG_PAGE {
+                // Dropped members leave the log, so the next page starts that much earlier.
                 let kept = if dropping {
                     len - ids.len() as i64
                 } else {
                     len
                 };
-                starts[*i] = (len == LOG_PAGE).then(|| starts[*i].unwrap_or(0) + kept);
-            }
-            for (value, (i, _)) in send_ok(self.source, drops).await?.into_iter().zip(
-                pages
-                    .iter()
-                    .filter(|(i, _)| dropping && !copied[*i].is_empty()),
-            ) {
-                let ns = if wave[*i].1 {
-                    Namespace::Drains
-                } else {
-                    Namespace::Messages
-                };
-                let _ = ns;
-                self.report.source_deleted += u64::try_from(value.as_i64()?).unwrap_or(0);
+                more.push(LogPage {
+                    chat: chat.clone(),
+                    drain,
+                    start: log.page.start + kept,
+                });
             }
         }
-        Ok(())
+        for value in send_ok(self.source, drops).await? {
+            report.source_deleted += u64::try_from(value.as_i64()?).unwrap_or(0);
+        }
+        Ok(more)
     }
 
-    /// The positions (in the order of `values`) of messages a legacy target cannot hold: their
-    /// legacy item key is also the key of another message of the source (`a` + `b:c` and
-    /// `a:b` + `c`) with a different value. Equal values are one legacy item, as before the
-    /// forward migration copied a shared item to both chats.
-    async fn legacy_clashes(
-        &self,
-        pages: &[(usize, Vec<(Bytes, Bytes)>)],
-        wave: &[(String, bool)],
-        values: &[Read],
-    ) -> Result<std::collections::BTreeSet<usize>, Error> {
-        let mut clashes = std::collections::BTreeSet::new();
+    /// Marks the messages a legacy target cannot hold: their legacy item key is also the key of
+    /// another message of the source (`a` + `b:c` and `a:b` + `c`) with a different value.
+    /// Equal values are one legacy item, as before the forward migration copied a shared item
+    /// to both chats.
+    async fn legacy_clashes(&self, wave: &mut [FetchedLog]) -> Result<(), Error> {
         if self.tgt.layout() != Layout::Legacy {
-            return Ok(clashes);
+            return Ok(());
         }
         let mut batch = Vec::new();
         let mut asked = Vec::new();
-        let mut position = 0;
-        for (i, page) in pages {
-            let chat = &wave[*i].0;
-            for (id, _) in page {
+        for (i, log) in wave.iter().enumerate() {
+            let chat = &log.page.chat;
+            for (position, (id, _)) in log.members.iter().enumerate() {
                 let id = String::from_utf8_lossy(id);
                 let rest = format!("{chat}:{id}");
                 for (other_chat, other_id) in item_readings(&rest) {
@@ -650,22 +701,21 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                             .key(&self.src.message_item(other_chat, other_id))
                             .build()?,
                     );
-                    asked.push(position);
+                    asked.push((i, position));
                 }
-                position += 1;
             }
         }
         let replies = send_ok(self.source, batch).await?;
-        for (pair, at) in replies.chunks(2).zip(asked) {
+        for (pair, (i, position)) in replies.chunks(2).zip(asked) {
             if let [named, other] = pair {
                 let named = *named != crate::value::Value::Nil;
-                let same = values[at].bytes() == other.clone().into_opt_bytes()?;
+                let same = wave[i].values[position].bytes() == other.clone().into_opt_bytes()?;
                 if named && !same {
-                    clashes.insert(at);
+                    wave[i].clashes.insert(position);
                 }
             }
         }
-        Ok(clashes)
+        Ok(())
     }
 
     fn src_log(&self, chat: &str, drain: bool) -> Key {
@@ -683,6 +733,34 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
             self.tgt.message_log(chat)
         }
     }
+}
+
+/// The next page of one log (or drain) to copy.
+struct LogPage {
+    chat: String,
+    drain: bool,
+    start: i64,
+}
+
+/// A log page read from the source: its members, their items, and the members a legacy target
+/// cannot hold.
+struct FetchedLog {
+    page: LogPage,
+    members: Vec<(Bytes, Bytes)>,
+    values: Vec<Read>,
+    clashes: BTreeSet<usize>,
+}
+
+/// Up to [`CHAT_WAVE`] log pages from the front of the queue.
+fn take_wave(queue: &mut VecDeque<LogPage>) -> Vec<LogPage> {
+    let n = queue.len().min(CHAT_WAVE);
+    queue.drain(..n).collect()
+}
+
+/// Counts a key that could not be read as its namespace's type.
+fn unreadable(report: &mut MigrationReport, key: &Key) {
+    report.unreadable += 1;
+    report.example("unreadable", key.as_bytes());
 }
 
 /// An entry without its tag yet.

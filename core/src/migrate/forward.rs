@@ -85,18 +85,30 @@ pub async fn migrate_to_cluster_layout<S: Executor, T: Executor>(
     };
     let total = dbsize(source, &src_nodes).await?;
     let pattern = run.src.prefix_pattern();
-    let mut cursor = Bytes::from_static(b"0");
+    // The next page is read while the current one is copied: the source and the target work
+    // at the same time.
+    let count = options.scan_count;
+    let mut page = scan_page(source, &None, &Bytes::from_static(b"0"), &pattern, count).await?;
     loop {
-        let (next, keys) = scan_page(source, &None, &cursor, &pattern, options.scan_count).await?;
-        run.page(keys).await?;
+        let (next, keys) = std::mem::take(&mut page);
+        if next.as_ref() == b"0" {
+            run.page(keys).await?;
+        } else {
+            let (copied, fetched) = futures_util::future::join(
+                run.page(keys),
+                scan_page(source, &None, &next, &pattern, count),
+            )
+            .await;
+            copied?;
+            page = fetched?;
+        }
         progress(&Progress {
             scanned: run.report.scanned,
             total,
             moved: run.report.moved(),
             phase: "copying",
         });
-        cursor = next;
-        if cursor.as_ref() == b"0" {
+        if next.as_ref() == b"0" {
             break;
         }
     }

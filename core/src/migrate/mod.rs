@@ -84,8 +84,9 @@ pub(crate) static SCRIPTS: &[&crate::script::Script] = &[
     &MIGRATE_DROP,
 ];
 
-/// At most this many message logs are migrated at once (each in pages of 1000 messages).
-pub const CHAT_WAVE: usize = 16;
+/// At most this many message logs are migrated at once (each in pages of 1000 messages): a
+/// wave's three round trips (log pages, items, writes) carry this many chats each.
+pub const CHAT_WAVE: usize = 128;
 
 /// What a key holds, for counting and for choosing what to copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -425,6 +426,40 @@ impl MigrationReport {
             source_deleted: 0,
             marker: MarkerOutcome::Kept,
             elapsed: Duration::ZERO,
+        }
+    }
+
+    /// An empty report of the same run, for a part of it that runs concurrently.
+    fn part(&self) -> Self {
+        MigrationReport::new(self.from, self.dry_run)
+    }
+
+    /// Adds the counts of a part.
+    fn absorb(&mut self, part: MigrationReport) {
+        self.scanned += part.scanned;
+        for (ns, c) in part.namespaces {
+            let mine = self.counts(ns);
+            mine.copied += c.copied;
+            mine.kept += c.kept;
+            mine.overwritten += c.overwritten;
+            mine.pruned += c.pruned;
+        }
+        for (ns, n) in part.not_copied {
+            *self.not_copied.entry(ns).or_default() += n;
+        }
+        self.orphans += part.orphans;
+        self.foreign_items += part.foreign_items;
+        self.shared_items += part.shared_items;
+        self.dangling += part.dangling;
+        self.unreadable += part.unreadable;
+        self.unrepresentable += part.unrepresentable;
+        self.unknown += part.unknown;
+        self.target_layout += part.target_layout;
+        self.source_deleted += part.source_deleted;
+        for (what, keys) in part.examples {
+            for key in keys {
+                self.example(what, key.as_bytes());
+            }
         }
     }
 
