@@ -707,6 +707,60 @@ fn turn_extend_and_release() {
     });
 }
 
+// --- exact tokens -------------------------------------------------------------------------------
+
+/// Fences, terms and lease tokens come back as the counter's decimal text (a Lua number would
+/// round them past 2^53); every digit survives decoding, up to the `i64` maximum. An overflow
+/// at the maximum is the server's error, passed on as it came.
+#[test]
+fn fences_terms_and_lease_tokens_decode_exactly_from_decimal_text() {
+    let ks = keyspace(Layout::Cluster);
+    let ttl = Duration::from_secs(3);
+    let text = |n: u64| -> Reply { Ok(bulk(&n.to_string())) };
+    let max = i64::MAX as u64;
+    let past_2_53 = (1_u64 << 53) + 3;
+    for (what, n) in [("past 2^53", past_2_53), ("i64::MAX", max)] {
+        let (got, _) = run(coord::lock_acquire(&ks, "k", "o#1", ttl).unwrap(), |_| {
+            text(n)
+        });
+        assert_eq!(got.unwrap(), Some(n), "lock, {what}");
+        let (got, _) = run(coord::leader_campaign(&ks, "l", "r1", ttl).unwrap(), |_| {
+            text(n)
+        });
+        assert_eq!(got.unwrap(), Some(n), "leadership, {what}");
+        let (got, _) = run(
+            coord::lease_acquire(&ks, "tick", "r1", ttl).unwrap(),
+            |_| text(n),
+        );
+        assert_eq!(got.unwrap(), Some(n), "lease, {what}");
+        let plan =
+            coord::lock_acquire_replicated(&ks, "k", "o#1", ttl, 1, Duration::from_millis(50))
+                .unwrap();
+        let (got, _) = run(plan, |_| Ok(arr(vec![bulk(&n.to_string()), Value::Int(1)])));
+        assert_eq!(got.unwrap(), Some(n), "replicated lock, {what}");
+    }
+    // A re-entrant campaign whose term counter is missing: 0, an integer reply.
+    let (got, _) = run(coord::leader_campaign(&ks, "l", "r1", ttl).unwrap(), |_| {
+        int(0)
+    });
+    assert_eq!(got.unwrap(), Some(0));
+    // Text that is not a fence is refused, never taken for one.
+    for bad in ["-1", "9223372036854775808", "1.5e+15", ""] {
+        let (got, _) = run(coord::lock_acquire(&ks, "k", "o#1", ttl).unwrap(), |_| {
+            Ok(bulk(bad))
+        });
+        assert!(
+            matches!(got, Err(Error::UnexpectedReply { .. })),
+            "{bad:?}: {got:?}"
+        );
+    }
+    let overflow = ServerError::new("ERR increment or decrement would overflow");
+    let (got, _) = run(coord::lock_acquire(&ks, "k", "o#1", ttl).unwrap(), |_| {
+        Err(Error::Server(overflow.clone()))
+    });
+    assert_eq!(got.unwrap_err(), Error::Server(overflow));
+}
+
 // --- leases -------------------------------------------------------------------------------------
 
 #[test]
