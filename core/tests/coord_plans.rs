@@ -471,6 +471,17 @@ fn turn_idle_lifetime_shorter_than_twice_the_longest_timer_is_refused() {
             },
         ),
         ("zero", Duration::ZERO, ok),
+        (
+            "below the floor, with timers that would allow it",
+            Duration::from_millis(9),
+            TurnOptions {
+                ttl: Duration::from_millis(1),
+                poll_interval: Duration::from_millis(1),
+                claim_timeout: Duration::from_millis(1),
+                wait_timeout: Duration::from_millis(1),
+                idle_lifetime: Duration::ZERO,
+            },
+        ),
     ];
     for (why, idle_lifetime, base) in cases {
         let bad = TurnOptions {
@@ -488,6 +499,14 @@ fn turn_idle_lifetime_shorter_than_twice_the_longest_timer_is_refused() {
         refused(coord::turn_extend(&ks, &guard("r2|1", 3), &bad).map(drop));
         refused(coord::turn_release(&ks, &guard("r2|1", 3), &bad).map(drop));
     }
+    let floor = TurnOptions {
+        ttl: Duration::ZERO,
+        poll_interval: Duration::ZERO,
+        claim_timeout: Duration::ZERO,
+        wait_timeout: Duration::ZERO,
+        idle_lifetime: coord::MIN_IDLE_LIFETIME,
+    };
+    assert_eq!(floor.check(), Ok(()));
     // Durations too long for a script's arithmetic are refused as for every TTL.
     let huge = TurnOptions {
         idle_lifetime: Duration::MAX,

@@ -36,10 +36,15 @@ impl Default for TurnOptions {
     }
 }
 
+/// The shortest idle lifetime accepted, whatever the timers: a restarted ticket counter is
+/// above the tickets of its earlier life only when the queue was idle for more than a
+/// millisecond (and longer than a script run).
+pub const MIN_IDLE_LIFETIME: Duration = Duration::from_millis(10);
+
 impl TurnOptions {
     /// Refuses an `idle_lifetime` shorter than twice the longest of `ttl`, `claim_timeout`,
-    /// `wait_timeout` and `poll_interval` with [`Error::Config`]. Every turn plan checks this
-    /// before it sends anything.
+    /// `wait_timeout` and `poll_interval`, or shorter than [`MIN_IDLE_LIFETIME`], with
+    /// [`Error::Config`]. Every turn plan checks this before it sends anything.
     ///
     /// Why: the queue must only expire once nobody waits on it or holds it. A live waiter
     /// calls at least every poll interval until it gives up (the wait timeout), a live holder
@@ -52,10 +57,12 @@ impl TurnOptions {
             .max(self.claim_timeout)
             .max(self.wait_timeout)
             .max(self.poll_interval);
-        if self.idle_lifetime < longest.saturating_mul(2) {
+        let least = longest.saturating_mul(2).max(MIN_IDLE_LIFETIME);
+        if self.idle_lifetime < least {
             return Err(Error::Config(format!(
-                "the turn idle lifetime {:?} is shorter than twice the longest of the turn \
-                 TTL, claim timeout, wait timeout and poll interval ({longest:?})",
+                "the turn idle lifetime {:?} is shorter than {least:?}: twice the longest of \
+                 the turn TTL, claim timeout, wait timeout and poll interval ({longest:?}), \
+                 and at least {MIN_IDLE_LIFETIME:?}",
                 self.idle_lifetime
             )));
         }
