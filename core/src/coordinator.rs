@@ -43,7 +43,9 @@ impl<E: Executor> Coordinator<E> {
         }
     }
 
-    /// How turns are waited for and held.
+    /// How turns are waited for and held, and how long an idle chat's queue is kept. Every turn
+    /// call checks the options ([`TurnOptions::check`]) and fails with [`Error::Config`] before
+    /// sending anything when the idle lifetime is too short for the timers.
     pub fn with_turn_options(mut self, options: TurnOptions) -> Self {
         self.turns = options;
         self

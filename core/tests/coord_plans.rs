@@ -372,6 +372,7 @@ fn turn_options() -> TurnOptions {
         poll_interval: Duration::from_millis(20),
         claim_timeout: Duration::from_secs(1),
         wait_timeout: Duration::from_secs(5),
+        idle_lifetime: Duration::from_secs(60),
     }
 }
 
@@ -383,16 +384,20 @@ fn guard(member: &str, ticket: u64) -> TurnGuard {
     }
 }
 
+/// A ticket as a restarted counter hands them out: the server's time in ms x 1000, past 2^50.
+const T0: u64 = 1_767_225_600_000_000;
+
 #[test]
 fn turn_takes_waits_probes_a_dead_predecessor_skips_and_is_granted() {
     snapshot_both("turn_acquire", |layout, ks| {
         let plan = coord::acquire_turn(ks, "chat:1", "r:2", "7", turn_options()).unwrap();
+        let (mine, before) = ((T0 + 5) as i64, (T0 + 4) as i64);
         let mut script = vec![
-            ("turn take", int(5)),
-            // r:1 holds ticket 4 and its replica lives.
-            ("turn poll", poll("wait", 1_000, "r%3A1|3", 4, None)),
+            ("turn take", int(mine)),
+            // r:1 holds the ticket before and its replica lives.
+            ("turn poll", poll("wait", 1_000, "r%3A1|3", before, None)),
             // r:1's holder is probed by the next in line.
-            ("turn poll", poll("probe", 1_020, "r%3A1|3", 4, None)),
+            ("turn poll", poll("probe", 1_020, "r%3A1|3", before, None)),
         ];
         match layout {
             Layout::Cluster => {
@@ -402,24 +407,115 @@ fn turn_takes_waits_probes_a_dead_predecessor_skips_and_is_granted() {
             // Legacy: the skip reads the heartbeat itself (one more key), atomically.
             Layout::Legacy => script.push(("turn skip", int(1))),
         }
-        script.push(("turn poll", poll("granted", 1_045, "r%3A2|7", 5, None)));
+        script.push(("turn poll", poll("granted", 1_045, "r%3A2|7", mine, None)));
         let (got, t) = run(plan, replies(script));
         assert_eq!(
             got.unwrap(),
             TurnGrant {
-                guard: guard("r%3A2|7", 5),
+                guard: guard("r%3A2|7", T0 + 5),
                 events: vec![
-                    TurnEvent::Took(5),
+                    TurnEvent::Took(T0 + 5),
                     TurnEvent::Skipped {
-                        ticket: 4,
+                        ticket: T0 + 4,
                         member: "r%3A1|3".into(),
                         reason: SkipReason::HeartbeatExpired,
                     },
                 ],
             }
         );
+        // Every digit of the ticket goes out, in the owner value's decimal text.
+        assert!(t.contains("args=[poll 1767225600000005 r%3A2|7 "), "{t}");
+        assert!(t.contains("args=[skip 1767225600000004 r%3A1|3 "), "{t}");
         t
     });
+}
+
+/// An idle lifetime shorter than twice the longest turn timer is refused before anything is
+/// built, by every turn plan: the queue could expire under a live waiter or holder.
+#[test]
+fn turn_idle_lifetime_shorter_than_twice_the_longest_timer_is_refused() {
+    let ks = keyspace(Layout::Cluster);
+    let ok = turn_options();
+    assert_eq!(ok.check(), Ok(()));
+    assert_eq!(TurnOptions::default().check(), Ok(()));
+    // The TTL (10 s) is the longest: 20 s is the least accepted.
+    let least = TurnOptions {
+        idle_lifetime: Duration::from_secs(20),
+        ..ok
+    };
+    assert_eq!(least.check(), Ok(()));
+    let cases = [
+        ("below twice the TTL", Duration::from_millis(19_999), ok),
+        (
+            "below twice the wait timeout",
+            Duration::from_secs(59),
+            TurnOptions {
+                wait_timeout: Duration::from_secs(30),
+                ..ok
+            },
+        ),
+        (
+            "below twice the claim timeout",
+            Duration::from_secs(29),
+            TurnOptions {
+                claim_timeout: Duration::from_secs(15),
+                ..ok
+            },
+        ),
+        (
+            "below twice the poll interval",
+            Duration::from_secs(29),
+            TurnOptions {
+                poll_interval: Duration::from_secs(15),
+                ..ok
+            },
+        ),
+        ("zero", Duration::ZERO, ok),
+        (
+            "below the floor, with timers that would allow it",
+            Duration::from_millis(9),
+            TurnOptions {
+                ttl: Duration::from_millis(1),
+                poll_interval: Duration::from_millis(1),
+                claim_timeout: Duration::from_millis(1),
+                wait_timeout: Duration::from_millis(1),
+                idle_lifetime: Duration::ZERO,
+            },
+        ),
+    ];
+    for (why, idle_lifetime, base) in cases {
+        let bad = TurnOptions {
+            idle_lifetime,
+            ..base
+        };
+        let refused = |got: Result<(), Error>| {
+            assert!(
+                matches!(&got, Err(Error::Config(text)) if text.contains("turn idle lifetime")),
+                "{why}: {got:?}"
+            )
+        };
+        refused(bad.check());
+        refused(coord::acquire_turn(&ks, "chat:1", "r2", "1", bad).map(drop));
+        refused(coord::turn_extend(&ks, &guard("r2|1", 3), &bad).map(drop));
+        refused(coord::turn_release(&ks, &guard("r2|1", 3), &bad).map(drop));
+    }
+    let floor = TurnOptions {
+        ttl: Duration::ZERO,
+        poll_interval: Duration::ZERO,
+        claim_timeout: Duration::ZERO,
+        wait_timeout: Duration::ZERO,
+        idle_lifetime: coord::MIN_IDLE_LIFETIME,
+    };
+    assert_eq!(floor.check(), Ok(()));
+    // Durations too long for a script's arithmetic are refused as for every TTL.
+    let huge = TurnOptions {
+        idle_lifetime: Duration::MAX,
+        ..ok
+    };
+    assert!(matches!(
+        coord::acquire_turn(&ks, "chat:1", "r2", "1", huge),
+        Err(Error::Config(text)) if text.contains("longer than")
+    ));
 }
 
 #[test]
@@ -628,6 +724,60 @@ fn turn_extend_and_release() {
         out += &t;
         out
     });
+}
+
+// --- exact tokens -------------------------------------------------------------------------------
+
+/// Fences, terms and lease tokens come back as the counter's decimal text (a Lua number would
+/// round them past 2^53); every digit survives decoding, up to the `i64` maximum. An overflow
+/// at the maximum is the server's error, passed on as it came.
+#[test]
+fn fences_terms_and_lease_tokens_decode_exactly_from_decimal_text() {
+    let ks = keyspace(Layout::Cluster);
+    let ttl = Duration::from_secs(3);
+    let text = |n: u64| -> Reply { Ok(bulk(&n.to_string())) };
+    let max = i64::MAX as u64;
+    let past_2_53 = (1_u64 << 53) + 3;
+    for (what, n) in [("past 2^53", past_2_53), ("i64::MAX", max)] {
+        let (got, _) = run(coord::lock_acquire(&ks, "k", "o#1", ttl).unwrap(), |_| {
+            text(n)
+        });
+        assert_eq!(got.unwrap(), Some(n), "lock, {what}");
+        let (got, _) = run(coord::leader_campaign(&ks, "l", "r1", ttl).unwrap(), |_| {
+            text(n)
+        });
+        assert_eq!(got.unwrap(), Some(n), "leadership, {what}");
+        let (got, _) = run(
+            coord::lease_acquire(&ks, "tick", "r1", ttl).unwrap(),
+            |_| text(n),
+        );
+        assert_eq!(got.unwrap(), Some(n), "lease, {what}");
+        let plan =
+            coord::lock_acquire_replicated(&ks, "k", "o#1", ttl, 1, Duration::from_millis(50))
+                .unwrap();
+        let (got, _) = run(plan, |_| Ok(arr(vec![bulk(&n.to_string()), Value::Int(1)])));
+        assert_eq!(got.unwrap(), Some(n), "replicated lock, {what}");
+    }
+    // A re-entrant campaign whose term counter is missing: 0, an integer reply.
+    let (got, _) = run(coord::leader_campaign(&ks, "l", "r1", ttl).unwrap(), |_| {
+        int(0)
+    });
+    assert_eq!(got.unwrap(), Some(0));
+    // Text that is not a fence is refused, never taken for one.
+    for bad in ["-1", "9223372036854775808", "1.5e+15", ""] {
+        let (got, _) = run(coord::lock_acquire(&ks, "k", "o#1", ttl).unwrap(), |_| {
+            Ok(bulk(bad))
+        });
+        assert!(
+            matches!(got, Err(Error::UnexpectedReply { .. })),
+            "{bad:?}: {got:?}"
+        );
+    }
+    let overflow = ServerError::new("ERR increment or decrement would overflow");
+    let (got, _) = run(coord::lock_acquire(&ks, "k", "o#1", ttl).unwrap(), |_| {
+        Err(Error::Server(overflow.clone()))
+    });
+    assert_eq!(got.unwrap_err(), Error::Server(overflow));
 }
 
 // --- leases -------------------------------------------------------------------------------------

@@ -1219,6 +1219,7 @@ pub fn turn_options() -> TurnOptions {
         poll_interval: Duration::from_millis(20),
         claim_timeout: Duration::from_secs(1),
         wait_timeout: Duration::from_secs(4),
+        ..TurnOptions::default()
     }
 }
 

@@ -15,6 +15,13 @@ pub struct TurnOptions {
     /// Give up waiting after this long, measured on the server's clock from the first poll
     /// (default 60 s). The ticket is withdrawn and the plan fails with [`Error::Timeout`].
     pub wait_timeout: Duration,
+    /// How long a chat's queue (`seq`, `tix`, `serving`, `last`) outlives the last turn call
+    /// on it, on the server's clock (default 1 hour). Every take, poll, skip, release and
+    /// extend renews it, so only a queue nobody waits on or holds expires; its counter then
+    /// restarts above every earlier ticket (see `docs/coordination.md`). It must be at least
+    /// twice the longest of `ttl`, `claim_timeout`, `wait_timeout` and `poll_interval`
+    /// ([`TurnOptions::check`]); use the same value on every replica.
+    pub idle_lifetime: Duration,
 }
 
 impl Default for TurnOptions {
@@ -24,7 +31,42 @@ impl Default for TurnOptions {
             poll_interval: Duration::from_millis(50),
             claim_timeout: Duration::from_secs(3),
             wait_timeout: Duration::from_secs(60),
+            idle_lifetime: Duration::from_secs(3600),
         }
+    }
+}
+
+/// The shortest idle lifetime accepted, whatever the timers: a restarted ticket counter is
+/// above the tickets of its earlier life only when the queue was idle for more than a
+/// millisecond (and longer than a script run).
+pub const MIN_IDLE_LIFETIME: Duration = Duration::from_millis(10);
+
+impl TurnOptions {
+    /// Refuses an `idle_lifetime` shorter than twice the longest of `ttl`, `claim_timeout`,
+    /// `wait_timeout` and `poll_interval`, or shorter than [`MIN_IDLE_LIFETIME`], with
+    /// [`Error::Config`]. Every turn plan checks this before it sends anything.
+    ///
+    /// Why: the queue must only expire once nobody waits on it or holds it. A live waiter
+    /// calls at least every poll interval until it gives up (the wait timeout), a live holder
+    /// extends within its TTL, and a served ticket nobody claims is skipped within the claim
+    /// timeout; with every one of these fitting twice into the lifetime, round trips and the
+    /// retries of lost requests cannot stretch a live participant's silence past it.
+    pub fn check(&self) -> Result<(), Error> {
+        let longest = self
+            .ttl
+            .max(self.claim_timeout)
+            .max(self.wait_timeout)
+            .max(self.poll_interval);
+        let least = longest.saturating_mul(2).max(MIN_IDLE_LIFETIME);
+        if self.idle_lifetime < least {
+            return Err(Error::Config(format!(
+                "the turn idle lifetime {:?} is shorter than {least:?}: twice the longest of \
+                 the turn TTL, claim timeout, wait timeout and poll interval ({longest:?}), \
+                 and at least {MIN_IDLE_LIFETIME:?}",
+                self.idle_lifetime
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -150,6 +192,7 @@ fn turn_request(
     options: &TurnOptions,
     heartbeat: Option<Key>,
 ) -> Result<Request, Error> {
+    options.check()?;
     let mut keys = turn_keys(ks, chat);
     keys.extend(heartbeat);
     Request::script_in(
@@ -163,6 +206,7 @@ fn turn_request(
             member.into_arg(),
             ttl_ms(options.ttl)?.into_arg(),
             ttl_ms(options.claim_timeout)?.into_arg(),
+            ttl_ms(options.idle_lifetime)?.into_arg(),
         ],
     )
 }

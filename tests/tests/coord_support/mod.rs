@@ -109,3 +109,42 @@ impl Rng {
         self.next() % n
     }
 }
+
+/// Runs one plain command on `key` and returns its reply (the test reads and writes keys
+/// directly: an observer, or an operator, not a participant).
+pub(crate) async fn key_cmd<R: Runtime>(
+    client: &Client<R>,
+    name: &'static str,
+    key: &botmesh_redis_core::Key,
+    args: &[&str],
+) -> botmesh_redis_core::Value {
+    use botmesh_redis_core::{Access, Executor, Request};
+    let mut request = Request::cmd(Access::Write, name).key(key);
+    for arg in args {
+        request = request.arg(arg.to_string());
+    }
+    client.call(request.build().unwrap()).await.unwrap()
+}
+
+/// The remaining time to live of `key` in ms: -1 without one, -2 when the key does not exist.
+pub(crate) async fn pttl<R: Runtime>(client: &Client<R>, key: &botmesh_redis_core::Key) -> i64 {
+    key_cmd(client, "PTTL", key, &[]).await.as_i64().unwrap()
+}
+
+/// Whether `key` exists (an expired key does not: reading it expires it).
+pub(crate) async fn exists<R: Runtime>(client: &Client<R>, key: &botmesh_redis_core::Key) -> bool {
+    key_cmd(client, "EXISTS", key, &[]).await.as_i64().unwrap() == 1
+}
+
+/// The server's clock in ms (`TIME` on any master; the test servers share the machine's clock).
+pub(crate) async fn server_ms<R: Runtime>(client: &Client<R>) -> u64 {
+    use botmesh_redis_core::{Access, Executor, Request};
+    let reply = client
+        .call(Request::cmd(Access::Read, "TIME").build().unwrap())
+        .await
+        .unwrap();
+    let parts = reply.into_array().unwrap();
+    let seconds = u64::try_from(parts[0].as_i64().unwrap()).unwrap();
+    let micros = u64::try_from(parts[1].as_i64().unwrap()).unwrap();
+    seconds * 1000 + micros / 1000
+}
