@@ -70,6 +70,28 @@ pub(super) async fn masters<E: Executor>(e: &E) -> Result<Vec<Option<String>>, E
     masters_of(reply.ok_or_else(|| misuse("no reply to CLUSTER SLOTS"))?)
 }
 
+/// The server's clock in ms (`TIME`): the run's elapsed time is measured on the source's
+/// clock, since the core has none of its own.
+pub(super) async fn server_ms<E: Executor>(e: &E) -> Result<i64, Error> {
+    let time = Request::cmd(Access::Read, "TIME").build()?;
+    let value = send_ok(e, vec![time])
+        .await?
+        .pop()
+        .ok_or_else(|| misuse("no reply to TIME"))?;
+    let mut parts = value.into_array()?.into_iter();
+    let (Some(seconds), Some(micros)) = (parts.next(), parts.next()) else {
+        return Err(Error::UnexpectedReply {
+            detail: "TIME did not answer [seconds, microseconds]".into(),
+        });
+    };
+    Ok(seconds.as_i64()? * 1000 + micros.as_i64()? / 1000)
+}
+
+/// The time between two readings of [`server_ms`].
+pub(super) fn elapsed(from_ms: i64, to_ms: i64) -> std::time::Duration {
+    std::time::Duration::from_millis(u64::try_from(to_ms - from_ms).unwrap_or(0))
+}
+
 /// The number of keys of each node (`DBSIZE`), summed: the progress bar's total.
 pub(super) async fn dbsize<E: Executor>(e: &E, nodes: &[Option<String>]) -> Result<u64, Error> {
     let mut batch = Vec::with_capacity(nodes.len());

@@ -10,7 +10,7 @@ use crate::layout::{Keyspace, Layout, CLUSTER_V1};
 use crate::request::{Access, Request};
 
 use super::copy::{Copier, Settings};
-use super::engine::{dbsize, masters, scan_page, send_ok};
+use super::engine::{dbsize, elapsed, masters, scan_page, send_ok, server_ms};
 use super::{MarkerOutcome, MigrateOptions, MigrationReport, Progress, Refusal};
 
 /// Copies the legacy-layout keyspace of `options.prefix` on `source` into the cluster layout of
@@ -83,6 +83,7 @@ pub async fn migrate_to_cluster_layout<S: Executor, T: Executor>(
         own_other: Keyspace::new(Layout::Cluster, options.prefix.clone()).ok(),
         report: MigrationReport::new(Layout::Legacy, options.dry_run),
     };
+    let started_ms = server_ms(source).await?;
     let total = dbsize(source, &src_nodes).await?;
     let pattern = run.src.prefix_pattern();
     // The next page is read while the current one is copied: the source and the target work
@@ -127,6 +128,7 @@ pub async fn migrate_to_cluster_layout<S: Executor, T: Executor>(
         send_ok(target, vec![set]).await?;
         MarkerOutcome::Written
     };
+    run.report.elapsed = elapsed(started_ms, server_ms(source).await?);
     Ok(run.report)
 }
 

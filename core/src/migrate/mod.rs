@@ -402,7 +402,8 @@ pub struct MigrationReport {
     pub source_deleted: u64,
     /// The layout marker.
     pub marker: MarkerOutcome,
-    /// Wall time of the run, measured by the caller (the core has no clock); zero until set.
+    /// Wall time of the run, on the source server's clock (`TIME` at the start and the end:
+    /// the core has no clock of its own).
     pub elapsed: Duration,
 }
 

@@ -10,7 +10,7 @@ use crate::layout::{Keyspace, Layout, RecordKind};
 use crate::request::{Access, Request};
 
 use super::copy::{Copier, Settings};
-use super::engine::{dbsize, masters, scan_page, script_call, send, send_ok};
+use super::engine::{dbsize, elapsed, masters, scan_page, script_call, send, send_ok, server_ms};
 use super::forward::{cluster_tickets, legacy_tickets, LiveFound};
 use super::names::{self, Name};
 use super::{
@@ -76,6 +76,7 @@ pub async fn rollback_to_legacy_layout<S: Executor, T: Executor>(
         own_other: Some(Keyspace::new(Layout::Legacy, options.prefix.clone())?),
         report: MigrationReport::new(Layout::Cluster, options.dry_run),
     };
+    let started_ms = server_ms(source).await?;
     let total = dbsize(source, &src_nodes).await?;
     let pattern = run.src.prefix_pattern();
     for node in &src_nodes {
@@ -131,6 +132,7 @@ pub async fn rollback_to_legacy_layout<S: Executor, T: Executor>(
             .build()?;
         send_ok(source, vec![del]).await?;
     }
+    report.elapsed = elapsed(started_ms, server_ms(source).await?);
     Ok(report)
 }
 
