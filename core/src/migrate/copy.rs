@@ -12,8 +12,8 @@ use crate::layout::{Keyspace, Layout, RecordKind};
 use crate::request::{Access, Request};
 
 use super::engine::{
-    canonical_int, delete, read, script_call, send, send_ok, ttl_arg, write, Entry, Mode, Read,
-    WRITE_CHUNK,
+    canonical_int, delete, members, read, script_call, send, send_ok, ttl_arg, write, Entry, Mode,
+    Read, WRITE_CHUNK,
 };
 use super::names::{self, item_readings, Name};
 use super::{
@@ -418,36 +418,28 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
         report: &mut MigrationReport,
         items: Vec<(Bytes, Name)>,
     ) -> Result<(), Error> {
-        let mut batch = Vec::new();
+        let mut pairs = Vec::new();
         let mut spans = Vec::with_capacity(items.len());
         for (_, name) in &items {
-            let start = batch.len();
+            let start = pairs.len();
             let readings: Vec<(&str, &str)> = match name {
                 Name::LegacyItem { rest } => item_readings(rest).collect(),
                 Name::Item { chat, id } => vec![(chat.as_str(), id.as_str())],
                 _ => Vec::new(),
             };
             for (chat, id) in readings {
-                for log in [self.src.message_log(chat), self.src.message_drain(chat)] {
-                    batch.push(
-                        Request::cmd(Access::Read, "ZSCORE")
-                            .key(&log)
-                            .arg(id)
-                            .build()?,
-                    );
-                }
+                let id = Bytes::copy_from_slice(id.as_bytes());
+                pairs.push((self.src.message_log(chat), id.clone()));
+                pairs.push((self.src.message_drain(chat), id));
             }
-            spans.push(start..batch.len());
+            spans.push(start..pairs.len());
         }
-        let replies = send(self.source, batch).await?;
+        let named = members(self.source, self.src_cluster, &pairs).await?;
         for ((key, _), span) in items.iter().zip(spans) {
             // Each reading asked its log and its drain: an owner is a reading either names.
-            let owners: Vec<bool> = replies[span]
+            let owners: Vec<bool> = named[span]
                 .chunks(2)
-                .map(|pair| {
-                    pair.iter()
-                        .any(|r| matches!(r, Ok(v) if *v != crate::value::Value::Nil))
-                })
+                .map(|pair| pair.iter().any(|n| *n))
                 .collect();
             let count = owners.iter().filter(|o| **o).count();
             if count == 0 {

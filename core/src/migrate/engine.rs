@@ -14,7 +14,7 @@ use crate::scan::{masters_of, masters_request, parse_page};
 use crate::script::Script;
 use crate::value::Value;
 
-use super::MIGRATE_READ;
+use super::{MIGRATE_MEMBERS, MIGRATE_READ};
 
 /// Keys per read script call on a single node (a cluster groups by slot instead).
 const READ_CHUNK: usize = 256;
@@ -262,6 +262,39 @@ pub(super) async fn read<E: Executor>(
     out.into_iter()
         .map(|r| r.ok_or_else(|| misuse("migrate_read answered too few entries")))
         .collect()
+}
+
+/// Whether each sorted set holds its member: one script call per chunk (single node) or per
+/// slot (cluster).
+pub(super) async fn members<E: Executor>(
+    e: &E,
+    cluster: bool,
+    pairs: &[(Key, Bytes)],
+) -> Result<Vec<bool>, Error> {
+    let groups = groups(cluster, pairs.len(), |i| pairs[i].0.slot(), READ_CHUNK);
+    let mut batch = Vec::with_capacity(groups.len());
+    for group in &groups {
+        let keys = group.iter().map(|&i| pairs[i].0.clone()).collect();
+        let args = group.iter().map(|&i| pairs[i].1.clone()).collect();
+        batch.push(script_call(
+            cluster,
+            &MIGRATE_MEMBERS,
+            Access::Read,
+            keys,
+            args,
+        )?);
+    }
+    let mut out = vec![false; pairs.len()];
+    for (group, reply) in groups.iter().zip(send_ok(e, batch).await?) {
+        let answers = reply.into_array()?;
+        if answers.len() != group.len() {
+            return Err(misuse("migrate_members answered the wrong number of flags"));
+        }
+        for (&i, answer) in group.iter().zip(answers) {
+            out[i] = answer.as_i64()? == 1;
+        }
+    }
+    Ok(out)
 }
 
 /// Splits `n` items into groups: by slot on a cluster (items of one slot together), or in

@@ -68,6 +68,10 @@ crate::lua_script!(
     pub MIGRATE_LEASE = "migrate_lease"
 );
 crate::lua_script!(
+    /// Asks many logs and drains whether they name an item.
+    pub MIGRATE_MEMBERS = "migrate_members"
+);
+crate::lua_script!(
     /// Deletes migrated messages from the source, item and member together.
     pub MIGRATE_DROP = "migrate_drop"
 );
@@ -82,6 +86,7 @@ pub(crate) static SCRIPTS: &[&crate::script::Script] = &[
     &MIGRATE_RESTORE,
     &MIGRATE_LEASE,
     &MIGRATE_DROP,
+    &MIGRATE_MEMBERS,
 ];
 
 /// At most this many message logs are migrated at once (each in pages of 1000 messages): a
