@@ -140,6 +140,20 @@ impl CommandBuilder {
         self
     }
 
+    /// Builds a multi-key command for a single node, whose keys may hash to different slots
+    /// (a migration's `MGET` of legacy keys): routed to any master, which on a single-node
+    /// client is the node. On a cluster the server would answer `CROSSSLOT`, as for
+    /// [`Request::single_node_script`].
+    pub fn build_for_single_node(self) -> Request {
+        Request {
+            body: Body::Command(self.args),
+            keys: self.keys,
+            route: self.route.unwrap_or(Route::AnyMaster),
+            access: self.access,
+            wait: None,
+        }
+    }
+
     /// Checks that every key shares one slot and builds the request.
     pub fn build(self) -> Result<Request, Error> {
         let route = match self.route {

@@ -12,8 +12,8 @@ use crate::layout::{Keyspace, Layout, RecordKind};
 use crate::request::{Access, Request};
 
 use super::engine::{
-    canonical_int, delete, members, read, script_call, send, send_ok, ttl_arg, write, Entry, Mode,
-    Read, WRITE_CHUNK,
+    canonical_int, delete, members, read, read_strings, script_call, send, send_ok, ttl_arg, write,
+    Entry, Mode, Read, WRITE_CHUNK,
 };
 use super::names::{self, item_readings, Name};
 use super::{
@@ -418,29 +418,39 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
         report: &mut MigrationReport,
         items: Vec<(Bytes, Name)>,
     ) -> Result<(), Error> {
+        // Logs first; a drain is asked only for the readings no log names (most items have
+        // one reading, named by its log).
         let mut pairs = Vec::new();
         let mut spans = Vec::with_capacity(items.len());
+        let mut readings = Vec::new();
         for (_, name) in &items {
             let start = pairs.len();
-            let readings: Vec<(&str, &str)> = match name {
+            let of_item: Vec<(&str, &str)> = match name {
                 Name::LegacyItem { rest } => item_readings(rest).collect(),
                 Name::Item { chat, id } => vec![(chat.as_str(), id.as_str())],
                 _ => Vec::new(),
             };
-            for (chat, id) in readings {
+            for (chat, id) in of_item {
                 let id = Bytes::copy_from_slice(id.as_bytes());
                 pairs.push((self.src.message_log(chat), id.clone()));
-                pairs.push((self.src.message_drain(chat), id));
+                readings.push((chat, id));
             }
             spans.push(start..pairs.len());
         }
-        let named = members(self.source, self.src_cluster, &pairs).await?;
+        let mut named = members(self.source, self.src_cluster, &pairs).await?;
+        let unnamed: Vec<usize> = (0..named.len()).filter(|&i| !named[i]).collect();
+        let drains: Vec<(Key, Bytes)> = unnamed
+            .iter()
+            .map(|&i| (self.src.message_drain(readings[i].0), readings[i].1.clone()))
+            .collect();
+        for (&i, in_drain) in unnamed
+            .iter()
+            .zip(members(self.source, self.src_cluster, &drains).await?)
+        {
+            named[i] = in_drain;
+        }
         for ((key, _), span) in items.iter().zip(spans) {
-            // Each reading asked its log and its drain: an owner is a reading either names.
-            let owners: Vec<bool> = named[span]
-                .chunks(2)
-                .map(|pair| pair.iter().any(|n| *n))
-                .collect();
+            let owners = &named[span];
             let count = owners.iter().filter(|o| **o).count();
             if count == 0 {
                 report.orphans += 1;
@@ -536,14 +546,14 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                 clashes: BTreeSet::new(),
             });
         }
-        let mut reads = Vec::new();
+        let mut items = Vec::new();
         for log in &fetched {
             for (id, _) in &log.members {
                 let id = String::from_utf8_lossy(id);
-                reads.push((self.src.message_item(&log.page.chat, &id), Mode::String));
+                items.push(self.src.message_item(&log.page.chat, &id));
             }
         }
-        let mut values = read(self.source, self.src_cluster, &reads)
+        let mut values = read_strings(self.source, self.src_cluster, &items)
             .await?
             .into_iter();
         for log in &mut fetched {

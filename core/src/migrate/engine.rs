@@ -264,6 +264,63 @@ pub(super) async fn read<E: Executor>(
         .collect()
 }
 
+/// Reads string values with `MGET`, one per chunk (single node) or per slot (cluster). A key
+/// `MGET` answers nil for is asked its `TYPE`: gone (`none`) or of another type. Yields one
+/// [`Read`] per key, without TTLs (message items have none).
+pub(super) async fn read_strings<E: Executor>(
+    e: &E,
+    cluster: bool,
+    keys: &[Key],
+) -> Result<Vec<Read>, Error> {
+    let groups = groups(cluster, keys.len(), |i| keys[i].slot(), READ_CHUNK);
+    let mut batch = Vec::with_capacity(groups.len());
+    for group in &groups {
+        let mut builder = Request::cmd(Access::Read, "MGET");
+        for &i in group {
+            builder = builder.key(&keys[i]);
+        }
+        batch.push(if cluster {
+            builder.build()?
+        } else {
+            builder.build_for_single_node()
+        });
+    }
+    let mut out: Vec<Read> = Vec::with_capacity(keys.len());
+    out.resize_with(keys.len(), || Read {
+        kind: "none".to_owned(),
+        pttl: -2,
+        value: None,
+        now_ms: 0,
+    });
+    let mut missing = Vec::new();
+    for (group, reply) in groups.iter().zip(send_ok(e, batch).await?) {
+        let values = reply.into_array()?;
+        if values.len() != group.len() {
+            return Err(misuse("MGET answered the wrong number of values"));
+        }
+        for (&i, value) in group.iter().zip(values) {
+            if value == Value::Nil {
+                missing.push(i);
+            } else {
+                out[i] = Read {
+                    kind: "string".to_owned(),
+                    pttl: -1,
+                    value: Some(value),
+                    now_ms: 0,
+                };
+            }
+        }
+    }
+    let mut types = Vec::with_capacity(missing.len());
+    for &i in &missing {
+        types.push(Request::cmd(Access::Read, "TYPE").key(&keys[i]).build()?);
+    }
+    for (&i, kind) in missing.iter().zip(send_ok(e, types).await?) {
+        out[i].kind = kind.into_string()?;
+    }
+    Ok(out)
+}
+
 /// Whether each sorted set holds its member: one script call per chunk (single node) or per
 /// slot (cluster).
 pub(super) async fn members<E: Executor>(

@@ -31,7 +31,9 @@ use std::process::Command;
 use std::time::Instant;
 
 use botmesh_redis_core::migrate::{migrate_to_cluster_layout, MarkerOutcome, MigrateOptions};
-use botmesh_redis_tests::{ClusterOptions, RedisCluster, ServerOptions, SingleNode};
+use botmesh_redis_tests::{
+    parse_info, AdminConn, ClusterOptions, RedisCluster, ServerOptions, SingleNode,
+};
 use botmesh_redis_tokio::{Client, ClientOptions};
 
 /// Generates chats `ARGV[2]..=ARGV[3]` of prefix `ARGV[1]`, each with `ARGV[4]` messages.
@@ -87,6 +89,18 @@ fn cpu_seconds() -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
+/// CPU seconds (user + system) a server has used, from `INFO cpu`.
+fn server_cpu(conn: &mut AdminConn) -> f64 {
+    let info = conn.cmd(&["INFO", "cpu"]).unwrap();
+    let info = parse_info(info.as_str().unwrap());
+    let field = |name: &str| {
+        info.get(name)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    field("used_cpu_user") + field("used_cpu_sys")
+}
+
 fn main() {
     let chats = arg("--chats", 40_000);
     let messages = arg("--messages", 20);
@@ -119,6 +133,14 @@ fn main() {
         generated.elapsed().as_secs_f64()
     );
 
+    let mut masters: Vec<AdminConn> = cluster
+        .masters()
+        .unwrap()
+        .into_iter()
+        .map(|addr| AdminConn::connect(addr).unwrap())
+        .collect();
+    let source_cpu = server_cpu(&mut admin);
+    let target_cpu: f64 = masters.iter_mut().map(server_cpu).sum();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -152,6 +174,11 @@ fn main() {
         "migrate keys={keys} seconds={seconds:.2} keys_per_s={:.0} peak_rss_mb={:.1} client_cpu_s={cpu:.2}",
         keys as f64 / seconds,
         proc_status("VmHWM:") as f64 / 1024.0,
+    );
+    eprintln!(
+        "servers' cpu during the migration: source {:.2}s, target masters {:.2}s",
+        server_cpu(&mut admin) - source_cpu,
+        masters.iter_mut().map(server_cpu).sum::<f64>() - target_cpu
     );
     eprintln!("{report:#?}");
 
