@@ -232,16 +232,29 @@ fn warnings(report: &KeyspaceReport, topology: &Topology) -> Vec<String> {
     if let Some((tag, n)) = report.hot_tags.first() {
         let share = *n as f64 / report.scanned.max(1) as f64;
         if report.scanned >= HOT_MIN_KEYS && share >= HOT_SHARE {
+            let slot = tag_slot(tag);
             lines.push(format!(
-                "warning: the hash tag {{{tag}}} holds {n} of {} keys ({:.0}%), all in slot {}: \
-                 one slot, so one master, carries that load",
+                "warning: the hash tag {{{tag}}} holds {n} of {} keys ({:.0}%), all in slot {} \
+                 ({}): one slot, so one master, carries that load",
                 report.scanned,
                 share * 100.0,
-                tag_slot(tag)
+                slot,
+                slot_owner(topology, slot)
             ));
         }
     }
     lines
+}
+
+/// The master serving `slot`, as shown: its address, `standalone`, or `no master`.
+fn slot_owner(topology: &Topology, slot: u16) -> String {
+    match topology {
+        Topology::Standalone => "standalone".to_owned(),
+        Topology::Cluster(shards) => shards
+            .iter()
+            .find(|s| s.ranges.iter().any(|&(a, b)| (a..=b).contains(&slot)))
+            .map_or_else(|| "no master".to_owned(), |s| s.master.clone()),
+    }
 }
 
 fn tag_slot(tag: &str) -> u16 {
@@ -428,27 +441,23 @@ fn render_per_node(report: &KeyspaceReport) -> String {
             .chain(totals.iter().map(u64::to_string))
             .chain([totals.iter().sum::<u64>().to_string()]),
     );
-    format!("keys per master\n{}", table.render())
+    format!(
+        "keys per master (both layouts and the shared names together)\n{}",
+        table.render()
+    )
 }
 
 fn render_hot_tags(report: &KeyspaceReport, topology: &Topology) -> String {
     if report.hot_tags.is_empty() {
         return "hot hash tags: none (no key under the prefix has a hash tag)\n".into();
     }
-    let owner = |slot: u16| match topology {
-        Topology::Standalone => "standalone".to_owned(),
-        Topology::Cluster(shards) => shards
-            .iter()
-            .find(|s| s.ranges.iter().any(|&(a, b)| (a..=b).contains(&slot)))
-            .map_or_else(|| "no master".to_owned(), |s| s.master.clone()),
-    };
     let mut table = Table::new(["tag", "slot", "master", "keys", "share"]);
     for (tag, n) in &report.hot_tags {
         let slot = tag_slot(tag);
         table.row([
             format!("{{{tag}}}"),
             slot.to_string(),
-            owner(slot),
+            slot_owner(topology, slot),
             n.to_string(),
             format!("{:.1}%", *n as f64 * 100.0 / report.scanned.max(1) as f64),
         ]);
@@ -573,5 +582,29 @@ mod tests {
                     .to_owned()
             ]
         );
+    }
+
+    #[test]
+    fn a_hot_tag_is_warned_about_only_in_a_keyspace_with_load() {
+        let topology = Topology::Cluster(vec![ShardInfo {
+            master: "h:1".into(),
+            ranges: vec![(0, 16383)],
+            replicas: vec![],
+        }]);
+        let mut r = report(Some("cluster:v1"), 0, &[]);
+        r.hot_tags = vec![("m:big".into(), 500)];
+        r.scanned = 2000;
+        assert_eq!(
+            warnings(&r, &topology),
+            [format!(
+                "warning: the hash tag {{m:big}} holds 500 of 2000 keys (25%), all in slot {} \
+                 (h:1): one slot, so one master, carries that load",
+                tag_slot("m:big")
+            )]
+        );
+        r.scanned = 999;
+        assert!(warnings(&r, &topology).is_empty());
+        r.scanned = 6000;
+        assert!(warnings(&r, &topology).is_empty());
     }
 }
