@@ -1,675 +1,412 @@
-//! `botmesh-redis`: the command line of botmesh-redis.
+//! `botmesh-redis`: the operator's command line of botmesh-redis.
 //!
-//! `botmesh-redis demo` starts a throwaway local 3-master Redis Cluster and runs three
-//! simulated bot replicas against it: they receive messages for 50 chats, take per-chat turns,
-//! save messages, update chats, contacts, checkpoints and user data, hold a leadership for a
-//! scheduler, send replies through the durable outbox, delete a chat while messages keep
-//! arriving, list everything back, and print a report. `--url` (one node) or `--cluster` (a root
-//! node) point it at an existing server instead; `--prefix` chooses the key prefix.
+//! - `inspect`: what a prefix holds, per layout and namespace;
+//! - `migrate`: the legacy layout to `cluster:v1`, in place or to another server or prefix;
+//! - `rollback`: `cluster:v1` back to the legacy layout;
+//! - `check`: whether a store's `start()` would pass, read-only, with the topology, the keys per
+//!   master and the hottest hash tags;
+//! - `demo`: three simulated bot replicas sharing 50 chats on a throwaway local Redis Cluster.
+//!
+//! Every command prints a report on stdout and a progress bar on stderr (only at a terminal).
+//! Exit codes: 0 success, 1 error, 2 usage, 3 refused. `docs/cli.md` is the operator's guide.
 #![forbid(unsafe_code)]
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+mod check;
+mod connection;
+mod demo;
+mod inspect;
+mod migrate;
+mod output;
+
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
-use botmesh_redis_tests::{ClusterOptions, RedisCluster};
-use botmesh_redis_tokio::coordinator::{Coordinator, Durability, Schedules};
-use botmesh_redis_tokio::scan;
-use botmesh_redis_tokio::store::{MessageQuery, RecordPage, Store, StoreOptions};
-use botmesh_redis_tokio::{
-    Access, Client, ClientOptions, Error, Executor, Keyspace, Layout, Request, Value,
-};
-use bytes::Bytes;
+use botmesh_redis_tokio::layout::KeyError;
+use botmesh_redis_tokio::migrate::{Namespace, Refusal};
+use botmesh_redis_tokio::{Client, ClientOptions, Error, Layout};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
-const USAGE: &str = "\
-usage: botmesh-redis demo [--url redis://HOST:PORT | --cluster HOST:PORT] [--prefix PREFIX]
+use connection::{Connection, TargetCredentials};
 
-  demo        three simulated bot replicas sharing 50 chats, with a report
-  --url       run against one existing node instead of a throwaway cluster
-  --cluster   run against an existing cluster (any root node) instead
-  --prefix    the key prefix (default botmesh-demo)";
+/// Success.
+const EXIT_OK: u8 = 0;
+/// An error: connection, server, or a demo check that failed.
+const EXIT_ERROR: u8 = 1;
+/// Refused: live bots, a wrong layout, a braced prefix; `check`: start would be refused.
+const EXIT_REFUSED: u8 = 3;
 
-const REPLICAS: usize = 3;
-const CHATS: usize = 50;
-const MESSAGES_PER_CHAT: usize = 40;
-const WORKERS_PER_REPLICA: usize = 8;
-const DELETED_CHAT: usize = 7;
-const OUTBOX: &str = "outbox";
-
-/// Where the demo runs.
-enum Target {
-    Local,
-    Url(String),
-    Cluster(String),
-}
-
-struct Args {
-    target: Target,
-    prefix: String,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut args = std::env::args().skip(1);
-    match args.next().as_deref() {
-        Some("demo") => {}
-        Some("-h" | "--help") | None => return Err(USAGE.to_owned()),
-        Some(other) => return Err(format!("unknown command {other:?}\n\n{USAGE}")),
-    }
-    let mut parsed = Args {
-        target: Target::Local,
-        prefix: "botmesh-demo".to_owned(),
+/// The exit codes, as every `--help` ends.
+macro_rules! exit_codes {
+    () => {
+        "Exit codes: 0 success, 1 error, 2 usage (bad flags), 3 refused (live bots, wrong \
+         layout, braced prefix; for check: start() would be refused)."
     };
-    while let Some(flag) = args.next() {
-        let mut value = || {
-            args.next()
-                .ok_or(format!("{flag} needs a value\n\n{USAGE}"))
-        };
-        match flag.as_str() {
-            "--url" => parsed.target = Target::Url(value()?),
-            "--cluster" => parsed.target = Target::Cluster(value()?),
-            "--prefix" => parsed.prefix = value()?,
-            other => return Err(format!("unknown option {other:?}\n\n{USAGE}")),
+}
+
+/// The operator's tool of botmesh-redis: inspect a prefix, migrate it between the legacy and
+/// the cluster:v1 key layouts, check it before starting bots, or run the demo.
+#[derive(Debug, Parser)]
+#[command(
+    name = "botmesh-redis",
+    version,
+    arg_required_else_help = true,
+    after_help = concat!(
+        "A typical migration: inspect, migrate --dry-run, migrate, check --layout cluster, \
+         start the bots, migrate --delete-source. See docs/cli.md.\n\n",
+        exit_codes!()
+    )
+)]
+struct Cli {
+    /// Hide the progress bar (it is hidden anyway when stderr is not a terminal).
+    #[arg(long, short, global = true)]
+    quiet: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Count the keys under a prefix, per namespace and layout (read-only).
+    Inspect(InspectArgs),
+    /// Copy a legacy-layout prefix into the cluster:v1 layout (in place, or to another server
+    /// or prefix).
+    Migrate(MigrateArgs),
+    /// Copy a cluster:v1 prefix back into the legacy layout.
+    Rollback(RollbackArgs),
+    /// Tell whether start() would pass for a prefix and layout (read-only), with the topology,
+    /// keys per master and hot hash tags.
+    Check(CheckArgs),
+    /// Three simulated bot replicas sharing 50 chats on a throwaway local Redis Cluster, with
+    /// a report.
+    Demo(DemoArgs),
+}
+
+/// `inspect`'s flags.
+#[derive(Debug, Args)]
+#[command(
+    group(ArgGroup::new("source").args(["url", "cluster"]).required(true)),
+    after_help = concat!(
+        "Examples:\n  \
+         botmesh-redis inspect --url redis://127.0.0.1:6379 --prefix mybot\n  \
+         botmesh-redis inspect --cluster 10.0.0.5:7000 --map 10.0.0.5:7000=127.0.0.1:7000 --prefix mybot\n  \
+         botmesh-redis inspect --url redis://bot:secret@db:6379 --prefix mybot --quiet\n\n",
+        exit_codes!()
+    )
+)]
+pub(crate) struct InspectArgs {
+    #[command(flatten)]
+    pub(crate) connection: Connection,
+
+    /// The key prefix to inspect.
+    #[arg(long)]
+    pub(crate) prefix: String,
+
+    /// SCAN COUNT hint per page.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) scan_count: u32,
+}
+
+/// `migrate`'s flags.
+#[derive(Debug, Args)]
+#[command(
+    group(ArgGroup::new("source").args(["url", "cluster"]).required(true)),
+    group(ArgGroup::new("target_server").args(["target_url", "target_cluster"])),
+    after_help = concat!(
+        "Examples:\n  \
+         # see what would happen, then migrate in place on one node\n  \
+         botmesh-redis migrate --url redis://127.0.0.1:6379 --prefix mybot --dry-run\n  \
+         botmesh-redis migrate --url redis://127.0.0.1:6379 --prefix mybot\n  \
+         # copy into a Redis Cluster under a new prefix\n  \
+         botmesh-redis migrate --url redis://old:6379 --prefix mybot --target-cluster 10.0.0.5:7000 --target-prefix mybot2\n  \
+         # only some namespaces (the layout marker is then not written)\n  \
+         botmesh-redis migrate --url redis://127.0.0.1:6379 --prefix mybot --include messages,chats\n  \
+         # once the bots run on the cluster layout: remove the legacy keys\n  \
+         botmesh-redis migrate --url redis://127.0.0.1:6379 --prefix mybot --delete-source\n\n",
+        exit_codes!()
+    )
+)]
+pub(crate) struct MigrateArgs {
+    #[command(flatten)]
+    pub(crate) connection: Connection,
+
+    /// The legacy-layout prefix to migrate.
+    #[arg(long)]
+    pub(crate) prefix: String,
+
+    /// Migrate to another single node (default: in place, on the source).
+    #[arg(long, value_name = "URL", conflicts_with = "target_cluster")]
+    pub(crate) target_url: Option<String>,
+
+    /// Migrate to a Redis Cluster, discovered from this root node; repeatable.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) target_cluster: Vec<String>,
+
+    #[command(flatten)]
+    pub(crate) target: TargetCredentials,
+
+    /// The target's prefix (default: --prefix).
+    #[arg(long, value_name = "PREFIX")]
+    pub(crate) target_prefix: Option<String>,
+
+    /// Count what would happen; write nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+
+    /// Only these namespaces (comma-separated): messages, chats, contacts, checkpoints,
+    /// schedules, user-data, fences, terms, conversations, cursors, leases, durability. A
+    /// limited run leaves the layout marker unset.
+    #[arg(long, value_name = "NS,NS", value_delimiter = ',', value_parser = parse_copied_namespace)]
+    pub(crate) include: Option<Vec<Namespace>>,
+
+    /// Replace existing target keys (counters are still only raised).
+    #[arg(long)]
+    pub(crate) overwrite: bool,
+
+    /// Run although heartbeats or pending chat tickets show live bots. Unsafe: their writes
+    /// during the run may be lost.
+    #[arg(long)]
+    pub(crate) allow_live: bool,
+
+    /// Delete each source key once the target holds it.
+    #[arg(long)]
+    pub(crate) delete_source: bool,
+
+    /// SCAN COUNT hint per page.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) scan_count: u32,
+}
+
+/// `rollback`'s flags.
+#[derive(Debug, Args)]
+#[command(
+    group(ArgGroup::new("source").args(["url", "cluster"]).required(true)),
+    group(ArgGroup::new("target_server").args(["target_url"])),
+    after_help = concat!(
+        "Examples:\n  \
+         # in place on one node\n  \
+         botmesh-redis rollback --url redis://127.0.0.1:6379 --prefix mybot --dry-run\n  \
+         botmesh-redis rollback --url redis://127.0.0.1:6379 --prefix mybot\n  \
+         # from a Redis Cluster back to one node, under another prefix\n  \
+         botmesh-redis rollback --cluster 10.0.0.5:7000 --prefix mybot --target-url redis://old:6379 --target-prefix mybot-back\n  \
+         # copy only: existing legacy keys win, nothing is pruned\n  \
+         botmesh-redis rollback --url redis://127.0.0.1:6379 --prefix mybot --no-mirror\n\n",
+        exit_codes!()
+    )
+)]
+pub(crate) struct RollbackArgs {
+    #[command(flatten)]
+    pub(crate) connection: Connection,
+
+    /// The cluster:v1 prefix to roll back.
+    #[arg(long)]
+    pub(crate) prefix: String,
+
+    /// Roll back into another single node (default: in place, on the source, which must then
+    /// be a single node).
+    #[arg(long, value_name = "URL")]
+    pub(crate) target_url: Option<String>,
+
+    #[command(flatten)]
+    pub(crate) target: TargetCredentials,
+
+    /// The target's prefix (default: --prefix).
+    #[arg(long, value_name = "PREFIX")]
+    pub(crate) target_prefix: Option<String>,
+
+    /// Make the legacy target match the source: records overwrite, legacy records the source
+    /// no longer holds are deleted (the default).
+    #[arg(long, overrides_with = "no_mirror")]
+    pub(crate) mirror: bool,
+
+    /// Copy only: existing legacy keys win and nothing is deleted from the target.
+    #[arg(long, overrides_with = "mirror")]
+    pub(crate) no_mirror: bool,
+
+    /// Count what would happen; write nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+
+    /// Delete each source key once the target holds it (and the source's indexes, turn queues,
+    /// holders and marker).
+    #[arg(long)]
+    pub(crate) delete_source: bool,
+
+    /// Run although heartbeats or pending chat tickets show live bots. Unsafe.
+    #[arg(long)]
+    pub(crate) allow_live: bool,
+
+    /// SCAN COUNT hint per page.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) scan_count: u32,
+}
+
+/// A layout, as `check --layout` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LayoutArg {
+    /// The historical single-node layout.
+    Legacy,
+    /// The cluster:v1 layout.
+    Cluster,
+}
+
+impl From<LayoutArg> for Layout {
+    fn from(layout: LayoutArg) -> Layout {
+        match layout {
+            LayoutArg::Legacy => Layout::Legacy,
+            LayoutArg::Cluster => Layout::Cluster,
         }
     }
-    Ok(parsed)
+}
+
+/// `check`'s flags.
+#[derive(Debug, Args)]
+#[command(
+    group(ArgGroup::new("source").args(["url", "cluster"]).required(true)),
+    after_help = concat!(
+        "Examples:\n  \
+         # after an in-place migration: may bots start on the cluster layout?\n  \
+         botmesh-redis check --url redis://127.0.0.1:6379 --prefix mybot --layout cluster\n  \
+         # a cluster: topology, keys per master, hot hash tags\n  \
+         botmesh-redis check --cluster 10.0.0.5:7000 --prefix mybot\n\n",
+        exit_codes!()
+    )
+)]
+pub(crate) struct CheckArgs {
+    #[command(flatten)]
+    pub(crate) connection: Connection,
+
+    /// The key prefix the bots will use.
+    #[arg(long)]
+    pub(crate) prefix: String,
+
+    /// The layout the bots will use (default: cluster on a cluster, legacy on one node, as
+    /// the store chooses).
+    #[arg(long, value_enum)]
+    pub(crate) layout: Option<LayoutArg>,
+
+    /// SCAN COUNT hint per page.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) scan_count: u32,
+}
+
+/// `demo`'s flags.
+#[derive(Debug, Args)]
+#[command(after_help = concat!(
+    "Examples:\n  \
+     # a throwaway local 3-master cluster (needs redis-server on PATH)\n  \
+     botmesh-redis demo\n  \
+     # an existing server\n  \
+     botmesh-redis demo --url redis://127.0.0.1:6379 --prefix mybot\n  \
+     botmesh-redis demo --cluster 127.0.0.1:7000\n\n",
+    exit_codes!()
+))]
+pub(crate) struct DemoArgs {
+    /// Without --url or --cluster: a throwaway local cluster.
+    #[command(flatten)]
+    pub(crate) connection: Connection,
+
+    /// The key prefix.
+    #[arg(long, default_value = "botmesh-demo")]
+    pub(crate) prefix: String,
+}
+
+/// Parses a namespace that a migration copies (`Namespace::from_str` also knows the ones it
+/// only counts, such as `items`).
+fn parse_copied_namespace(text: &str) -> Result<Namespace, String> {
+    let ns: Namespace = text.parse()?;
+    if Namespace::COPIED.contains(&ns) {
+        return Ok(ns);
+    }
+    let copied: Vec<&str> = Namespace::COPIED.iter().map(|n| n.name()).collect();
+    Err(format!(
+        "{text:?} is counted but never copied; choose from {}",
+        copied.join(", ")
+    ))
+}
+
+/// How a command failed; each kind has its exit code.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The library or the server failed (exit 1).
+    Error(Error),
+    /// A migration, a rollback or (for `check`) the start guard would refuse (exit 3).
+    Refused(String),
+    /// Anything else that failed, with its message (exit 1).
+    Failed(String),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        match e {
+            // The library names its option; the operator types the flag.
+            Error::Refused(refusal @ Refusal::Live { .. }) => Failure::Refused(format!(
+                "{refusal}\n(on the command line: --allow-live runs anyway; unsafe while bots \
+                 write)"
+            )),
+            Error::Refused(refusal) => Failure::Refused(refusal.to_string()),
+            // A braced prefix for the cluster layout is refused before anything is sent.
+            Error::Key(KeyError::BraceInClusterPrefix { .. }) => Failure::Refused(e.to_string()),
+            other => Failure::Error(other),
+        }
+    }
+}
+
+/// Connects to the source that `--url` or `--cluster` names (clap requires one of them).
+pub(crate) async fn connect(connection: &Connection) -> Result<Client, Failure> {
+    let options = connection
+        .options()
+        .ok_or_else(|| Failure::Failed("give --url or --cluster".into()))?;
+    connect_with(options).await
+}
+
+/// Connects with these options.
+pub(crate) async fn connect_with(options: ClientOptions) -> Result<Client, Failure> {
+    Ok(Client::connect(options).await?)
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(message) => {
+    // Usage errors exit with 2 and --help with 0, both from clap.
+    let cli = Cli::parse();
+    let quiet = cli.quiet;
+    let outcome = match &cli.command {
+        Command::Inspect(args) => inspect::run(args, quiet).await,
+        Command::Migrate(args) => migrate::run_migrate(args, quiet).await,
+        Command::Rollback(args) => migrate::run_rollback(args, quiet).await,
+        Command::Check(args) => check::run(args, quiet).await,
+        Command::Demo(args) => demo::run(args, quiet).await,
+    };
+    match outcome {
+        Ok(()) => ExitCode::from(EXIT_OK),
+        Err(Failure::Refused(message)) => {
+            eprintln!("refused: {message}");
+            ExitCode::from(EXIT_REFUSED)
+        }
+        Err(Failure::Error(e)) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_ERROR)
+        }
+        Err(Failure::Failed(message)) => {
             eprintln!("{message}");
-            return ExitCode::from(2);
-        }
-    };
-    // The throwaway cluster lives until the end of main; dropping it stops its servers.
-    let (options, _cluster, place) = match &args.target {
-        Target::Local => {
-            println!("starting a throwaway 3-master Redis Cluster on loopback...");
-            let cluster = match RedisCluster::try_start(
-                ClusterOptions::new().masters(3).replicas_per_master(0),
-            ) {
-                Ok(cluster) => cluster,
-                Err(e) => {
-                    eprintln!("could not start a local cluster: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let seeds = cluster.seeds();
-            let place = format!("throwaway cluster {}", seeds.join(" "));
-            (ClientOptions::cluster(seeds), Some(cluster), place)
-        }
-        Target::Url(url) => (ClientOptions::url(url.clone()), None, url.clone()),
-        Target::Cluster(root) => (
-            ClientOptions::cluster([root.clone()]),
-            None,
-            format!("cluster {root}"),
-        ),
-    };
-    match demo(options, &args.prefix, &place).await {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => {
-            eprintln!("demo: some check failed (see the report above)");
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("demo failed: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(EXIT_ERROR)
         }
     }
 }
 
-/// One inbound message of the simulation.
-#[derive(Clone)]
-struct Inbound {
-    chat: String,
-    id: String,
-    time_ms: i64,
-    sender: String,
-    text: String,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
 
-fn chat_id(n: usize) -> String {
-    format!("chat-{n}")
-}
-
-fn sender_of(chat: usize, m: usize) -> String {
-    format!("55119{:08}@s.whatsapp.net", (chat * 7 + m % 3) % 61)
-}
-
-/// Shared tallies of the run.
-#[derive(Default)]
-struct Tally {
-    ops: AtomicU64,
-    turns: AtomicU64,
-    overlaps: AtomicU64,
-    skips: AtomicU64,
-    duplicates_in: AtomicU64,
-    enqueued: AtomicU64,
-    terms: Mutex<BTreeSet<u64>>,
-    sent: Mutex<HashMap<String, u32>>,
-    acked: AtomicU64,
-}
-
-struct Replica {
-    store: Store<Client>,
-    coord: Coordinator<Client>,
-    outbox: Durability<Client>,
-    schedules: Schedules<Client>,
-    client: Client,
-}
-
-async fn replica(options: &ClientOptions, prefix: &str, n: usize) -> Result<Replica, Error> {
-    let client = Client::connect(options.clone()).await?;
-    let store = Store::new(
-        client.clone(),
-        StoreOptions::new(prefix)
-            .layout(Layout::Cluster)
-            .cluster_client(client.is_cluster()),
-    )?;
-    let ks = store.keyspace().clone();
-    let coord = Coordinator::new(
-        client.clone(),
-        ks.clone(),
-        format!("replica-{n}-{}", std::process::id()),
-    );
-    Ok(Replica {
-        outbox: Durability::new(client.clone(), ks.clone(), OUTBOX)?,
-        schedules: Schedules::new(client.clone(), ks),
-        store,
-        coord,
-        client,
-    })
-}
-
-async fn demo(options: ClientOptions, prefix: &str, place: &str) -> Result<bool, Error> {
-    let started = Instant::now();
-    let mut replicas = Vec::new();
-    for n in 0..REPLICAS {
-        replicas.push(Arc::new(replica(&options, prefix, n).await?));
-    }
-    let first = replicas[0].clone();
-    println!(
-        "{REPLICAS} replicas, {CHATS} chats, {MESSAGES_PER_CHAT} messages each, on {place}, \
-         prefix {prefix:?}, layout {}",
-        first.store.layout()
-    );
-    println!("start(): {:?}", first.store.start().await?);
-
-    let tally = Arc::new(Tally::default());
-    let holders: Arc<Vec<AtomicU32>> = Arc::new((0..CHATS).map(|_| AtomicU32::new(0)).collect());
-
-    // Every replica heartbeats, campaigns for the scheduler and drains the outbox meanwhile.
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut background = Vec::new();
-    for r in &replicas {
-        let (r, stop, tally) = (r.clone(), stop.clone(), tally.clone());
-        r.coord.heartbeat(Duration::from_secs(3)).await?;
-        background.push(tokio::spawn(async move {
-            housekeeping(&r, &stop, &tally).await
-        }));
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
     }
 
-    // Deliver every message to a replica; replicas handle chats concurrently.
-    let mut queues: Vec<Vec<Inbound>> = vec![Vec::new(); REPLICAS];
-    for m in 0..MESSAGES_PER_CHAT {
-        for c in 0..CHATS {
-            queues[(c + m) % REPLICAS].push(Inbound {
-                chat: chat_id(c),
-                id: format!("m{m:03}"),
-                time_ms: 1_700_000_000_000 + (m * 1000 + c) as i64,
-                sender: sender_of(c, m),
-                text: format!("hello {m} in chat {c}"),
-            });
-        }
+    #[test]
+    fn include_takes_copied_namespaces_only() {
+        assert_eq!(parse_copied_namespace("user-data"), Ok(Namespace::UserData));
+        assert!(parse_copied_namespace("items").is_err());
+        assert!(parse_copied_namespace("nope").is_err());
     }
-    let mut workers = Vec::new();
-    for (n, queue) in queues.into_iter().enumerate() {
-        let queue = Arc::new(Mutex::new(queue.into_iter().rev().collect::<Vec<_>>()));
-        for _ in 0..WORKERS_PER_REPLICA {
-            let (r, queue, tally, holders) = (
-                replicas[n].clone(),
-                queue.clone(),
-                tally.clone(),
-                holders.clone(),
-            );
-            workers.push(tokio::spawn(async move {
-                loop {
-                    let next = queue.lock().ok().and_then(|mut q| q.pop());
-                    let Some(msg) = next else {
-                        return Ok::<(), Error>(());
-                    };
-                    handle(&r, &msg, &tally, &holders).await?;
-                }
-            }));
-        }
-    }
-    for w in workers {
-        w.await.map_err(|e| Error::NotSent {
-            reason: e.to_string(),
-        })??;
-    }
-    let handled = Instant::now();
-
-    // Delete a chat while messages keep arriving for it.
-    let deleted = delete_while_saving(&first.store).await?;
-
-    // Let the outbox drain, then stop the background work.
-    wait_outbox_drained(&tally).await;
-    stop.store(true, Ordering::SeqCst);
-    for b in background {
-        let _ = b.await;
-    }
-
-    let listings = check_listings(&first.store, &deleted).await?;
-    let keys = count_keys(&first.client, first.store.keyspace()).await?;
-    let spread = keys_per_master(&first.client).await?;
-
-    // The report.
-    let elapsed = started.elapsed();
-    let sent = tally.sent.lock().map(|s| s.clone()).unwrap_or_default();
-    let duplicated = sent.values().filter(|&&n| n > 1).count();
-    let terms = tally.terms.lock().map(|t| t.len()).unwrap_or(0);
-    println!();
-    println!("== report ==");
-    println!(
-        "operations: {} in {:.2} s ({} messages handled in {:.2} s)",
-        tally.ops.load(Ordering::Relaxed),
-        elapsed.as_secs_f64(),
-        CHATS * MESSAGES_PER_CHAT,
-        (handled - started).as_secs_f64()
-    );
-    println!(
-        "turns: {} served, {} overlapping holders, {} tickets skipped, {} duplicate deliveries",
-        tally.turns.load(Ordering::Relaxed),
-        tally.overlaps.load(Ordering::Relaxed),
-        tally.skips.load(Ordering::Relaxed),
-        tally.duplicates_in.load(Ordering::Relaxed),
-    );
-    println!(
-        "scheduler leadership: {terms} term(s) won; outbox: {} enqueued, {} acked, {} sends \
-         duplicated",
-        tally.enqueued.load(Ordering::Relaxed),
-        tally.acked.load(Ordering::Relaxed),
-        duplicated
-    );
-    println!(
-        "delete_chat {}: {} old messages gone, {} of {} concurrent saves survived, {} of {} \
-         later saves present, {} dangling",
-        deleted.chat,
-        deleted.old_gone,
-        deleted.concurrent_survived,
-        deleted.concurrent,
-        deleted.after_present,
-        deleted.after,
-        deleted.dangling
-    );
-    println!("keys per kind:");
-    for (kind, n) in &keys {
-        println!("  {kind:<12} {n}");
-    }
-    println!("keys per master:");
-    for (node, n) in &spread {
-        println!("  {node:<22} {n}");
-    }
-    println!("listings exact:");
-    let mut ok = true;
-    for (what, exact, detail) in &listings {
-        println!(
-            "  {what:<12} {} {detail}",
-            if *exact { "yes" } else { "NO" }
-        );
-        ok &= exact;
-    }
-    ok &= tally.overlaps.load(Ordering::Relaxed) == 0;
-    ok &= duplicated == 0;
-    ok &= deleted.old_gone == deleted.old && deleted.after_present == deleted.after;
-    ok &= deleted.dangling == 0;
-    for r in &replicas {
-        r.client.close().await;
-    }
-    Ok(ok)
-}
-
-/// One replica's handling of one inbound message, inside the chat's turn.
-async fn handle(
-    r: &Replica,
-    msg: &Inbound,
-    tally: &Tally,
-    holders: &[AtomicU32],
-) -> Result<(), Error> {
-    let grant = r.coord.acquire_turn(&msg.chat).await?;
-    tally.turns.fetch_add(1, Ordering::Relaxed);
-    tally.skips.fetch_add(
-        grant
-            .events
-            .iter()
-            .filter(|e| matches!(e, botmesh_redis_tokio::coord::TurnEvent::Skipped { .. }))
-            .count() as u64,
-        Ordering::Relaxed,
-    );
-    let slot = chat_index(&msg.chat).and_then(|i| holders.get(i));
-    if let Some(h) = slot {
-        if h.fetch_add(1, Ordering::SeqCst) != 0 {
-            tally.overlaps.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-    let result = handle_in_turn(r, msg, tally).await;
-    if let Some(h) = slot {
-        h.fetch_sub(1, Ordering::SeqCst);
-    }
-    // The fenced check and the release: a holder that lost its turn learns it here.
-    r.coord.release_turn(&grant.guard).await?;
-    tally.ops.fetch_add(2, Ordering::Relaxed);
-    result
-}
-
-async fn handle_in_turn(r: &Replica, msg: &Inbound, tally: &Tally) -> Result<(), Error> {
-    let delivery = format!("{}/{}", msg.chat, msg.id);
-    let begun = r
-        .outbox
-        .begin(&delivery, r.coord.replica(), Duration::from_secs(600))
-        .await?;
-    if !begun.is_mine() {
-        tally.duplicates_in.fetch_add(1, Ordering::Relaxed);
-        return Ok(());
-    }
-    let s = &r.store;
-    s.save_message(
-        &msg.chat,
-        &msg.id,
-        msg.time_ms,
-        Bytes::from(msg.text.clone()),
-    )
-    .await?;
-    s.upsert_chat(&msg.chat, Bytes::from(format!("last={}", msg.id)))
-        .await?;
-    s.upsert_contact(&msg.sender, Bytes::from(format!("seen in {}", msg.chat)))
-        .await?;
-    s.set_checkpoint(
-        &msg.chat,
-        Bytes::from(msg.id.clone()),
-        Some(Duration::from_secs(3600)),
-    )
-    .await?;
-    s.set_user_data(
-        &msg.sender,
-        "profile",
-        "last_chat",
-        Bytes::from(msg.chat.clone()),
-        None,
-    )
-    .await?;
-    let reply = format!("reply:{delivery}");
-    if r.outbox
-        .enqueue(&reply, Bytes::from("thanks!"), Duration::from_secs(600))
-        .await?
-    {
-        tally.enqueued.fetch_add(1, Ordering::Relaxed);
-    }
-    tally.ops.fetch_add(7, Ordering::Relaxed);
-    Ok(())
-}
-
-fn chat_index(chat: &str) -> Option<usize> {
-    chat.strip_prefix("chat-")?.parse().ok()
-}
-
-/// Heartbeats, the scheduler leadership and the outbox sender of one replica.
-async fn housekeeping(r: &Replica, stop: &std::sync::atomic::AtomicBool, tally: &Tally) {
-    let name = r.coord.replica().to_owned();
-    let mut beat = Instant::now();
-    while !stop.load(Ordering::SeqCst) {
-        if beat.elapsed() > Duration::from_secs(1) {
-            let _ = r.coord.heartbeat(Duration::from_secs(3)).await;
-            beat = Instant::now();
-        }
-        if let Ok(Some(term)) = r.coord.campaign("scheduler", Duration::from_secs(2)).await {
-            if let Ok(mut terms) = tally.terms.lock() {
-                terms.insert(term);
-            }
-            // The leader's scheduler tick, fenced by its term.
-            let _ = r
-                .schedules
-                .put("tick", term as i64, &name, Bytes::from(name.clone()))
-                .await;
-        }
-        let claimed = r
-            .outbox
-            .claim(&name, 64, Duration::from_secs(10))
-            .await
-            .unwrap_or_default();
-        if claimed.is_empty() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        for send in claimed {
-            if let Ok(mut sent) = tally.sent.lock() {
-                *sent.entry(send.key.clone()).or_default() += 1;
-            }
-            if r.outbox.ack(&send.key, &name).await.is_ok() {
-                tally.acked.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-    let _ = r.coord.resign("scheduler").await;
-    let _ = r.coord.stop_heartbeat().await;
-}
-
-async fn wait_outbox_drained(tally: &Tally) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tally.acked.load(Ordering::Relaxed) < tally.enqueued.load(Ordering::Relaxed)
-        && Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// What happened to the chat deleted under load.
-struct Deleted {
-    chat: String,
-    old: usize,
-    old_gone: usize,
-    concurrent: usize,
-    concurrent_survived: usize,
-    after: usize,
-    after_present: usize,
-    dangling: usize,
-}
-
-async fn delete_while_saving(store: &Store<Client>) -> Result<Deleted, Error> {
-    let chat = chat_id(DELETED_CHAT);
-    let old: BTreeSet<String> = (0..MESSAGES_PER_CHAT).map(|m| format!("m{m:03}")).collect();
-    let saver_store = store.clone();
-    let saver_chat = chat.clone();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let saver_stop = stop.clone();
-    let saver = tokio::spawn(async move {
-        let mut saved = Vec::new();
-        let mut n = 0;
-        while !saver_stop.load(Ordering::SeqCst) {
-            let id = format!("late-{n:04}");
-            saver_store
-                .save_message(&saver_chat, &id, 1_800_000_000_000 + n, Bytes::from("late"))
-                .await?;
-            saved.push(id);
-            n += 1;
-        }
-        Ok::<_, Error>(saved)
-    });
-    store.delete_chat(&chat).await?;
-    stop.store(true, Ordering::SeqCst);
-    let concurrent = saver.await.map_err(|e| Error::NotSent {
-        reason: e.to_string(),
-    })??;
-    let after: Vec<String> = (0..10).map(|n| format!("after-{n}")).collect();
-    for (n, id) in after.iter().enumerate() {
-        store
-            .save_message(
-                &chat,
-                id,
-                1_900_000_000_000 + n as i64,
-                Bytes::from("after"),
-            )
-            .await?;
-    }
-    let listed = all_messages(store, &chat).await?;
-    let mut dangling = 0;
-    for id in old.iter().chain(&concurrent).chain(&after) {
-        let item = store.get_message(&chat, id).await?;
-        if item.is_some() != listed.contains(id) {
-            dangling += 1;
-        }
-    }
-    Ok(Deleted {
-        old_gone: old.iter().filter(|id| !listed.contains(*id)).count(),
-        old: old.len(),
-        concurrent: concurrent.len(),
-        concurrent_survived: concurrent.iter().filter(|id| listed.contains(*id)).count(),
-        after: after.len(),
-        after_present: after.iter().filter(|id| listed.contains(*id)).count(),
-        dangling,
-        chat,
-    })
-}
-
-async fn all_messages(store: &Store<Client>, chat: &str) -> Result<BTreeSet<String>, Error> {
-    let mut ids = BTreeSet::new();
-    let mut query = MessageQuery::new().limit(100);
-    loop {
-        let page = store.list_messages(chat, &query).await?;
-        ids.extend(page.messages.into_iter().map(|m| m.id));
-        match page.next {
-            Some(next) => query = query.after(Some(next)),
-            None => return Ok(ids),
-        }
-    }
-}
-
-type Listing = (&'static str, bool, String);
-
-/// Every id of a paged record listing, page after page (16 at a time, to exercise paging).
-async fn all_ids<F, Fut>(mut page: F) -> Result<BTreeSet<String>, Error>
-where
-    F: FnMut(Option<String>) -> Fut,
-    Fut: std::future::Future<Output = Result<RecordPage, Error>>,
-{
-    let mut ids = BTreeSet::new();
-    let mut after = None;
-    loop {
-        let listed = page(after).await?;
-        ids.extend(listed.records.into_iter().map(|r| r.id));
-        match listed.next {
-            Some(next) => after = Some(next),
-            None => return Ok(ids),
-        }
-    }
-}
-
-/// Lists everything back and compares with what the replicas wrote.
-async fn check_listings(store: &Store<Client>, deleted: &Deleted) -> Result<Vec<Listing>, Error> {
-    let compare = |what, got: BTreeSet<String>, want: BTreeSet<String>| -> Listing {
-        (
-            what,
-            got == want,
-            format!("({} listed, {} expected)", got.len(), want.len()),
-        )
-    };
-    let all_chats: BTreeSet<String> = (0..CHATS).map(chat_id).collect();
-    let mut chats = all_chats.clone();
-    chats.remove(&deleted.chat);
-    let senders: BTreeSet<String> = (0..CHATS)
-        .flat_map(|c| (0..MESSAGES_PER_CHAT).map(move |m| sender_of(c, m)))
-        .collect();
-
-    let mut out = Vec::new();
-    let got = all_ids(|after| async move { store.list_chats(after.as_deref(), 16).await }).await?;
-    out.push(compare("chats", got, chats));
-
-    let got =
-        all_ids(|after| async move { store.list_contacts(after.as_deref(), 16).await }).await?;
-    out.push(compare("contacts", got, senders.clone()));
-
-    let got =
-        all_ids(|after| async move { store.list_checkpoints(after.as_deref(), 16).await }).await?;
-    out.push(compare("checkpoints", got, all_chats));
-
-    let mut exact = true;
-    for sender in &senders {
-        let entries = store.list_user_data(sender, None).await?;
-        exact &= entries.len() == 1 && entries[0].ns == "profile" && entries[0].key == "last_chat";
-    }
-    out.push((
-        "user data",
-        exact,
-        format!("({} users, one entry each)", senders.len()),
-    ));
-
-    let mut exact = true;
-    for c in (0..CHATS).filter(|&c| c != DELETED_CHAT) {
-        exact &= all_messages(store, &chat_id(c)).await?.len() == MESSAGES_PER_CHAT;
-    }
-    out.push((
-        "messages",
-        exact,
-        format!("({} chats of {MESSAGES_PER_CHAT})", CHATS - 1),
-    ));
-    Ok(out)
-}
-
-/// Counts the keys under the prefix by kind, scanning every master.
-async fn count_keys(
-    client: &Client,
-    ks: &Keyspace,
-) -> Result<BTreeMap<&'static str, usize>, Error> {
-    let keys = client
-        .run(botmesh_redis_tokio::scan::scan(
-            ks.prefix_pattern(),
-            1_000_000,
-        ))
-        .await?;
-    let start = ks.prefix().len() + 1;
-    let mut counts = BTreeMap::new();
-    for key in keys {
-        let rest = String::from_utf8_lossy(key.get(start..).unwrap_or_default()).into_owned();
-        let kind = [
-            ("{m:", "messages"),
-            ("{ch:", "chats"),
-            ("{ct:", "contacts"),
-            ("{cp:", "checkpoints"),
-            ("{sc:", "schedules"),
-            ("{ud:", "user data"),
-            ("{lk:", "locks"),
-            ("co:{t:", "turns"),
-            ("co:{ld:", "leaderships"),
-            ("co:rep:", "heartbeats"),
-            ("{durable:", "durability"),
-            ("{meta}", "marker"),
-        ]
-        .iter()
-        .find(|(start, _)| rest.starts_with(start))
-        .map_or("other", |&(_, kind)| kind);
-        *counts.entry(kind).or_insert(0) += 1;
-    }
-    Ok(counts)
-}
-
-/// `DBSIZE` of every master.
-async fn keys_per_master(client: &Client) -> Result<Vec<(String, i64)>, Error> {
-    let masters = scan::masters_of(client.call(scan::masters_request()?).await)?;
-    let mut out = Vec::new();
-    for node in masters {
-        let mut dbsize = Request::cmd(Access::Read, "DBSIZE");
-        if let Some(node) = &node {
-            dbsize = dbsize.to_node(node.clone());
-        }
-        let n = match client.call(dbsize.build()?).await? {
-            Value::Int(n) => n,
-            other => other.as_i64()?,
-        };
-        out.push((node.unwrap_or_else(|| "single node".into()), n));
-    }
-    Ok(out)
 }

@@ -1,0 +1,279 @@
+//! The connection flags every subcommand shares, and the target side's credentials.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use botmesh_redis_tokio::options::parse_url;
+use botmesh_redis_tokio::{ClientOptions, NodeAddr};
+use clap::Args;
+
+/// Where to connect and how: one node (`--url`) or a cluster (`--cluster`), credentials, the
+/// address map and timeouts.
+#[derive(Args, Clone, Debug, Default)]
+pub(crate) struct Connection {
+    /// One node: redis://[USER[:PASSWORD]@]HOST[:PORT] (credentials are percent-decoded).
+    #[arg(long, value_name = "URL", conflicts_with = "cluster")]
+    pub(crate) url: Option<String>,
+
+    /// A Redis Cluster, discovered from this root node (HOST:PORT or a redis:// URL);
+    /// repeat for more root nodes.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) cluster: Vec<String>,
+
+    /// The ACL user name (needs --password).
+    #[arg(long, value_name = "USER", requires = "password")]
+    pub(crate) user: Option<String>,
+
+    /// The password (AUTH); overrides credentials in the URL.
+    #[arg(
+        long,
+        value_name = "PASSWORD",
+        env = "BOTMESH_REDIS_PASSWORD",
+        hide_env_values = true
+    )]
+    pub(crate) password: Option<String>,
+
+    /// Dial an announced node address at another address (NAT, Docker), for example
+    /// --map 10.0.0.5:7000=127.0.0.1:7000; repeatable.
+    #[arg(long = "map", value_name = "ANNOUNCED=DIAL", value_parser = parse_mapping)]
+    pub(crate) map: Vec<(NodeAddr, NodeAddr)>,
+
+    /// TCP connect plus AUTH deadline, for example 2s or 500ms (default 2s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) connect_timeout: Option<Duration>,
+
+    /// Deadline of one batch of requests, for example 10s (default 10s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) request_timeout: Option<Duration>,
+}
+
+/// The target side's credentials and address map; each defaults to the source's. The commands
+/// that flatten it name their target flags in an `ArgGroup` called `target_server`.
+#[derive(Args, Clone, Debug, Default)]
+pub(crate) struct TargetCredentials {
+    /// The target's ACL user name (default: --user).
+    #[arg(long, value_name = "USER", requires = "target_server")]
+    pub(crate) target_user: Option<String>,
+
+    /// The target's password (default: --password); used only with a target server.
+    #[arg(
+        long,
+        value_name = "PASSWORD",
+        env = "BOTMESH_REDIS_TARGET_PASSWORD",
+        hide_env_values = true
+    )]
+    pub(crate) target_password: Option<String>,
+
+    /// The target's address map (default: the --map entries); repeatable.
+    #[arg(
+        long = "target-map",
+        value_name = "ANNOUNCED=DIAL",
+        value_parser = parse_mapping,
+        requires = "target_server"
+    )]
+    pub(crate) target_map: Vec<(NodeAddr, NodeAddr)>,
+}
+
+impl Connection {
+    /// The client options, or `None` when neither `--url` nor `--cluster` was given.
+    pub(crate) fn options(&self) -> Option<ClientOptions> {
+        let base = match (&self.url, self.cluster.is_empty()) {
+            (Some(url), _) => ClientOptions::url(url.clone()),
+            (None, false) => ClientOptions::cluster(self.cluster.clone()),
+            (None, true) => return None,
+        };
+        Some(self.tune(
+            base,
+            self.user.as_deref(),
+            self.password.as_deref(),
+            &self.map,
+        ))
+    }
+
+    /// The options of another server, with the target's credentials and map where given and
+    /// the source's otherwise, and the source's timeouts.
+    pub(crate) fn target_options(
+        &self,
+        base: ClientOptions,
+        target: &TargetCredentials,
+    ) -> ClientOptions {
+        let (user, password) = match &target.target_password {
+            Some(password) => (target.target_user.as_deref(), Some(password.as_str())),
+            None => (
+                target.target_user.as_deref().or(self.user.as_deref()),
+                self.password.as_deref(),
+            ),
+        };
+        let map = if target.target_map.is_empty() {
+            &self.map
+        } else {
+            &target.target_map
+        };
+        self.tune(base, user, password, map)
+    }
+
+    fn tune(
+        &self,
+        mut options: ClientOptions,
+        user: Option<&str>,
+        password: Option<&str>,
+        map: &[(NodeAddr, NodeAddr)],
+    ) -> ClientOptions {
+        if let Some(password) = password {
+            options = options.credentials(user, password);
+        }
+        if !map.is_empty() {
+            let map: BTreeMap<NodeAddr, NodeAddr> = map.iter().cloned().collect();
+            options = options.node_address_map(move |announced| {
+                map.get(announced)
+                    .cloned()
+                    .unwrap_or_else(|| announced.clone())
+            });
+        }
+        if let Some(d) = self.connect_timeout {
+            options = options.connect_timeout(d);
+        }
+        if let Some(d) = self.request_timeout {
+            options = options.request_timeout(d);
+        }
+        options
+    }
+
+    /// Where this connects, for the report's first line: addresses only, never credentials.
+    pub(crate) fn describe(&self) -> String {
+        match &self.url {
+            Some(url) => describe_url(url),
+            None => format!(
+                "cluster {}",
+                self.cluster
+                    .iter()
+                    .map(|seed| describe_url(seed))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+        }
+    }
+}
+
+/// The `host:port` of a URL; a URL that does not parse is shown as `<bad url>`, since it may
+/// still hold a password (the connection reports the parse error itself).
+pub(crate) fn describe_url(url: &str) -> String {
+    parse_url(url).map_or_else(|_| "<bad url>".to_owned(), |p| p.addr.to_string())
+}
+
+/// Parses `ANNOUNCED=DIAL`, each side `host:port`.
+pub(crate) fn parse_mapping(text: &str) -> Result<(NodeAddr, NodeAddr), String> {
+    let (from, to) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not ANNOUNCED=DIAL (host:port=host:port)"))?;
+    let addr = |side: &str| {
+        NodeAddr::parse(side, "").ok_or_else(|| format!("{side:?} is not a host:port address"))
+    };
+    Ok((addr(from)?, addr(to)?))
+}
+
+/// Parses a duration such as `5s`, `500ms`, `2m`, `1h` or `1m30s`: whole numbers, each with a
+/// unit (`ms`, `s`, `m`, `h`). A bare number is refused, since its unit would be a guess.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("{text:?} is not a duration such as 5s, 500ms, 2m or 1m30s");
+    let mut total = Duration::ZERO;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let part = match &rest[..unit_len] {
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n.saturating_mul(60)),
+            "h" => Duration::from_secs(n.saturating_mul(3600)),
+            _ => return Err(bad()),
+        };
+        total = total.saturating_add(part);
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use botmesh_redis_tokio::session::Auth;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        for bad in ["", "5", "s", "5x", "1.5s", "-1s", "5 s", "ms5"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn mappings() {
+        assert_eq!(
+            parse_mapping("10.0.0.5:7000=127.0.0.1:17000"),
+            Ok((
+                NodeAddr::new("10.0.0.5", 7000),
+                NodeAddr::new("127.0.0.1", 17000)
+            ))
+        );
+        assert_eq!(
+            parse_mapping("[::1]:7000=h:1"),
+            Ok((NodeAddr::new("::1", 7000), NodeAddr::new("h", 1)))
+        );
+        for bad in ["a:1", "a:1=", "=a:1", "a=b", ":1=a:1", "a:0=a:1"] {
+            assert!(parse_mapping(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn descriptions_hide_credentials() {
+        let c = Connection {
+            url: Some("redis://bot:secret@10.0.0.1:7000".into()),
+            ..Connection::default()
+        };
+        assert_eq!(c.describe(), "10.0.0.1:7000");
+        let c = Connection {
+            cluster: vec!["redis://:pw@h:1".into(), "h:2".into()],
+            ..Connection::default()
+        };
+        assert_eq!(c.describe(), "cluster h:1 h:2");
+        assert_eq!(describe_url("redis://u:p@h:1/5"), "<bad url>");
+    }
+
+    #[test]
+    fn the_target_reuses_the_source_credentials_unless_given() {
+        let source = Connection {
+            user: Some("u".into()),
+            password: Some("p".into()),
+            ..Connection::default()
+        };
+        let auth = |o: ClientOptions| o.to_config(1).ok().and_then(|c| c.auth);
+        let expected = |user: &str, password: &str| Auth {
+            username: Some(user.into()),
+            password: password.into(),
+        };
+        let reused =
+            source.target_options(ClientOptions::url("h:1"), &TargetCredentials::default());
+        assert_eq!(auth(reused), Some(expected("u", "p")));
+        let own = source.target_options(
+            ClientOptions::url("h:1"),
+            &TargetCredentials {
+                target_user: Some("t".into()),
+                target_password: Some("q".into()),
+                target_map: Vec::new(),
+            },
+        );
+        assert_eq!(auth(own), Some(expected("t", "q")));
+    }
+}

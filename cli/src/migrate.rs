@@ -1,0 +1,246 @@
+//! `botmesh-redis migrate` and `botmesh-redis rollback`: the layout moves, with a progress bar
+//! and the report as tables.
+
+use std::time::Instant;
+
+use botmesh_redis_tokio::migrate::{
+    migrate_to_cluster_layout, rollback_to_legacy_layout, MigrateOptions, MigrationReport,
+    Progress, RollbackOptions,
+};
+use botmesh_redis_tokio::{Client, ClientOptions, Layout};
+use indicatif::ProgressBar;
+
+use crate::connection::describe_url;
+use crate::output::{progress, seconds, set_total, Fields, Table};
+use crate::{connect, connect_with, Failure, MigrateArgs, RollbackArgs};
+
+/// Runs `migrate` and prints its report.
+pub(crate) async fn run_migrate(args: &MigrateArgs, quiet: bool) -> Result<(), Failure> {
+    let source = connect(&args.connection).await?;
+    let target_options = match (&args.target_url, args.target_cluster.is_empty()) {
+        (Some(url), _) => Some(ClientOptions::url(url.clone())),
+        (None, false) => Some(ClientOptions::cluster(args.target_cluster.clone())),
+        (None, true) => None,
+    };
+    let target = match target_options {
+        Some(base) => {
+            let options = args.connection.target_options(base, &args.target);
+            Some(connect_with(options).await?)
+        }
+        None => None,
+    };
+    let options = MigrateOptions {
+        prefix: args.prefix.clone(),
+        target_prefix: args.target_prefix.clone(),
+        other_server: target.is_some(),
+        dry_run: args.dry_run,
+        include: args.include.clone(),
+        overwrite: args.overwrite,
+        allow_live: args.allow_live,
+        delete_source: args.delete_source,
+        scan_count: args.scan_count,
+    };
+    let place = match (&args.target_url, args.target_cluster.is_empty()) {
+        (Some(url), _) => format!(
+            "from {} to {}",
+            args.connection.describe(),
+            describe_url(url)
+        ),
+        (None, false) => format!(
+            "from {} to cluster {}",
+            args.connection.describe(),
+            args.target_cluster
+                .iter()
+                .map(|s| describe_url(s))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+        (None, true) => format!("in place on {}", args.connection.describe()),
+    };
+    println!(
+        "migrate: prefix {:?} (legacy) -> prefix {:?} (cluster:v1), {place}{}",
+        options.prefix,
+        options.target_prefix(),
+        if options.dry_run { ", dry run" } else { "" }
+    );
+    let bar = progress(quiet, "migrating");
+    let mut on_progress = progress_callback(bar.clone());
+    let started = Instant::now();
+    let result = match &target {
+        Some(target) => {
+            migrate_to_cluster_layout(&source, target, &options, &mut on_progress).await
+        }
+        None => migrate_to_cluster_layout(&source, &source, &options, &mut on_progress).await,
+    };
+    let elapsed = started.elapsed();
+    bar.finish_and_clear();
+    close(source, target).await;
+    let mut report = result?;
+    // The core has no clock; the caller measures.
+    report.elapsed = elapsed;
+    print!("{}", render(&report));
+    Ok(())
+}
+
+/// Runs `rollback` and prints its report.
+pub(crate) async fn run_rollback(args: &RollbackArgs, quiet: bool) -> Result<(), Failure> {
+    let source = connect(&args.connection).await?;
+    let target = match &args.target_url {
+        Some(url) => {
+            let options = args
+                .connection
+                .target_options(ClientOptions::url(url.clone()), &args.target);
+            Some(connect_with(options).await?)
+        }
+        None => None,
+    };
+    let options = RollbackOptions {
+        prefix: args.prefix.clone(),
+        target_prefix: args.target_prefix.clone(),
+        other_server: target.is_some(),
+        mirror: !args.no_mirror,
+        dry_run: args.dry_run,
+        delete_source: args.delete_source,
+        allow_live: args.allow_live,
+        scan_count: args.scan_count,
+    };
+    let place = match &args.target_url {
+        Some(url) => format!(
+            "from {} to {}",
+            args.connection.describe(),
+            describe_url(url)
+        ),
+        None => format!("in place on {}", args.connection.describe()),
+    };
+    println!(
+        "rollback: prefix {:?} (cluster:v1) -> prefix {:?} (legacy), {place}, {}{}",
+        options.prefix,
+        options.target_prefix(),
+        if options.mirror {
+            "mirror"
+        } else {
+            "copy only"
+        },
+        if options.dry_run { ", dry run" } else { "" }
+    );
+    let bar = progress(quiet, "rolling back");
+    let mut on_progress = progress_callback(bar.clone());
+    let started = Instant::now();
+    let result = match &target {
+        Some(target) => {
+            rollback_to_legacy_layout(&source, target, &options, &mut on_progress).await
+        }
+        None => rollback_to_legacy_layout(&source, &source, &options, &mut on_progress).await,
+    };
+    let elapsed = started.elapsed();
+    bar.finish_and_clear();
+    close(source, target).await;
+    let mut report = result?;
+    report.elapsed = elapsed;
+    print!("{}", render(&report));
+    Ok(())
+}
+
+async fn close(source: Client, target: Option<Client>) {
+    source.close().await;
+    if let Some(target) = target {
+        target.close().await;
+    }
+}
+
+/// The migration's progress on the bar: keys scanned out of the `DBSIZE` total, and the phase.
+fn progress_callback(bar: ProgressBar) -> impl FnMut(&Progress) + Send {
+    move |p: &Progress| {
+        if p.total > 0 {
+            set_total(&bar, p.total, "keys scanned");
+        }
+        bar.set_position(p.scanned);
+        bar.set_message(format!("{}, {} moved", p.phase, p.moved));
+    }
+}
+
+/// The report: per namespace, what was not copied, the problems and their examples, the marker
+/// and the elapsed time.
+pub(crate) fn render(report: &MigrationReport) -> String {
+    let mut out = String::from("\n");
+    let mut table = Table::new(["namespace", "copied", "kept", "overwritten", "pruned"]);
+    let mut total = [0u64; 4];
+    for (ns, c) in &report.namespaces {
+        let row = [c.copied, c.kept, c.overwritten, c.pruned];
+        for (t, n) in total.iter_mut().zip(row) {
+            *t += n;
+        }
+        table.row(
+            [ns.name().to_owned()]
+                .into_iter()
+                .chain(row.map(|n| n.to_string())),
+        );
+    }
+    if table.is_empty() {
+        out.push_str("  (nothing to copy)\n");
+    } else {
+        table.row(
+            ["total".to_owned()]
+                .into_iter()
+                .chain(total.map(|n| n.to_string())),
+        );
+        out.push_str(&table.render());
+    }
+    if !report.not_copied.is_empty() {
+        out.push('\n');
+        let mut table = Table::new(["not copied (by design)", "keys"]);
+        for (ns, n) in &report.not_copied {
+            table.row([ns.name().to_owned(), n.to_string()]);
+        }
+        out.push_str(&table.render());
+    }
+    out.push('\n');
+    let mut fields = Fields::new();
+    fields.add("keys scanned", report.scanned);
+    fields.add("orphans", report.orphans);
+    fields.add("foreign items", report.foreign_items);
+    fields.add("shared items", report.shared_items);
+    fields.add("dangling", report.dangling);
+    fields.add("unreadable", report.unreadable);
+    fields.add("unrepresentable", report.unrepresentable);
+    fields.add("unknown", report.unknown);
+    fields.add("target-layout keys", report.target_layout);
+    fields.add("source keys deleted", report.source_deleted);
+    out.push_str(&fields.render());
+    if !report.examples.is_empty() {
+        out.push_str("\nexamples\n");
+        for (what, keys) in &report.examples {
+            out.push_str(&format!("  {what}: {}\n", keys.join(", ")));
+        }
+    }
+    out.push('\n');
+    let mut fields = Fields::new();
+    let target = match report.from {
+        Layout::Legacy => "cluster:v1",
+        Layout::Cluster => "legacy",
+    };
+    let handled: [u64; 3] = report.namespaces.values().fold([0; 3], |[c, k, o], n| {
+        [c + n.copied, k + n.kept, o + n.overwritten]
+    });
+    let [copied, kept, overwritten] = handled;
+    fields.add(
+        "result",
+        if report.dry_run {
+            format!(
+                "dry run, nothing written: {} keys would be handled ({copied} copied, {kept} \
+                 kept, {overwritten} overwritten)",
+                report.moved()
+            )
+        } else {
+            format!(
+                "{} keys handled into the {target} layout ({copied} copied, {kept} kept, \
+                 {overwritten} overwritten)",
+                report.moved()
+            )
+        },
+    );
+    fields.add("marker", &report.marker);
+    fields.add("elapsed", seconds(report.elapsed));
+    out.push_str(&fields.render());
+    out
+}
