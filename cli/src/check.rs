@@ -18,7 +18,6 @@ use std::collections::BTreeMap;
 use botmesh_redis_tokio::keys::slot;
 use botmesh_redis_tokio::layout::CLUSTER_V1;
 use botmesh_redis_tokio::migrate::{KeyspaceReport, Namespace};
-use botmesh_redis_tokio::store::guard::is_legacy_layout_key;
 use botmesh_redis_tokio::store::{Store, StoreOptions};
 use botmesh_redis_tokio::{Access, Client, Error, Executor, Layout, Request, Value};
 
@@ -157,38 +156,16 @@ pub(crate) fn verdict(
                  with `botmesh-redis migrate`",
                 legacy_summary(report)
             )),
-            None => {
-                // The guard counts every key that is neither cluster-layout nor shared as
-                // legacy; inspect calls the ones it cannot name unknown. Only the examples
-                // can be judged by name.
-                let prefix = botmesh_redis_tokio::Keyspace::new(Layout::Cluster, &report.prefix);
-                let flagged: Vec<&String> = report
-                    .unknown_examples
-                    .iter()
-                    .filter(|k| {
-                        prefix
-                            .as_ref()
-                            .is_ok_and(|ks| is_legacy_layout_key(ks, k.as_bytes()))
-                    })
-                    .collect();
-                if let Some(first) = flagged.first() {
-                    refuse(format!(
-                        "no layout marker, and the guard reads unknown keys such as {first} as \
-                         legacy-layout data; remove or migrate them first"
-                    ))
-                } else if report.unknown > report.unknown_examples.len() as u64 {
-                    refuse(format!(
-                        "no layout marker, and {} unknown keys under the prefix that this check \
-                         cannot all judge; the guard may read them as legacy-layout data",
-                        report.unknown
-                    ))
-                } else {
-                    pass(format!(
-                        "no layout marker and no legacy-layout key; start() would write the \
-                         marker {CLUSTER_V1}"
-                    ))
-                }
-            }
+            None if report.guard_legacy > 0 => refuse(format!(
+                "no layout marker, and the guard reads {} key(s) under the prefix as \
+                 legacy-layout data (for example {}); remove or migrate them first",
+                report.guard_legacy,
+                report.guard_examples.join(", ")
+            )),
+            None => pass(format!(
+                "no layout marker and no legacy-layout key; start() would write the marker \
+                 {CLUSTER_V1}"
+            )),
         },
     }
 }
@@ -539,12 +516,16 @@ mod tests {
         }
     }
 
-    fn report(marker: Option<&str>, legacy: u64, unknown: &[&str]) -> KeyspaceReport {
+    /// A report with `legacy` legacy-layout keys and `guard` further keys the start guard
+    /// takes for legacy data (unknown names such as `bot:weird`).
+    fn report(marker: Option<&str>, legacy: u64, guard: &[&str]) -> KeyspaceReport {
         let mut r = KeyspaceReport {
             prefix: "bot".into(),
             marker: marker.map(str::to_owned),
-            unknown: unknown.len() as u64,
-            unknown_examples: unknown.iter().map(|s| (*s).to_owned()).collect(),
+            unknown: guard.len() as u64,
+            unknown_examples: guard.iter().map(|s| (*s).to_owned()).collect(),
+            guard_legacy: legacy + guard.len() as u64,
+            guard_examples: guard.iter().map(|s| (*s).to_owned()).collect(),
             ..KeyspaceReport::default()
         };
         if legacy > 0 {
@@ -562,12 +543,12 @@ mod tests {
         assert!(!cluster(&report(Some("cluster:v2"), 0, &[])));
         assert!(!cluster(&report(None, 1, &[])));
         assert!(cluster(&report(None, 0, &[])));
-        // An unknown key the guard reads as legacy data, and one it does not.
+        // An unknown key the guard reads as legacy data refuses; one it does not (a cluster-
+        // layout name inspect cannot read) passes.
         assert!(!cluster(&report(None, 0, &["bot:weird"])));
-        assert!(cluster(&report(None, 0, &["bot:{weird}"])));
-        let mut many = report(None, 0, &["bot:{weird}"]);
-        many.unknown = 50;
-        assert!(!cluster(&many));
+        let mut not_legacy = report(None, 0, &[]);
+        not_legacy.unknown = 50;
+        assert!(cluster(&not_legacy));
         assert!(verdict(Layout::Legacy, ok(), &report(Some("cluster:v1"), 0, &[])).passes);
         let refused = verdict(
             Layout::Legacy,

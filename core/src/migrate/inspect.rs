@@ -10,6 +10,7 @@ use crate::executor::Executor;
 use crate::keys::hash_tag;
 use crate::layout::{Keyspace, Layout};
 use crate::request::{Access, Request};
+use crate::store::guard::is_legacy_layout_key;
 
 use super::engine::{masters, scan_page, send};
 use super::names::{self, Name};
@@ -50,6 +51,17 @@ pub async fn inspect_keyspace<E: Executor>(
             for key in keys {
                 report.scanned += 1;
                 let ns = classify(&mut report, &legacy, cluster.as_ref(), &key);
+                if cluster
+                    .as_ref()
+                    .is_some_and(|ks| is_legacy_layout_key(ks, &key))
+                {
+                    report.guard_legacy += 1;
+                    if report.guard_examples.len() < EXAMPLES {
+                        report
+                            .guard_examples
+                            .push(String::from_utf8_lossy(&key).into_owned());
+                    }
+                }
                 *report
                     .per_node
                     .entry(label.clone())

@@ -644,6 +644,12 @@ pub struct KeyspaceReport {
     pub hot_tags: Vec<(String, u64)>,
     /// Keys scanned.
     pub scanned: u64,
+    /// Keys a cluster-layout store's `start()` guard takes for legacy-layout data (every key
+    /// under the prefix but the cluster layout's and the shared names: unknown keys too), and
+    /// up to [`EXAMPLES`] of them. Without a marker, the guard refuses any of them.
+    pub guard_legacy: u64,
+    /// Examples of [`guard_legacy`](Self::guard_legacy).
+    pub guard_examples: Vec<String>,
 }
 
 impl KeyspaceReport {
