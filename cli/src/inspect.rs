@@ -1,9 +1,9 @@
 //! `botmesh-redis inspect`: what a prefix holds, per layout and namespace.
 
-use botmesh_redis_tokio::migrate::{inspect_keyspace, KeyspaceReport, Namespace};
+use botmesh_redis_tokio::migrate::{inspect_keyspace, KeyspaceReport, Namespace, Progress};
 use botmesh_redis_tokio::Client;
 
-use crate::output::{progress, Fields, Table};
+use crate::output::{progress, set_total, Fields, Table};
 use crate::{connect, Failure, InspectArgs};
 
 /// Runs `inspect` and prints its report.
@@ -20,7 +20,7 @@ pub(crate) async fn run(args: &InspectArgs, quiet: bool) -> Result<(), Failure> 
     Ok(())
 }
 
-/// `inspect_keyspace` with a spinner counting the keys scanned.
+/// `inspect_keyspace` with a bar of the keys scanned out of the nodes' `DBSIZE`.
 pub(crate) async fn scan(
     client: &Client,
     prefix: &str,
@@ -29,7 +29,10 @@ pub(crate) async fn scan(
 ) -> Result<KeyspaceReport, Failure> {
     let bar = progress(quiet, "scanning");
     let shown = bar.clone();
-    let mut on_page = move |scanned: u64| shown.set_position(scanned);
+    let mut on_page = move |p: &Progress| {
+        set_total(&shown, p.total, "keys scanned");
+        shown.set_position(p.scanned);
+    };
     let report = inspect_keyspace(client, prefix, scan_count, &mut on_page).await;
     bar.finish_and_clear();
     Ok(report?)

@@ -12,9 +12,9 @@ use crate::layout::{Keyspace, Layout};
 use crate::request::{Access, Request};
 use crate::store::guard::is_legacy_layout_key;
 
-use super::engine::{masters, scan_page, send};
+use super::engine::{dbsize, masters, scan_page, send};
 use super::names::{self, Name};
-use super::{KeyspaceReport, Namespace, EXAMPLES};
+use super::{KeyspaceReport, Namespace, Progress, EXAMPLES};
 
 /// Counters of the hot-tag summary (Misra-Gries): tags holding more than 1/1024 of the keys
 /// are always among them.
@@ -30,12 +30,13 @@ pub async fn inspect_keyspace<E: Executor>(
     client: &E,
     prefix: &str,
     scan_count: u32,
-    progress: &mut (dyn FnMut(u64) + Send),
+    progress: &mut (dyn FnMut(&Progress) + Send),
 ) -> Result<KeyspaceReport, Error> {
     let legacy = Keyspace::new(Layout::Legacy, prefix)?;
     // The cluster reading needs a brace-free prefix; with braces nothing can be cluster-layout.
     let cluster = Keyspace::new(Layout::Cluster, prefix).ok();
     let nodes = masters(client).await?;
+    let total = dbsize(client, &nodes).await?;
     let mut report = KeyspaceReport {
         prefix: prefix.to_owned(),
         ..KeyspaceReport::default()
@@ -72,7 +73,12 @@ pub async fn inspect_keyspace<E: Executor>(
                     tags.add(tag);
                 }
             }
-            progress(report.scanned);
+            progress(&Progress {
+                scanned: report.scanned,
+                total,
+                moved: 0,
+                phase: "scanning",
+            });
             cursor = next;
             if cursor.as_ref() == b"0" {
                 break;

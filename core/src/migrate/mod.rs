@@ -499,7 +499,7 @@ pub struct Progress {
     pub total: u64,
     /// Records and messages handled so far (copied, kept or overwritten).
     pub moved: u64,
-    /// The phase: `checking`, `copying`, `pruning`.
+    /// The phase: `scanning` (inspection), `checking`, `copying`, `pruning`.
     pub phase: &'static str,
 }
 
