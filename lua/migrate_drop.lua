@@ -1,13 +1,17 @@
--- migrate_drop: deletes migrated messages from the source, each item with its log member, so a
--- run killed between two calls leaves no member without its item and no item without its member.
+-- migrate_drop: deletes messages from a log (or drain), each member with its item in one call,
+-- so a run killed between two calls leaves no member without its item. An item another log
+-- still names (the legacy layout's shared item, or an id in both a chat's log and its drain)
+-- stays: only the member goes.
 -- KEYS[1] the log (or drain)
 -- KEYS[2..] the items, in the order of the ids
--- ARGV[1..] the ids (log members)
+-- ARGV[1..] per message: the id (the log member), then '1' to delete its item or '0' to keep it
 -- Returns the number of members removed.
 local removed = 0
-for i, id in ipairs(ARGV) do
+for i = 1, #ARGV / 2 do
   local item = KEYS[i + 1]
-  redis.call('DEL', item)
-  removed = removed + redis.call('ZREM', KEYS[1], id)
+  if ARGV[i * 2] == '1' then
+    redis.call('DEL', item)
+  end
+  removed = removed + redis.call('ZREM', KEYS[1], ARGV[i * 2 - 1])
 end
 return removed

@@ -635,21 +635,50 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
             }
         }
         let dropping = self.settings.delete_source && !self.settings.dry_run;
+        // An item another list still names at the source keeps its item when this list drops
+        // its member: it is that other message's too, and may not be copied yet.
+        let mut shared = Vec::new();
+        if dropping {
+            let mut pairs = Vec::new();
+            let mut asked = Vec::new();
+            for (log, ids) in wave.iter().zip(&copied) {
+                for id in ids {
+                    let id_text = String::from_utf8_lossy(id);
+                    for pair in other_owners(&self.src, &log.page.chat, &id_text, log.page.drain) {
+                        pairs.push(pair);
+                        asked.push((log.page.chat.clone(), log.page.drain, id.clone()));
+                    }
+                }
+            }
+            let named = members(self.source, self.src_cluster, &pairs).await?;
+            shared = asked
+                .into_iter()
+                .zip(named)
+                .filter(|(_, n)| *n)
+                .map(|(a, _)| a)
+                .collect();
+        }
         let mut drops = Vec::new();
         let mut more = Vec::new();
         for (log, ids) in wave.iter().zip(&copied) {
             let (chat, drain) = (&log.page.chat, log.page.drain);
             if dropping && !ids.is_empty() {
                 let mut keys = vec![self.src_log(chat, drain)];
+                let mut args = Vec::with_capacity(ids.len() * 2);
                 for id in ids {
                     keys.push(self.src.message_item(chat, &String::from_utf8_lossy(id)));
+                    let keep = shared
+                        .iter()
+                        .any(|(c, d, i)| c == chat && *d == drain && i == id);
+                    args.push(id.clone());
+                    args.push(Bytes::from_static(if keep { b"0" } else { b"1" }));
                 }
                 drops.push(script_call(
                     self.src_cluster,
                     &MIGRATE_DROP,
                     Access::Write,
                     keys,
-                    ids.clone(),
+                    args,
                 )?);
             }
             let len = log.members.len() as i64;
@@ -757,6 +786,26 @@ struct FetchedLog {
 fn take_wave(queue: &mut VecDeque<LogPage>) -> Vec<LogPage> {
     let n = queue.len().min(CHAT_WAVE);
     queue.drain(..n).collect()
+}
+
+/// The lists (logs and drains, with the member to look for) other than `chat`'s own log (or
+/// drain) that may name the same item as message `id` of `chat`: its own drain (or log), and
+/// both lists of every other reading of the legacy item name `<chat>:<id>`. A message dropped
+/// from one list keeps its item while any of them names it.
+pub(super) fn other_owners(ks: &Keyspace, chat: &str, id: &str, drain: bool) -> Vec<(Key, Bytes)> {
+    let rest = format!("{chat}:{id}");
+    let mut out = Vec::new();
+    for (c, i) in item_readings(&rest) {
+        let member = Bytes::copy_from_slice(i.as_bytes());
+        let own = c == chat && i == id;
+        if !own || drain {
+            out.push((ks.message_log(c), member.clone()));
+        }
+        if !own || !drain {
+            out.push((ks.message_drain(c), member));
+        }
+    }
+    out
 }
 
 /// Counts a key that could not be read as its namespace's type.

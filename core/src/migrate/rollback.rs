@@ -9,8 +9,10 @@ use crate::keys::Key;
 use crate::layout::{Keyspace, Layout, RecordKind};
 use crate::request::{Access, Request};
 
-use super::copy::{Copier, Settings};
-use super::engine::{dbsize, elapsed, masters, scan_page, script_call, send, send_ok, server_ms};
+use super::copy::{other_owners, Copier, Settings};
+use super::engine::{
+    dbsize, elapsed, masters, members, scan_page, script_call, send, send_ok, server_ms,
+};
 use super::forward::{cluster_tickets, legacy_tickets, LiveFound};
 use super::names::{self, Name};
 use super::{
@@ -104,6 +106,7 @@ pub async fn rollback_to_legacy_layout<S: Executor, T: Executor>(
             target,
             src: Keyspace::new(Layout::Cluster, options.prefix.clone())?,
             tgt: Keyspace::new(Layout::Legacy, options.target_prefix())?,
+            src_cluster,
             dry_run: options.dry_run,
             report: &mut report,
         };
@@ -142,6 +145,7 @@ struct Pruner<'a, S, T> {
     target: &'a T,
     src: Keyspace,
     tgt: Keyspace,
+    src_cluster: bool,
     dry_run: bool,
     report: &'a mut MigrationReport,
 }
@@ -294,14 +298,36 @@ impl<S: Executor, T: Executor> Pruner<'_, S, T> {
                     .collect()
             };
             self.report.counts(ns).pruned += gone.len() as u64;
+            // A legacy item another message of the source still owns (the legacy collision,
+            // or an id in both the chat's log and drain) keeps its item: only the member goes.
+            let mut pairs = Vec::new();
+            let mut asked = Vec::new();
+            for id in &gone {
+                let id_text = String::from_utf8_lossy(id);
+                for pair in other_owners(&self.src, chat, &id_text, drain) {
+                    pairs.push(pair);
+                    asked.push(id.clone());
+                }
+            }
+            let named = members(self.source, self.src_cluster, &pairs).await?;
+            let kept: Vec<&Bytes> = asked
+                .iter()
+                .zip(named)
+                .filter(|(_, n)| *n)
+                .map(|(id, _)| id)
+                .collect();
             let removed = if self.dry_run || gone.is_empty() {
                 0
             } else {
                 let mut keys = vec![log.clone()];
+                let mut args = Vec::with_capacity(gone.len() * 2);
                 for id in &gone {
                     keys.push(self.tgt.message_item(chat, &String::from_utf8_lossy(id)));
+                    args.push(id.clone());
+                    let keep = kept.contains(&id);
+                    args.push(Bytes::from_static(if keep { b"0" } else { b"1" }));
                 }
-                let drop = script_call(false, &MIGRATE_DROP, Access::Write, keys, gone.clone())?;
+                let drop = script_call(false, &MIGRATE_DROP, Access::Write, keys, args)?;
                 send_ok(self.target, vec![drop])
                     .await?
                     .pop()
