@@ -17,7 +17,8 @@ local function canonical(x)
   return x == '0' or string.match(x, '^%-?[1-9]%d*$') ~= nil
 end
 
--- Compares two canonical decimal integers exactly: -1, 0 or 1.
+-- Compares two canonical decimal integers exactly: -1, 0 or 1 (as schedule.lua does: a script
+-- cannot load another's functions).
 local function compare(a, b)
   local a_neg, b_neg = a:sub(1, 1) == '-', b:sub(1, 1) == '-'
   if a_neg ~= b_neg then

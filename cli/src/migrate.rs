@@ -76,7 +76,7 @@ pub(crate) async fn run_migrate(args: &MigrateArgs, quiet: bool) -> Result<(), F
     bar.finish_and_clear();
     close(source, target).await;
     let mut report = result?;
-    // The core has no clock; the caller measures.
+    // The core measures on the source server's clock; the operator reads this process's.
     report.elapsed = elapsed;
     print!("{}", render(&report));
     Ok(())

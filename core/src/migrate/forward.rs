@@ -50,20 +50,14 @@ pub async fn migrate_to_cluster_layout<S: Executor, T: Executor>(
         }
     }
     if !options.allow_live {
-        progress(&Progress {
-            phase: "checking",
-            ..Progress::default()
-        });
-        let mut found = LiveFound::default();
-        found
-            .scan(source, &src.heartbeat_pattern(), &legacy_tickets(&src))
-            .await?;
-        if options.separate() {
-            found
-                .scan(target, &tgt.heartbeat_pattern(), &cluster_tickets(&tgt))
-                .await?;
-        }
-        found.refuse()?;
+        refuse_if_live(
+            source,
+            target,
+            &src,
+            options.separate().then_some(&tgt),
+            progress,
+        )
+        .await?;
     }
 
     let mut run = Copier {
@@ -132,14 +126,38 @@ pub async fn migrate_to_cluster_layout<S: Executor, T: Executor>(
     Ok(run.report)
 }
 
-/// The pattern of the legacy layout's turn queues with pending tickets.
-pub(super) fn legacy_tickets(ks: &Keyspace) -> String {
-    format!("{}:co:turn:*:tix", crate::keys::glob_escape(ks.prefix()))
+/// The pattern of the turn queues with pending tickets, in the layout of `ks`.
+fn tickets(ks: &Keyspace) -> String {
+    let prefix = crate::keys::glob_escape(ks.prefix());
+    match ks.layout() {
+        Layout::Legacy => format!("{prefix}:co:turn:*:tix"),
+        Layout::Cluster => format!("{prefix}:co:{{t:*}}:tix"),
+    }
 }
 
-/// The pattern of the cluster layout's turn queues with pending tickets.
-pub(super) fn cluster_tickets(ks: &Keyspace) -> String {
-    format!("{}:co:{{t:*}}:tix", crate::keys::glob_escape(ks.prefix()))
+/// Refuses with [`Refusal::Live`] when heartbeats or pending tickets show bots running on the
+/// source, or on a separate target.
+pub(super) async fn refuse_if_live<S: Executor, T: Executor>(
+    source: &S,
+    target: &T,
+    src: &Keyspace,
+    separate_target: Option<&Keyspace>,
+    progress: &mut (dyn FnMut(&Progress) + Send),
+) -> Result<(), Error> {
+    progress(&Progress {
+        phase: "checking",
+        ..Progress::default()
+    });
+    let mut found = LiveFound::default();
+    found
+        .scan(source, &src.heartbeat_pattern(), &tickets(src))
+        .await?;
+    if let Some(tgt) = separate_target {
+        found
+            .scan(target, &tgt.heartbeat_pattern(), &tickets(tgt))
+            .await?;
+    }
+    found.refuse()
 }
 
 /// The marker's value under `ks`.
@@ -155,7 +173,7 @@ pub(super) async fn read_marker<E: Executor>(e: &E, ks: &Keyspace) -> Result<Opt
 
 /// Keys that show live bots: heartbeats and turn queues with pending tickets.
 #[derive(Default)]
-pub(super) struct LiveFound {
+struct LiveFound {
     heartbeats: u64,
     tickets: u64,
     examples: Vec<String>,
@@ -163,7 +181,7 @@ pub(super) struct LiveFound {
 
 impl LiveFound {
     /// Scans `e` for heartbeats and pending tickets.
-    pub(super) async fn scan<E: Executor>(
+    async fn scan<E: Executor>(
         &mut self,
         e: &E,
         heartbeats: &str,
@@ -188,7 +206,7 @@ impl LiveFound {
     }
 
     /// The refusal, when anything was found.
-    pub(super) fn refuse(self) -> Result<(), Error> {
+    fn refuse(self) -> Result<(), Error> {
         if self.heartbeats + self.tickets == 0 {
             return Ok(());
         }

@@ -13,7 +13,7 @@ use super::copy::{other_owners, Copier, Settings};
 use super::engine::{
     dbsize, elapsed, masters, members, scan_page, script_call, send, send_ok, server_ms,
 };
-use super::forward::{cluster_tickets, legacy_tickets, LiveFound};
+use super::forward::refuse_if_live;
 use super::names::{self, Name};
 use super::{
     MarkerOutcome, MigrationReport, Namespace, Progress, Refusal, RollbackOptions, MIGRATE_DROP,
@@ -46,20 +46,14 @@ pub async fn rollback_to_legacy_layout<S: Executor, T: Executor>(
         return Err(Refusal::TargetIsCluster.into());
     }
     if !options.allow_live {
-        progress(&Progress {
-            phase: "checking",
-            ..Progress::default()
-        });
-        let mut found = LiveFound::default();
-        found
-            .scan(source, &src.heartbeat_pattern(), &cluster_tickets(&src))
-            .await?;
-        if options.separate() {
-            found
-                .scan(target, &tgt.heartbeat_pattern(), &legacy_tickets(&tgt))
-                .await?;
-        }
-        found.refuse()?;
+        refuse_if_live(
+            source,
+            target,
+            &src,
+            options.separate().then_some(&tgt),
+            progress,
+        )
+        .await?;
     }
     let mut run = Copier {
         source,
