@@ -1241,8 +1241,22 @@ impl Digest {
     /// [`TTL_TOLERANCE_MS`].
     pub fn diff(&self, other: &Digest) -> Vec<String> {
         let mut out = Vec::new();
-        diff_map(&mut out, "messages", &self.messages, &other.messages, eq);
-        diff_map(&mut out, "drains", &self.drains, &other.drains, eq);
+        // Messages by (chat, id): a log's order is its scores' (then its ids'), so this is the
+        // same comparison, and a difference names the message rather than a whole log.
+        diff_map(
+            &mut out,
+            "message",
+            &flat(&self.messages),
+            &flat(&other.messages),
+            eq,
+        );
+        diff_map(
+            &mut out,
+            "drained message",
+            &flat(&self.drains),
+            &flat(&other.drains),
+            eq,
+        );
         diff_map(&mut out, "records", &self.records, &other.records, timed_eq);
         diff_map(&mut out, "schedules", &self.schedules, &other.schedules, eq);
         diff_map(
@@ -1284,6 +1298,16 @@ impl Digest {
             self.index_problems
         );
     }
+}
+
+/// Messages keyed by (chat, id).
+fn flat(logs: &BTreeMap<String, Vec<Msg>>) -> BTreeMap<(&str, &str), (&str, &Blob)> {
+    logs.iter()
+        .flat_map(|(chat, list)| {
+            list.iter()
+                .map(move |m| ((chat.as_str(), m.id.as_str()), (m.score.as_str(), &m.value)))
+        })
+        .collect()
 }
 
 fn eq<V: PartialEq>(a: &V, b: &V) -> bool {
