@@ -97,7 +97,7 @@ async fn delete_source_keeps_both_messages<R: Runtime>() {
     assert_eq!(report.marker, MarkerOutcome::Written);
     let left = digest(node, Layout::Legacy, &prefix);
     assert!(
-        left.is_empty() && left.excluded.get("dangling").is_none(),
+        left.is_empty() && !left.excluded.contains_key("dangling"),
         "legacy data left behind: {left:#?}"
     );
 }
