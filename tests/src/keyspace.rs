@@ -215,6 +215,16 @@ impl Node<'_> {
         all
     }
 
+    /// Deletes every key under `prefix` (so that a suite's later `SCAN`s stay short).
+    pub fn delete_prefix(self, prefix: &str) {
+        let commands: Vec<Cmd> = self
+            .keys(prefix)
+            .into_iter()
+            .map(|k| Cmd::new("DEL", k))
+            .collect();
+        self.run(&commands);
+    }
+
     /// A raw dump of every key under `prefix` (type, value, has-TTL), for "nothing changed"
     /// checks that must see every byte, not only the migration's data.
     pub fn raw_dump(self, prefix: &str) -> BTreeMap<Vec<u8>, String> {
