@@ -215,6 +215,16 @@ impl Node<'_> {
         all
     }
 
+    /// Sends one command to the node that holds its key (the second word) and returns the
+    /// reply (an error reply is `Value::Error`).
+    pub fn call(self, command: &Cmd) -> Value {
+        let mut conn = match self {
+            Node::Single(node) => node.conn().unwrap(),
+            Node::Cluster(cluster) => cluster.conn_for_key(&command.0[1]).unwrap(),
+        };
+        conn.call(&command.0).unwrap()
+    }
+
     /// Deletes every key under `prefix` (so that a suite's later `SCAN`s stay short).
     pub fn delete_prefix(self, prefix: &str) {
         let commands: Vec<Cmd> = self
