@@ -19,6 +19,13 @@ use botmesh_redis_tests::keyspace::{
 use botmesh_redis_tests::{both_drivers, unique_prefix};
 
 const SEEDS: &[u64] = &[1, 2, 3];
+/// Keyspaces of a few hundred keys.
+const SIZE: u64 = 4;
+
+/// A fresh prefix with a `:` and every glob character in it: listings must escape them.
+fn hostile_prefix(name: &str) -> String {
+    format!("{}:b*t?[1]\\", unique_prefix(name))
+}
 
 /// The digest of a freshly generated keyspace agrees with what the generator wrote.
 fn check_generated_digest(before: &Digest, expected: &Expected) {
@@ -100,8 +107,8 @@ async fn in_place_on_one_node<R: Runtime>() {
     let node = Node::shared_single();
     let client = node.client::<R>().await;
     for seed in seeds(SEEDS) {
-        let prefix = unique_prefix("mig-rt-in-place");
-        let generated = write_generated(node, &prefix, seed, 1);
+        let prefix = hostile_prefix("mig-rt-in-place");
+        let generated = write_generated(node, &prefix, seed, SIZE);
         let expected = &generated.expected;
         let before = digest(node, Layout::Legacy, &prefix);
         check_generated_digest(&before, expected);
@@ -207,8 +214,8 @@ async fn there_and_back<R: Runtime>(target: Node<'static>) {
     let src = source.client::<R>().await;
     let tgt = target.client::<R>().await;
     for seed in seeds(SEEDS) {
-        let prefix = unique_prefix("mig-rt-there");
-        let generated = write_generated(source, &prefix, seed, 1);
+        let prefix = hostile_prefix("mig-rt-there");
+        let generated = write_generated(source, &prefix, seed, SIZE);
         let expected = &generated.expected;
         let before = digest(source, Layout::Legacy, &prefix);
         check_generated_digest(&before, expected);
@@ -245,7 +252,7 @@ async fn there_and_back<R: Runtime>(target: Node<'static>) {
             items.len() + logs + others + indexes as usize + 1
         );
 
-        let back = unique_prefix("mig-rt-back");
+        let back = hostile_prefix("mig-rt-back");
         let mut rollback = RollbackOptions::new(prefix.as_str());
         rollback.target_prefix = Some(back.clone());
         rollback.other_server = true;
