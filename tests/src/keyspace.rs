@@ -1744,3 +1744,79 @@ impl<P: Plan> Plan for Gated<P> {
         self.gate(step)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_generates_the_same_keyspace_every_time() {
+        let a = generate("p", 7, 1, 1_000);
+        let b = generate("p", 7, 1, 1_000);
+        assert_eq!(a.commands, b.commands);
+        assert_eq!(a.expected, b.expected);
+        assert_ne!(a.commands, generate("p", 8, 1, 1_000).commands);
+        // Every generated keyspace has the cases the suites count on.
+        for seed in 0..50 {
+            let e = generate("p", seed, 1, 1_000).expected;
+            assert!(
+                e.orphans >= 1 && e.dangling >= 1 && e.unknown >= 1,
+                "{e:#?}"
+            );
+            assert!(
+                e.foreign_items >= 1 && e.messages > e.foreign_items,
+                "{e:#?}"
+            );
+            assert!(e.distinct_pairs <= e.messages + e.drain_messages, "{e:#?}");
+        }
+    }
+
+    fn timed(value: &str, ttl: Option<i64>) -> Timed<Blob> {
+        Timed {
+            value: Blob(value.as_bytes().to_vec()),
+            ttl,
+        }
+    }
+
+    #[test]
+    fn the_diff_names_every_difference_and_tolerates_a_second_of_ttl() {
+        let mut a = Digest::default();
+        a.records
+            .insert((RecordKind::Chat, "c".into()), timed("v", None));
+        a.records.insert(
+            (RecordKind::Checkpoint, "cp".into()),
+            timed("v", Some(60_000)),
+        );
+        a.messages.insert(
+            "chat".into(),
+            vec![Msg {
+                id: "m".into(),
+                score: "1".into(),
+                value: Blob(b"x".to_vec()),
+            }],
+        );
+        let mut b = a.clone();
+        b.records.insert(
+            (RecordKind::Checkpoint, "cp".into()),
+            timed("v", Some(59_100)),
+        );
+        assert_eq!(a.diff(&b), Vec::<String>::new());
+
+        b.records.insert(
+            (RecordKind::Checkpoint, "cp".into()),
+            timed("v", Some(58_900)),
+        );
+        b.records
+            .insert((RecordKind::Chat, "c".into()), timed("v", Some(1)));
+        b.messages.get_mut("chat").unwrap()[0].value = Blob(b"y".to_vec());
+        b.fences.insert("f".into(), "1".into());
+        let diff = a.diff(&b);
+        assert_eq!(diff.len(), 4, "{diff:#?}");
+        assert!(
+            diff[0].starts_with("message (\"chat\", \"m\")"),
+            "{diff:#?}"
+        );
+        assert!(diff.iter().any(|d| d.contains("unexpected")), "{diff:#?}");
+        assert_eq!(b.diff(&Digest::default()).len(), b.len());
+    }
+}

@@ -252,6 +252,23 @@ async fn there_and_back<R: Runtime>(target: Node<'static>) {
             items.len() + logs + others + indexes as usize + 1
         );
 
+        // inspect_keyspace sees the copy as cluster-layout keys on every master.
+        let inspected = inspect_keyspace(&tgt, &prefix, 100, &mut |_| {})
+            .await
+            .unwrap();
+        assert_eq!(inspected.legacy, BTreeMap::new(), "{inspected:#?}");
+        assert_eq!(
+            (
+                inspected.unknown,
+                inspected.scanned,
+                inspected.marker.as_deref()
+            ),
+            (0, target.keys(&prefix).len() as u64, Some("cluster:v1")),
+            "{inspected:#?}"
+        );
+        assert_eq!(inspected.cluster.get(&Namespace::Indexes), Some(&indexes));
+        assert_eq!(inspected.nodes.len(), target.conns().len());
+
         let back = hostile_prefix("mig-rt-back");
         let mut rollback = RollbackOptions::new(prefix.as_str());
         rollback.target_prefix = Some(back.clone());
