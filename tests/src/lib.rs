@@ -6,6 +6,7 @@
 pub mod chaos;
 pub mod conformance;
 pub mod harness;
+pub mod keyspace;
 
 pub use conformance::{driver_name, exclusive, AsyncStd, Client, Runtime, Tokio};
 pub use harness::{
