@@ -4,8 +4,10 @@
 -- KEYS[1..] the counters (integer strings)
 -- ARGV[1] '1' for a dry run: nothing is written
 -- ARGV[2..] the source's value of each counter, in order: canonical decimal integers
--- Returns a code per counter: 0 kept (equal or higher), 1 copied (it was missing), 2 raised;
--- an error when a counter holds something that is not an integer.
+-- Returns a code per counter: 0 kept (equal or higher), 1 copied (it was missing), 2 raised,
+-- -1 when the counter holds something that is not a canonical integer, or is not a string (left
+-- as it is; the other
+-- counters of the call are written all the same).
 local dry = ARGV[1] == '1'
 
 local function canonical(x)
@@ -34,16 +36,20 @@ end
 local codes = {}
 for i, key in ipairs(KEYS) do
   local value = ARGV[i + 1]
-  local current = redis.call('GET', key)
+  local kind = redis.call('TYPE', key)['ok']
+  local current = kind == 'string' and redis.call('GET', key)
   local code = 1
-  if current then
+  if kind ~= 'string' and kind ~= 'none' then
+    code = -1
+  elseif current then
     if not canonical(current) then
-      return redis.error_reply('ERR migrate_counters: ' .. key .. ' does not hold a canonical integer')
+      code = -1
+    else
+      code = below(current, value) and 2 or 0
     end
-    code = below(current, value) and 2 or 0
   end
   codes[i] = code
-  if code ~= 0 and not dry then
+  if code > 0 and not dry then
     redis.call('SET', key, value)
   end
 end

@@ -8,13 +8,18 @@
 -- ARGV[3] the source's token (canonical decimal integer, or '' for none)
 -- ARGV[4] the source's holder ('' for none)
 -- ARGV[5] ms the source's lease had left ('' when it was not live)
--- Returns 0 kept, 1 copied, 2 changed (token raised or holder replaced).
+-- Returns {code}: 0 kept, 1 copied, 2 changed (token raised or holder replaced); -1 when the
+-- target is not a hash or its token is not an integer (nothing written).
 local overwrite, dry = ARGV[1] == '1', ARGV[2] == '1'
 local token, holder, left = ARGV[3], ARGV[4], ARGV[5]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'hash' and kind ~= 'none' then
+  return {-1}
+end
 local fields = redis.call('HMGET', KEYS[1], 'holder', 'until', 'token')
-local existed = redis.call('EXISTS', KEYS[1]) == 1
+local existed = kind == 'hash'
 
 local function below(a, b)
   if a:sub(1, 1) == '-' or b:sub(1, 1) == '-' then
@@ -26,6 +31,9 @@ local function below(a, b)
   return a < b
 end
 
+if fields[3] and not string.match(fields[3], '^%-?%d+$') then
+  return {-1}
+end
 local changed = false
 if token ~= '' and (not fields[3] or below(fields[3], token)) then
   changed = true
@@ -41,9 +49,9 @@ if holder ~= '' and left ~= '' and (overwrite or not live_here) then
   end
 end
 if not changed then
-  return 0
+  return {0}
 end
 if existed then
-  return 2
+  return {2}
 end
-return 1
+return {1}

@@ -1,19 +1,29 @@
 -- migrate_messages: writes messages of one chat (one slot in the cluster layout): each item and
 -- its member in the chat's log (or drain) together. An existing item and an existing member
--- keep their value and score unless overwrite is set.
+-- keep their value and score unless overwrite is set. A message whose item another message of
+-- the run writes (an id in both a chat's log and its drain; the legacy layout's shared item)
+-- adds only its member, so each item is written once whatever the order.
 -- KEYS[1] the log (or the drain of an interrupted delete)
 -- KEYS[2..] the items, in the order of the entries
 -- ARGV[1] '1' to overwrite, else '0'
 -- ARGV[2] '1' for a dry run: nothing is written
--- ARGV[3..] per message: id (the log member), score (time in ms), value
--- Returns a code per message: 0 kept (the item existed), 1 copied, 2 overwritten.
+-- ARGV[3..] per message: id (the log member), score (time in ms), value, and '1' to write the
+--         item or '0' for the member only
+-- Returns a code per message: 0 kept (the item, or for a member only the member, existed),
+-- 1 copied, 2 overwritten.
 local overwrite, dry = ARGV[1] == '1', ARGV[2] == '1'
 local codes = {}
-local n = (#ARGV - 2) / 3
+local n = (#ARGV - 2) / 4
 for i = 1, n do
-  local id, score, value = ARGV[i * 3], ARGV[i * 3 + 1], ARGV[i * 3 + 2]
+  local at = 2 + (i - 1) * 4
+  local id, score, value, with_item = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4] == '1'
   local item = KEYS[i + 1]
-  local exists = redis.call('EXISTS', item) == 1
+  local exists
+  if with_item then
+    exists = redis.call('EXISTS', item) == 1
+  else
+    exists = redis.call('ZSCORE', KEYS[1], id) ~= false
+  end
   if exists and not overwrite then
     codes[i] = 0
     if not dry then
@@ -22,7 +32,9 @@ for i = 1, n do
   else
     codes[i] = exists and 2 or 1
     if not dry then
-      redis.call('SET', item, value)
+      if with_item then
+        redis.call('SET', item, value)
+      end
       redis.call('ZADD', KEYS[1], score, id)
     end
   end

@@ -9,8 +9,8 @@
 -- ARGV[2] '1' to overwrite, else '0'
 -- ARGV[3] '1' for a dry run: nothing is written
 -- ARGV[4..] per record: id, token, holder ('' for none), deleted ('0' or '1'), data
--- Returns a code per record: 0 kept, 1 copied, 2 replaced; an error for a token that is not a
--- canonical integer.
+-- Returns a code per record: 0 kept, 1 copied, 2 replaced, -1 when the source's or the stored
+-- token is not a canonical integer, or the stored record is not a hash (that record is left as it is; the others are written).
 local indexed, overwrite, dry = ARGV[1] == '1', ARGV[2] == '1', ARGV[3] == '1'
 
 local function canonical(x)
@@ -44,17 +44,19 @@ for i = 1, n do
   local at = 3 + (i - 1) * 5
   local id, token, holder, deleted, data =
     ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5]
-  if not canonical(token) then
-    return redis.error_reply('ERR migrate_schedules: the token of ' .. id .. ' is not a canonical integer')
+  local kind = redis.call('TYPE', key)['ok']
+  local stored = {}
+  if kind == 'hash' then
+    stored = redis.call('HMGET', key, 'token', 'holder')
   end
-  local stored = redis.call('HMGET', key, 'token', 'holder')
   local write = true
   local code = 1
-  if stored[1] then
+  if (kind ~= 'hash' and kind ~= 'none') or not canonical(token)
+      or (stored[1] and not canonical(stored[1])) then
+    write = false
+    code = -1
+  elseif stored[1] then
     code = 2
-    if not canonical(stored[1]) then
-      return redis.error_reply('ERR migrate_schedules: the stored token of ' .. id .. ' is not a canonical integer')
-    end
     local order = compare(token, stored[1])
     if order < 0 or (order == 0 and not overwrite) then
       if overwrite then

@@ -15,7 +15,7 @@ use botmesh_redis_tests::{both_drivers, unique_prefix};
 
 /// A little data of each kind a migration copies (no lease: see migrate_leases.rs).
 fn some_data(ks: &Keyspace) -> Vec<Cmd> {
-    vec![
+    let mut data = vec![
         Cmd::new("SET", ks.record(RecordKind::Chat, "c:1").as_bytes()).arg("chat"),
         Cmd::new("ZADD", ks.message_log("c:1").as_bytes())
             .arg("5")
@@ -27,7 +27,12 @@ fn some_data(ks: &Keyspace) -> Vec<Cmd> {
             .arg("PX")
             .arg("600000"),
         Cmd::new("SET", ks.cursor("feed").as_bytes()).arg("42"),
-    ]
+    ];
+    if ks.layout() == Layout::Cluster {
+        // A migrated keyspace carries the marker; a mirroring rollback requires it.
+        data.push(Cmd::new("SET", ks.marker().as_bytes()).arg("cluster:v1"));
+    }
+    data
 }
 
 /// A live key: a heartbeat, or a turn queue with a pending ticket (in `ks`'s layout).

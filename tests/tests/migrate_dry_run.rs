@@ -172,7 +172,11 @@ async fn rollback<R: Runtime>(host: Node<'static>, in_place: bool) {
             predicted(&real),
             "seed {seed}: dry {dry:#?}\nreal {real:#?}"
         );
-        assert_eq!(dry.scanned, real.scanned);
+        if !in_place {
+            // In place the real run's prune goes first and deletes legacy keys under the same
+            // prefix before the copy pass scans it; the dry run deletes nothing.
+            assert_eq!(dry.scanned, real.scanned);
+        }
     }
 }
 

@@ -114,6 +114,8 @@ async fn rollback_into_another_prefix<R: Runtime>() {
         let from = Keyspace::new(Layout::Cluster, unique_prefix("mig-lease-src")).unwrap();
         let to = Keyspace::new(Layout::Legacy, unique_prefix("mig-lease-tgt")).unwrap();
         seed_leases(node, &from, &to);
+        // A migrated keyspace carries the marker; a mirroring rollback requires it.
+        node.run(&[Cmd::new("SET", from.marker().as_bytes()).arg("cluster:v1")]);
         let mut options = RollbackOptions::new(from.prefix());
         options.target_prefix = Some(to.prefix().to_owned());
         options.mirror = mirror;

@@ -352,6 +352,8 @@ async fn counters_and_tokens_never_go_back<R: Runtime>() {
             let tgt = Keyspace::new(Layout::Legacy, prefix.as_str()).unwrap();
             let model = Model::build(&mut rng, &src, &tgt, overwrite);
             cluster.run(&model.source);
+            // A migrated keyspace carries the marker; a mirroring rollback requires it.
+            cluster.run(&[Cmd::new("SET", src.marker().as_bytes()).arg("cluster:v1")]);
             single.run(&model.target);
             let mut rollback = RollbackOptions::new(prefix.as_str());
             rollback.other_server = true;

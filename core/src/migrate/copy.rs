@@ -400,6 +400,8 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
         done.extend(write(t, c, &MIGRATE_LEASE, leases, &flags, 1).await?);
         for ((ns, src_key), code) in done {
             match code {
+                // The target key is in the way (another type, not an integer): left as it is.
+                Ok(code) if code < 0 => unreadable(report, &src_key),
                 Ok(code) => {
                     report.counts(ns).add(code);
                     deletable.push(src_key);
@@ -544,6 +546,8 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                 members,
                 values: Vec::new(),
                 clashes: BTreeSet::new(),
+                shared: BTreeSet::new(),
+                member_only: BTreeSet::new(),
             });
         }
         let mut items = Vec::new();
@@ -562,7 +566,7 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                 return Err(crate::plan::misuse("fewer item reads than members"));
             }
         }
-        self.legacy_clashes(&mut fetched).await?;
+        self.mark_shared_items(&mut fetched).await?;
         Ok(fetched)
     }
 
@@ -575,6 +579,8 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
     ) -> Result<Vec<LogPage>, Error> {
         let (overwrite, dry) = self.flags();
         let mut entries = Vec::new();
+        // Members without an item carry no message: delete_source drops them with the rest.
+        let mut dangling: Vec<Vec<Bytes>> = vec![Vec::new(); wave.len()];
         for (i, log) in wave.iter().enumerate() {
             let (chat, drain) = (&log.page.chat, log.page.drain);
             let ns = if drain {
@@ -588,6 +594,7 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                 let id_text = String::from_utf8_lossy(id);
                 if value.kind == "none" {
                     report.dangling += 1;
+                    dangling[i].push(id.clone());
                     continue;
                 }
                 if log.clashes.contains(&position) {
@@ -600,11 +607,21 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                     unreadable(report, &self.src.message_item(chat, &id_text));
                     continue;
                 };
+                if log.shared.contains(&position) {
+                    report.shared_items += 1;
+                }
+                let member_only =
+                    log.member_only.contains(&position) || log.shared.contains(&position);
                 let item = self.tgt.message_item(chat, &id_text);
                 entries.push(Entry {
                     slot: item.slot(),
                     head: vec![target_log.clone()],
-                    args: vec![id.clone(), score.clone(), bytes],
+                    args: vec![
+                        id.clone(),
+                        score.clone(),
+                        if member_only { Bytes::new() } else { bytes },
+                        Bytes::from_static(if member_only { b"0" } else { b"1" }),
+                    ],
                     keys: vec![item],
                     tag: (i, ns, id.clone()),
                 });
@@ -644,7 +661,13 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
             for (log, ids) in wave.iter().zip(&copied) {
                 for id in ids {
                     let id_text = String::from_utf8_lossy(id);
-                    for pair in other_owners(&self.src, &log.page.chat, &id_text, log.page.drain) {
+                    for pair in other_owners(
+                        &self.src,
+                        &log.page.chat,
+                        &id_text,
+                        log.page.drain,
+                        self.src.layout() == Layout::Legacy,
+                    ) {
                         pairs.push(pair);
                         asked.push((log.page.chat.clone(), log.page.drain, id.clone()));
                     }
@@ -660,12 +683,13 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
         }
         let mut drops = Vec::new();
         let mut more = Vec::new();
-        for (log, ids) in wave.iter().zip(&copied) {
+        for ((log, ids), dangling) in wave.iter().zip(&copied).zip(&dangling) {
             let (chat, drain) = (&log.page.chat, log.page.drain);
-            if dropping && !ids.is_empty() {
+            let dropped = ids.len() + dangling.len();
+            if dropping && dropped > 0 {
                 let mut keys = vec![self.src_log(chat, drain)];
-                let mut args = Vec::with_capacity(ids.len() * 2);
-                for id in ids {
+                let mut args = Vec::with_capacity(dropped * 2);
+                for id in ids.iter().chain(dangling) {
                     keys.push(self.src.message_item(chat, &String::from_utf8_lossy(id)));
                     let keep = shared
                         .iter()
@@ -684,11 +708,7 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
             let len = log.members.len() as i64;
             if len == LOG_PAGE {
                 // Dropped members leave the log, so the next page starts that much earlier.
-                let kept = if dropping {
-                    len - ids.len() as i64
-                } else {
-                    len
-                };
+                let kept = if dropping { len - dropped as i64 } else { len };
                 more.push(LogPage {
                     chat: chat.clone(),
                     drain,
@@ -699,18 +719,74 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
         for value in send_ok(self.source, drops).await? {
             report.source_deleted += u64::try_from(value.as_i64()?).unwrap_or(0);
         }
+        if !shared.is_empty() {
+            // Two messages of one item dropped in the same wave each kept it for the other:
+            // an item no list names any more goes now.
+            let mut pairs = Vec::new();
+            let mut asked = Vec::new();
+            for (chat, drain, id) in &shared {
+                let id_text = String::from_utf8_lossy(id);
+                let legacy = self.src.layout() == Layout::Legacy;
+                for pair in other_owners(&self.src, chat, &id_text, *drain, legacy) {
+                    pairs.push(pair);
+                    asked.push(self.src.message_item(chat, &id_text));
+                }
+                pairs.push((self.src_log(chat, *drain), id.clone()));
+                asked.push(self.src.message_item(chat, &id_text));
+            }
+            let named = members(self.source, self.src_cluster, &pairs).await?;
+            let mut owned = BTreeSet::new();
+            for (item, n) in asked.iter().zip(named) {
+                if n {
+                    owned.insert(item.as_bytes().to_vec());
+                }
+            }
+            let orphaned: Vec<Key> = asked
+                .into_iter()
+                .filter(|item| !owned.contains(item.as_bytes()))
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            delete(self.source, self.src_cluster, orphaned).await?;
+        }
         Ok(more)
     }
 
-    /// Marks the messages a legacy target cannot hold: their legacy item key is also the key of
-    /// another message of the source (`a` + `b:c` and `a:b` + `c`) with a different value.
-    /// Equal values are one legacy item, as before the forward migration copied a shared item
-    /// to both chats.
-    async fn legacy_clashes(&self, wave: &mut [FetchedLog]) -> Result<(), Error> {
+    /// Marks the messages that share one target item with another message of the source, so
+    /// that each item is written once, by a rule that does not depend on which message comes
+    /// first (a dry run, which cannot see its own writes, then counts what the real run does):
+    ///
+    /// - an id in both a chat's log and its drain: the drain's entry adds only its member (the
+    ///   log's message writes the item);
+    /// - legacy target only: two messages whose legacy item names are one key (`a` + `b:c` and
+    ///   `a:b` + `c`). With equal values the reading with the shortest chat writes the item and
+    ///   the others are `shared`; with different values the legacy layout cannot hold them, and
+    ///   each is a clash.
+    async fn mark_shared_items(&self, wave: &mut [FetchedLog]) -> Result<(), Error> {
+        let mut pairs = Vec::new();
+        let mut asked = Vec::new();
+        for (i, log) in wave.iter().enumerate() {
+            if !log.page.drain {
+                continue;
+            }
+            for (position, (id, _)) in log.members.iter().enumerate() {
+                pairs.push((self.src.message_log(&log.page.chat), id.clone()));
+                asked.push((i, position));
+            }
+        }
+        for ((i, position), in_log) in asked
+            .into_iter()
+            .zip(members(self.source, self.src_cluster, &pairs).await?)
+        {
+            if in_log {
+                wave[i].member_only.insert(position);
+            }
+        }
         if self.tgt.layout() != Layout::Legacy {
             return Ok(());
         }
-        let mut batch = Vec::new();
+        let mut pairs = Vec::new();
+        let mut gets = Vec::new();
         let mut asked = Vec::new();
         for (i, log) in wave.iter().enumerate() {
             let chat = &log.page.chat;
@@ -721,29 +797,28 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                     if other_chat == chat {
                         continue;
                     }
-                    batch.push(
-                        Request::cmd(Access::Read, "ZSCORE")
-                            .key(&self.src.message_log(other_chat))
-                            .arg(other_id)
-                            .build()?,
-                    );
-                    batch.push(
+                    let member = Bytes::copy_from_slice(other_id.as_bytes());
+                    pairs.push((self.src.message_log(other_chat), member.clone()));
+                    pairs.push((self.src.message_drain(other_chat), member));
+                    gets.push(
                         Request::cmd(Access::Read, "GET")
                             .key(&self.src.message_item(other_chat, other_id))
                             .build()?,
                     );
-                    asked.push((i, position));
+                    asked.push((i, position, other_chat.len() < chat.len()));
                 }
             }
         }
-        let replies = send_ok(self.source, batch).await?;
-        for (pair, (i, position)) in replies.chunks(2).zip(asked) {
-            if let [named, other] = pair {
-                let named = *named != crate::value::Value::Nil;
-                let same = wave[i].values[position].bytes() == other.clone().into_opt_bytes()?;
-                if named && !same {
-                    wave[i].clashes.insert(position);
-                }
+        let named = members(self.source, self.src_cluster, &pairs).await?;
+        let others = send_ok(self.source, gets).await?;
+        for ((pair, other), (i, position, shorter)) in named.chunks(2).zip(others).zip(asked) {
+            if !pair.iter().any(|n| *n) {
+                continue;
+            }
+            if wave[i].values[position].bytes() != other.into_opt_bytes()? {
+                wave[i].clashes.insert(position);
+            } else if shorter {
+                wave[i].shared.insert(position);
             }
         }
         Ok(())
@@ -779,7 +854,12 @@ struct FetchedLog {
     page: LogPage,
     members: Vec<(Bytes, Bytes)>,
     values: Vec<Read>,
+    /// Positions whose item another message of the source holds with another value.
     clashes: BTreeSet<usize>,
+    /// Positions whose item the message of a shorter chat id writes (same value).
+    shared: BTreeSet<usize>,
+    /// Drain positions whose id the chat's log also names: only the member is written.
+    member_only: BTreeSet<usize>,
 }
 
 /// Up to [`CHAT_WAVE`] log pages from the front of the queue.
@@ -789,19 +869,31 @@ fn take_wave(queue: &mut VecDeque<LogPage>) -> Vec<LogPage> {
 }
 
 /// The lists (logs and drains, with the member to look for) other than `chat`'s own log (or
-/// drain) that may name the same item as message `id` of `chat`: its own drain (or log), and
-/// both lists of every other reading of the legacy item name `<chat>:<id>`. A message dropped
-/// from one list keeps its item while any of them names it.
-pub(super) fn other_owners(ks: &Keyspace, chat: &str, id: &str, drain: bool) -> Vec<(Key, Bytes)> {
-    let rest = format!("{chat}:{id}");
-    let mut out = Vec::new();
-    for (c, i) in item_readings(&rest) {
-        let member = Bytes::copy_from_slice(i.as_bytes());
-        let own = c == chat && i == id;
-        if !own || drain {
+/// drain) that may name the same legacy item as message `id` of `chat`: its own drain (or log)
+/// and, with `readings` (legacy item names, where `<chat>:<id>` can be another chat's
+/// message too), both lists of every other reading. A message dropped from one list keeps its
+/// item while any of them names it. Cluster-layout items belong to one chat: pass `false`.
+pub(super) fn other_owners(
+    ks: &Keyspace,
+    chat: &str,
+    id: &str,
+    drain: bool,
+    readings: bool,
+) -> Vec<(Key, Bytes)> {
+    let own = Bytes::copy_from_slice(id.as_bytes());
+    let mut out = vec![if drain {
+        (ks.message_log(chat), own)
+    } else {
+        (ks.message_drain(chat), own)
+    }];
+    if readings {
+        let rest = format!("{chat}:{id}");
+        for (c, i) in item_readings(&rest) {
+            if c == chat && i == id {
+                continue;
+            }
+            let member = Bytes::copy_from_slice(i.as_bytes());
             out.push((ks.message_log(c), member.clone()));
-        }
-        if !own || !drain {
             out.push((ks.message_drain(c), member));
         }
     }

@@ -50,14 +50,7 @@ pub async fn migrate_to_cluster_layout<S: Executor, T: Executor>(
         }
     }
     if !options.allow_live {
-        refuse_if_live(
-            source,
-            target,
-            &src,
-            options.separate().then_some(&tgt),
-            progress,
-        )
-        .await?;
+        refuse_if_live(source, target, &src, &tgt, options.separate(), progress).await?;
     }
 
     let mut run = Copier {
@@ -136,12 +129,14 @@ fn tickets(ks: &Keyspace) -> String {
 }
 
 /// Refuses with [`Refusal::Live`] when heartbeats or pending tickets show bots running on the
-/// source, or on a separate target.
+/// source, or at the target: the target layout's tickets in place too (bots already on the
+/// new layout), and its heartbeats when it is separate (in place they are the same keys).
 pub(super) async fn refuse_if_live<S: Executor, T: Executor>(
     source: &S,
     target: &T,
     src: &Keyspace,
-    separate_target: Option<&Keyspace>,
+    tgt: &Keyspace,
+    separate: bool,
     progress: &mut (dyn FnMut(&Progress) + Send),
 ) -> Result<(), Error> {
     progress(&Progress {
@@ -149,14 +144,12 @@ pub(super) async fn refuse_if_live<S: Executor, T: Executor>(
         ..Progress::default()
     });
     let mut found = LiveFound::default();
+    let heartbeats = src.heartbeat_pattern();
+    found.scan(source, Some(&heartbeats), &tickets(src)).await?;
+    let heartbeats = separate.then(|| tgt.heartbeat_pattern());
     found
-        .scan(source, &src.heartbeat_pattern(), &tickets(src))
+        .scan(target, heartbeats.as_deref(), &tickets(tgt))
         .await?;
-    if let Some(tgt) = separate_target {
-        found
-            .scan(target, &tgt.heartbeat_pattern(), &tickets(tgt))
-            .await?;
-    }
     found.refuse()
 }
 
@@ -184,10 +177,14 @@ impl LiveFound {
     async fn scan<E: Executor>(
         &mut self,
         e: &E,
-        heartbeats: &str,
+        heartbeats: Option<&str>,
         tickets: &str,
     ) -> Result<(), Error> {
-        for (pattern, is_heartbeat) in [(heartbeats, true), (tickets, false)] {
+        let patterns = heartbeats
+            .map(|h| (h, true))
+            .into_iter()
+            .chain([(tickets, false)]);
+        for (pattern, is_heartbeat) in patterns {
             let keys = e.run(crate::scan::scan(pattern, 1000)).await?;
             for key in &keys {
                 if self.examples.len() < 5 {

@@ -296,6 +296,16 @@ pub enum Refusal {
         /// The prefix.
         prefix: String,
     },
+    /// A mirroring rollback from a source without the layout marker: it was never completely
+    /// migrated (or an interrupted rollback with `delete_source` already removed it), so the
+    /// legacy data it does not hold was not deleted since, and mirroring would delete it.
+    #[error(
+        "the source has no layout marker {key} (cluster:v1): it was never completely migrated, so a mirroring rollback would delete legacy data the source never held; roll back with mirror off (copy only), which is also how an interrupted rollback with delete_source is finished"
+    )]
+    SourceNotMigrated {
+        /// The marker key.
+        key: String,
+    },
     /// The target's layout marker holds a value this version does not know.
     #[error("the target's layout marker {key} holds {value:?}, not cluster:v1")]
     ForeignMarker {
@@ -499,7 +509,8 @@ pub struct Progress {
     pub total: u64,
     /// Records and messages handled so far (copied, kept or overwritten).
     pub moved: u64,
-    /// The phase: `scanning` (inspection), `checking`, `copying`, `pruning`.
+    /// The phase: `scanning` (inspection), `checking`, `copying`, `pruning`, `deleting` (a
+    /// rollback's `delete_source` pass).
     pub phase: &'static str,
 }
 

@@ -1,6 +1,6 @@
 //! Key names read back: which datum of which layout a key under the prefix holds.
 //!
-//! Every rule here is the inverse of [`Keyspace`](crate::Keyspace) and is checked
+//! Every rule here is the inverse of [`Keyspace`] and is checked
 //! against it by round-trip tests. A name that does not read back exactly (an `enc` segment
 //! that is not canonical, a record in the wrong bucket, a user-data name with too few parts) is
 //! [`Name::Unknown`]: counted, never guessed at.

@@ -6,14 +6,14 @@ use bytes::Bytes;
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::keys::Key;
-use crate::layout::{Keyspace, Layout, RecordKind};
+use crate::layout::{Keyspace, Layout, RecordKind, CLUSTER_V1};
 use crate::request::{Access, Request};
 
 use super::copy::{other_owners, Copier, Settings};
 use super::engine::{
     dbsize, elapsed, masters, members, scan_page, script_call, send, send_ok, server_ms,
 };
-use super::forward::refuse_if_live;
+use super::forward::{read_marker, refuse_if_live};
 use super::names::{self, Name};
 use super::{
     MarkerOutcome, MigrationReport, Namespace, Progress, Refusal, RollbackOptions, MIGRATE_DROP,
@@ -46,67 +46,44 @@ pub async fn rollback_to_legacy_layout<S: Executor, T: Executor>(
         return Err(Refusal::TargetIsCluster.into());
     }
     if !options.allow_live {
-        refuse_if_live(
-            source,
-            target,
-            &src,
-            options.separate().then_some(&tgt),
-            progress,
-        )
-        .await?;
+        refuse_if_live(source, target, &src, &tgt, options.separate(), progress).await?;
     }
-    let mut run = Copier {
-        source,
-        target,
-        settings: Settings {
-            overwrite: options.mirror,
-            dry_run: options.dry_run,
-            delete_source: options.delete_source,
-            separate: options.separate(),
-            include: None,
-        },
-        src,
-        tgt,
-        src_cluster,
-        tgt_cluster: false,
-        own_other: Some(Keyspace::new(Layout::Legacy, options.prefix.clone())?),
-        report: MigrationReport::new(Layout::Cluster, options.dry_run),
-    };
-    let started_ms = server_ms(source).await?;
-    let total = dbsize(source, &src_nodes).await?;
-    let pattern = run.src.prefix_pattern();
-    for node in &src_nodes {
-        let mut cursor = Bytes::from_static(b"0");
-        loop {
-            let (next, keys) =
-                scan_page(source, node, &cursor, &pattern, options.scan_count).await?;
-            run.page(keys).await?;
-            progress(&Progress {
-                scanned: run.report.scanned,
-                total,
-                moved: run.report.moved(),
-                phase: "copying",
-            });
-            cursor = next;
-            if cursor.as_ref() == b"0" {
-                break;
+    if options.mirror {
+        // Mirroring deletes the legacy data the source does not hold. A source without the
+        // marker was never completely migrated (or a rollback with delete_source already took
+        // it apart): legacy data it never held is not "deleted since".
+        let marker = read_marker(source, &src).await?;
+        if marker.as_deref() != Some(CLUSTER_V1.as_bytes()) {
+            return Err(Refusal::SourceNotMigrated {
+                key: src.marker().to_string(),
             }
+            .into());
         }
     }
-    let mut report = run.report;
+    let started_ms = server_ms(source).await?;
+    let mut report = MigrationReport::new(Layout::Cluster, options.dry_run);
     if options.mirror {
+        // Pruning goes first, while the source is whole: it compares the legacy keys with it.
         let mut pruner = Pruner {
             source,
             target,
-            src: Keyspace::new(Layout::Cluster, options.prefix.clone())?,
-            tgt: Keyspace::new(Layout::Legacy, options.target_prefix())?,
+            src: src.clone(),
+            tgt: tgt.clone(),
             src_cluster,
             dry_run: options.dry_run,
             report: &mut report,
         };
         pruner.run(options.scan_count, progress).await?;
     }
-    let tgt = Keyspace::new(Layout::Legacy, options.target_prefix())?;
+    let copy = Settings {
+        overwrite: options.mirror,
+        dry_run: options.dry_run,
+        delete_source: false,
+        separate: options.separate(),
+        include: None,
+    };
+    let copied = copy_pass(source, target, options, &src_nodes, copy, progress).await?;
+    report.absorb(copied);
     let complete = !options.dry_run && report.unrepresentable == 0;
     report.marker = if !complete {
         MarkerOutcome::Kept
@@ -120,20 +97,80 @@ pub async fn rollback_to_legacy_layout<S: Executor, T: Executor>(
             _ => MarkerOutcome::Absent,
         }
     };
-    if options.delete_source && complete {
-        // The source's marker goes with its data: a cluster-layout store started on what is
-        // left must not take it for a migrated keyspace.
-        let src = Keyspace::new(Layout::Cluster, options.prefix.clone())?;
-        let del = Request::cmd(Access::Write, "DEL")
-            .key(&src.marker())
-            .build()?;
-        send_ok(source, vec![del]).await?;
+    if options.delete_source && !options.dry_run {
+        // Only now, with the target complete and its marker gone, is the source taken apart:
+        // a copy-only pass deletes each source key the target holds. Killed here, a rerun
+        // with mirror is refused (the marker is gone), and one without it finishes the job.
+        let delete = Settings {
+            overwrite: false,
+            dry_run: false,
+            delete_source: true,
+            separate: options.separate(),
+            include: None,
+        };
+        let deleted = copy_pass(source, target, options, &src_nodes, delete, progress).await?;
+        report.source_deleted += deleted.source_deleted;
+        if complete {
+            // The source's marker goes with its data: a cluster-layout store started on what
+            // is left must not take it for a migrated keyspace.
+            let del = Request::cmd(Access::Write, "DEL")
+                .key(&src.marker())
+                .build()?;
+            send_ok(source, vec![del]).await?;
+        }
     }
     report.elapsed = elapsed(started_ms, server_ms(source).await?);
     Ok(report)
 }
 
-/// The mirror's second pass: legacy keys of the target whose data the source no longer holds.
+/// One pass over every master of the source with `settings`; yields its report.
+async fn copy_pass<S: Executor, T: Executor>(
+    source: &S,
+    target: &T,
+    options: &RollbackOptions,
+    src_nodes: &[Option<String>],
+    settings: Settings,
+    progress: &mut (dyn FnMut(&Progress) + Send),
+) -> Result<MigrationReport, Error> {
+    let mut run = Copier {
+        source,
+        target,
+        settings,
+        src: Keyspace::new(Layout::Cluster, options.prefix.clone())?,
+        tgt: Keyspace::new(Layout::Legacy, options.target_prefix())?,
+        src_cluster: src_nodes != [None],
+        tgt_cluster: false,
+        own_other: Some(Keyspace::new(Layout::Legacy, options.prefix.clone())?),
+        report: MigrationReport::new(Layout::Cluster, options.dry_run),
+    };
+    let total = dbsize(source, src_nodes).await?;
+    let pattern = run.src.prefix_pattern();
+    for node in src_nodes {
+        let mut cursor = Bytes::from_static(b"0");
+        loop {
+            let (next, keys) =
+                scan_page(source, node, &cursor, &pattern, options.scan_count).await?;
+            run.page(keys).await?;
+            progress(&Progress {
+                scanned: run.report.scanned,
+                total,
+                moved: run.report.moved(),
+                phase: if run.settings.delete_source {
+                    "deleting"
+                } else {
+                    "copying"
+                },
+            });
+            cursor = next;
+            if cursor.as_ref() == b"0" {
+                break;
+            }
+        }
+    }
+    Ok(run.report)
+}
+
+/// The mirror's pass: legacy keys of the target whose data the source no longer holds.
 struct Pruner<'a, S, T> {
     source: &'a S,
     target: &'a T,
@@ -298,7 +335,8 @@ impl<S: Executor, T: Executor> Pruner<'_, S, T> {
             let mut asked = Vec::new();
             for id in &gone {
                 let id_text = String::from_utf8_lossy(id);
-                for pair in other_owners(&self.src, chat, &id_text, drain) {
+                // The legacy item is named by every reading of `<chat>:<id>`: all of them count.
+                for pair in other_owners(&self.src, chat, &id_text, drain, true) {
                     pairs.push(pair);
                     asked.push(id.clone());
                 }
