@@ -11,7 +11,8 @@ use clap::Args;
 /// address map and timeouts.
 #[derive(Args, Clone, Debug, Default)]
 pub(crate) struct Connection {
-    /// One node: redis://[USER[:PASSWORD]@]HOST[:PORT] (credentials are percent-decoded).
+    /// One node: redis://USER:PASSWORD@HOST:PORT, where only the host is required (credentials
+    /// are percent-decoded).
     #[arg(long, value_name = "URL", conflicts_with = "cluster")]
     pub(crate) url: Option<String>,
 
