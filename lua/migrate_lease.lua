@@ -9,7 +9,7 @@
 -- ARGV[4] the source's holder ('' for none)
 -- ARGV[5] ms the source's lease had left ('' when it was not live)
 -- Returns {code}: 0 kept, 1 copied, 2 changed (token raised or holder replaced); -1 when the
--- target is not a hash or its token is not an integer (nothing written).
+-- target is not a hash or its token is not a canonical integer (nothing written).
 local overwrite, dry = ARGV[1] == '1', ARGV[2] == '1'
 local token, holder, left = ARGV[3], ARGV[4], ARGV[5]
 local t = redis.call('TIME')
@@ -21,17 +21,30 @@ end
 local fields = redis.call('HMGET', KEYS[1], 'holder', 'until', 'token')
 local existed = kind == 'hash'
 
+-- Whether the canonical decimal integer a is below b, exactly (not as Lua numbers).
 local function below(a, b)
-  if a:sub(1, 1) == '-' or b:sub(1, 1) == '-' then
-    return tonumber(a) < tonumber(b)
+  local a_neg, b_neg = a:sub(1, 1) == '-', b:sub(1, 1) == '-'
+  if a_neg ~= b_neg then
+    return a_neg
   end
+  local less
   if #a ~= #b then
-    return #a < #b
+    less = #a < #b
+  elseif a == b then
+    return false
+  else
+    less = a < b
   end
-  return a < b
+  if a_neg then
+    return not less
+  end
+  return less
 end
 
-if fields[3] and not string.match(fields[3], '^%-?%d+$') then
+local function canonical(x)
+  return x == '0' or string.match(x, '^%-?[1-9]%d*$') ~= nil
+end
+if fields[3] and not canonical(fields[3]) then
   return {-1}
 end
 local changed = false
@@ -41,7 +54,7 @@ if token ~= '' and (not fields[3] or below(fields[3], token)) then
     redis.call('HSET', KEYS[1], 'token', token)
   end
 end
-local live_here = fields[1] and tonumber(fields[2] or '0') > now
+local live_here = fields[1] and (tonumber(fields[2] or '0') or 0) > now
 if holder ~= '' and left ~= '' and (overwrite or not live_here) then
   changed = true
   if not dry then

@@ -10,10 +10,18 @@
 -- ARGV[3..] per message: id (the log member), score (time in ms), value, and '1' to write the
 --         item or '0' for the member only
 -- Returns a code per message: 0 kept (the item, or for a member only the member, existed),
--- 1 copied, 2 overwritten.
+-- 1 copied, 2 overwritten; -1 for every message when the log is not a sorted set (left as it
+-- is).
 local overwrite, dry = ARGV[1] == '1', ARGV[2] == '1'
 local codes = {}
 local n = (#ARGV - 2) / 4
+local log_kind = redis.call('TYPE', KEYS[1])['ok']
+if log_kind ~= 'zset' and log_kind ~= 'none' then
+  for i = 1, n do
+    codes[i] = -1
+  end
+  return codes
+end
 for i = 1, n do
   local at = 2 + (i - 1) * 4
   local id, score, value, with_item = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4] == '1'

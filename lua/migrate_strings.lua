@@ -8,7 +8,8 @@
 -- ARGV[2] '1' to overwrite existing records, else '0'
 -- ARGV[3] '1' for a dry run: nothing is written, the codes say what would happen
 -- ARGV[4..] per record: index member, value, remaining ttl in ms ('' for none)
--- Returns a code per record: 0 kept (the record existed), 1 copied, 2 overwritten.
+-- Returns a code per record: 0 kept (the record existed), 1 copied, 2 overwritten; -1 for every
+-- record when the index is not a sorted set (left as it is).
 if redis.replicate_commands then
   redis.replicate_commands()
 end
@@ -24,6 +25,15 @@ if mode == 'expiring' then
 end
 local codes = {}
 local n = (#ARGV - 3) / 3
+if mode ~= 'plain' then
+  local index_kind = redis.call('TYPE', KEYS[1])['ok']
+  if index_kind ~= 'zset' and index_kind ~= 'none' then
+    for i = 1, n do
+      codes[i] = -1
+    end
+    return codes
+  end
+end
 for i = 1, n do
   local key = KEYS[first + i - 1]
   local member, value, ttl = ARGV[1 + i * 3], ARGV[2 + i * 3], ARGV[3 + i * 3]

@@ -406,7 +406,8 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                     report.counts(ns).add(code);
                     deletable.push(src_key);
                 }
-                Err(e) if e.server().is_some() => unreadable(report, &src_key),
+                // An error reply to a write (OOM, NOREPLICAS, READONLY after the retries...)
+                // may have left part of its call written: the run stops, and a rerun finishes.
                 Err(e) => return Err(e),
             }
         }
@@ -451,7 +452,33 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
         {
             named[i] = in_drain;
         }
-        for ((key, _), span) in items.iter().zip(spans) {
+        // An item no list names may have just been dropped with its member (delete_source,
+        // on a page read while the previous one was copied): only one that still exists is an
+        // orphan. A drop removes member and item together, so asking after the members is safe.
+        let unowned: Vec<usize> = spans
+            .iter()
+            .enumerate()
+            .filter(|(_, span)| !named[(*span).clone()].iter().any(|n| *n))
+            .map(|(i, _)| i)
+            .collect();
+        let mut exists = Vec::with_capacity(unowned.len());
+        for &i in &unowned {
+            exists.push(
+                Request::cmd(Access::Read, "EXISTS")
+                    .key(&Key::new(items[i].0.clone()))
+                    .build()?,
+            );
+        }
+        let mut gone = BTreeSet::new();
+        for (&i, answer) in unowned.iter().zip(send_ok(self.source, exists).await?) {
+            if answer.as_i64()? == 0 {
+                gone.insert(i);
+            }
+        }
+        for (n, ((key, _), span)) in items.iter().zip(spans).enumerate() {
+            if gone.contains(&n) {
+                continue;
+            }
             let owners = &named[span];
             let count = owners.iter().filter(|o| **o).count();
             if count == 0 {
@@ -640,13 +667,16 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
         let mut copied: Vec<Vec<Bytes>> = vec![Vec::new(); wave.len()];
         for ((i, ns, id), code) in done {
             match code {
+                Ok(code) if code < 0 => {
+                    // The target's log is in the way (another type): left as it is.
+                    let item = self
+                        .src
+                        .message_item(&wave[i].page.chat, &String::from_utf8_lossy(&id));
+                    unreadable(report, &item);
+                }
                 Ok(code) => {
                     report.counts(ns).add(code);
                     copied[i].push(id);
-                }
-                Err(e) if e.server().is_some() => {
-                    report.unreadable += 1;
-                    report.example("unreadable", &id);
                 }
                 Err(e) => return Err(e),
             }
@@ -812,10 +842,12 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
         let named = members(self.source, self.src_cluster, &pairs).await?;
         let others = send_ok(self.source, gets).await?;
         for ((pair, other), (i, position, shorter)) in named.chunks(2).zip(others).zip(asked) {
-            if !pair.iter().any(|n| *n) {
+            let other = other.into_opt_bytes()?;
+            // Another message without an item (dangling) writes nothing: no clash.
+            if !pair.iter().any(|n| *n) || other.is_none() {
                 continue;
             }
-            if wave[i].values[position].bytes() != other.into_opt_bytes()? {
+            if wave[i].values[position].bytes() != other {
                 wave[i].clashes.insert(position);
             } else if shorter {
                 wave[i].shared.insert(position);

@@ -72,8 +72,13 @@ pub(super) async fn masters<E: Executor>(e: &E) -> Result<Vec<Option<String>>, E
 
 /// The server's clock in ms (`TIME`): the run's elapsed time is measured on the source's
 /// clock, since the core has none of its own.
-pub(super) async fn server_ms<E: Executor>(e: &E) -> Result<i64, Error> {
-    let time = Request::cmd(Access::Read, "TIME").build()?;
+pub(super) async fn server_ms<E: Executor>(e: &E, node: &Option<String>) -> Result<i64, Error> {
+    let mut builder = Request::cmd(Access::Read, "TIME");
+    if let Some(node) = node {
+        // One master's clock at both ends: the masters of a cluster are not in step.
+        builder = builder.to_node(node.clone());
+    }
+    let time = builder.build()?;
     let value = send_ok(e, vec![time])
         .await?
         .pop()
@@ -498,11 +503,12 @@ pub(super) async fn delete<E: Executor>(
     Ok(deleted)
 }
 
-/// A canonical decimal integer read from a counter, or `None`.
+/// A counter's or token's text when it is a canonical decimal 64-bit integer (no sign but `-`,
+/// no leading zero, no space): what the scripts compare exactly as text. `None` otherwise.
 pub(super) fn canonical_int(bytes: &[u8]) -> Option<Bytes> {
     let text = std::str::from_utf8(bytes).ok()?;
-    let value: i64 = text.trim().parse().ok()?;
-    Some(Bytes::from(value.to_string()))
+    let value: i64 = text.parse().ok()?;
+    (value.to_string() == text).then(|| Bytes::copy_from_slice(bytes))
 }
 
 /// The TTL argument of a write script: ms, or empty for none.

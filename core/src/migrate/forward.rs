@@ -70,7 +70,7 @@ pub async fn migrate_to_cluster_layout<S: Executor, T: Executor>(
         own_other: Keyspace::new(Layout::Cluster, options.prefix.clone()).ok(),
         report: MigrationReport::new(Layout::Legacy, options.dry_run),
     };
-    let started_ms = server_ms(source).await?;
+    let started_ms = server_ms(source, &src_nodes.first().cloned().flatten()).await?;
     let total = dbsize(source, &src_nodes).await?;
     let pattern = run.src.prefix_pattern();
     // The next page is read while the current one is copied: the source and the target work
@@ -115,7 +115,10 @@ pub async fn migrate_to_cluster_layout<S: Executor, T: Executor>(
         send_ok(target, vec![set]).await?;
         MarkerOutcome::Written
     };
-    run.report.elapsed = elapsed(started_ms, server_ms(source).await?);
+    run.report.elapsed = elapsed(
+        started_ms,
+        server_ms(source, &src_nodes.first().cloned().flatten()).await?,
+    );
     Ok(run.report)
 }
 

@@ -68,6 +68,10 @@ crate::lua_script!(
     pub MIGRATE_LEASE = "migrate_lease"
 );
 crate::lua_script!(
+    /// Turns a legacy schedule the source no longer holds into a deleted marker.
+    pub MIGRATE_PRUNE_SCHEDULE = "migrate_prune_schedule"
+);
+crate::lua_script!(
     /// Asks many logs and drains whether they name an item.
     pub MIGRATE_MEMBERS = "migrate_members"
 );
@@ -87,6 +91,7 @@ pub(crate) static SCRIPTS: &[&crate::script::Script] = &[
     &MIGRATE_LEASE,
     &MIGRATE_DROP,
     &MIGRATE_MEMBERS,
+    &MIGRATE_PRUNE_SCHEDULE,
 ];
 
 /// At most this many message logs are migrated at once (each in pages of 1000 messages): a
@@ -306,6 +311,13 @@ pub enum Refusal {
         /// The marker key.
         key: String,
     },
+    /// A rollback with `delete_source` but without the mirror, from a migrated source: copy-only
+    /// keeps existing legacy keys, which may be older than the source's, so deleting the source
+    /// after it would lose the newer data.
+    #[error(
+        "delete_source without the mirror would delete source data that older legacy keys kept from being copied; roll back with the mirror (finishing an interrupted rollback, whose source marker is already gone, may use copy-only)"
+    )]
+    DeleteWithoutMirror,
     /// The target's layout marker holds a value this version does not know.
     #[error("the target's layout marker {key} holds {value:?}, not cluster:v1")]
     ForeignMarker {

@@ -17,6 +17,7 @@ use super::forward::{read_marker, refuse_if_live};
 use super::names::{self, Name};
 use super::{
     MarkerOutcome, MigrationReport, Namespace, Progress, Refusal, RollbackOptions, MIGRATE_DROP,
+    MIGRATE_PRUNE_SCHEDULE,
 };
 
 /// Log members checked per page when a mirror prunes a legacy log.
@@ -48,19 +49,23 @@ pub async fn rollback_to_legacy_layout<S: Executor, T: Executor>(
     if !options.allow_live {
         refuse_if_live(source, target, &src, &tgt, options.separate(), progress).await?;
     }
-    if options.mirror {
-        // Mirroring deletes the legacy data the source does not hold. A source without the
-        // marker was never completely migrated (or a rollback with delete_source already took
-        // it apart): legacy data it never held is not "deleted since".
-        let marker = read_marker(source, &src).await?;
-        if marker.as_deref() != Some(CLUSTER_V1.as_bytes()) {
-            return Err(Refusal::SourceNotMigrated {
-                key: src.marker().to_string(),
-            }
-            .into());
+    // The source's marker says it was migrated (or started) in the cluster layout, and not yet
+    // taken apart by a rollback's delete_source.
+    let migrated = read_marker(source, &src).await?.as_deref() == Some(CLUSTER_V1.as_bytes());
+    if options.mirror && !migrated {
+        // Mirroring deletes the legacy data the source does not hold: legacy data a source
+        // without the marker never held is not "deleted since".
+        return Err(Refusal::SourceNotMigrated {
+            key: src.marker().to_string(),
         }
+        .into());
     }
-    let started_ms = server_ms(source).await?;
+    if options.delete_source && !options.mirror && migrated {
+        // Copy-only keeps existing legacy keys, which may be older than the source's:
+        // deleting the source after it would lose the newer data for good.
+        return Err(Refusal::DeleteWithoutMirror.into());
+    }
+    let started_ms = server_ms(source, &src_nodes.first().cloned().flatten()).await?;
     let mut report = MigrationReport::new(Layout::Cluster, options.dry_run);
     if options.mirror {
         // Pruning goes first, while the source is whole: it compares the legacy keys with it.
@@ -97,10 +102,16 @@ pub async fn rollback_to_legacy_layout<S: Executor, T: Executor>(
             _ => MarkerOutcome::Absent,
         }
     };
-    if options.delete_source && !options.dry_run {
-        // Only now, with the target complete and its marker gone, is the source taken apart:
-        // a copy-only pass deletes each source key the target holds. Killed here, a rerun
-        // with mirror is refused (the marker is gone), and one without it finishes the job.
+    if options.delete_source && complete {
+        // Only now, with the target complete and its marker gone, is the source taken apart.
+        // Its marker goes first: killed in the pass below, a rerun with mirror is refused (it
+        // would prune what was already deleted here), and one without it finishes the job.
+        let del = Request::cmd(Access::Write, "DEL")
+            .key(&src.marker())
+            .build()?;
+        send_ok(source, vec![del]).await?;
+        // A copy-only pass: every key is kept (the target matches the source), and each source
+        // key the target holds is deleted.
         let delete = Settings {
             overwrite: false,
             dry_run: false,
@@ -110,16 +121,11 @@ pub async fn rollback_to_legacy_layout<S: Executor, T: Executor>(
         };
         let deleted = copy_pass(source, target, options, &src_nodes, delete, progress).await?;
         report.source_deleted += deleted.source_deleted;
-        if complete {
-            // The source's marker goes with its data: a cluster-layout store started on what
-            // is left must not take it for a migrated keyspace.
-            let del = Request::cmd(Access::Write, "DEL")
-                .key(&src.marker())
-                .build()?;
-            send_ok(source, vec![del]).await?;
-        }
     }
-    report.elapsed = elapsed(started_ms, server_ms(source).await?);
+    report.elapsed = elapsed(
+        started_ms,
+        server_ms(source, &src_nodes.first().cloned().flatten()).await?,
+    );
     Ok(report)
 }
 
@@ -229,6 +235,7 @@ impl<S: Executor, T: Executor> Pruner<'_, S, T> {
         }
         let answers = send_ok(self.source, batch).await?;
         let mut deletes = Vec::new();
+        let mut schedules = Vec::new();
         for ((key, name), exists) in asked.into_iter().zip(answers) {
             let exists = exists.as_i64()? > 0;
             match name {
@@ -237,25 +244,7 @@ impl<S: Executor, T: Executor> Pruner<'_, S, T> {
                 Name::Record {
                     kind: RecordKind::Schedule,
                     ..
-                } if !exists => {
-                    self.report.counts(Namespace::Schedules).pruned += 1;
-                    if !self.dry_run {
-                        // A deleted marker keeps the token, so a stale writer stays refused.
-                        deletes.push(
-                            Request::cmd(Access::Write, "HSET")
-                                .key(&key)
-                                .arg("deleted")
-                                .arg("1")
-                                .build()?,
-                        );
-                        deletes.push(
-                            Request::cmd(Access::Write, "HDEL")
-                                .key(&key)
-                                .arg("data")
-                                .build()?,
-                        );
-                    }
-                }
+                } if !exists => schedules.push(key),
                 Name::Record { kind, .. } if !exists => {
                     self.report.counts(Namespace::of_record(kind)).pruned += 1;
                     if !self.dry_run {
@@ -273,6 +262,28 @@ impl<S: Executor, T: Executor> Pruner<'_, S, T> {
         }
         for reply in send(self.target, deletes).await? {
             reply?;
+        }
+        // A schedule becomes a deleted marker that keeps its token, once (one already a marker
+        // is not pruned again), and not at all when it is not a hash.
+        let dry = Bytes::from_static(if self.dry_run { b"1" } else { b"0" });
+        let mut marks = Vec::with_capacity(schedules.len());
+        for key in &schedules {
+            marks.push(Request::script(
+                &MIGRATE_PRUNE_SCHEDULE,
+                Access::Write,
+                vec![key.clone()],
+                vec![dry.clone()],
+            )?);
+        }
+        for (key, code) in schedules.iter().zip(send_ok(self.target, marks).await?) {
+            match code.as_i64()? {
+                1 => self.report.counts(Namespace::Schedules).pruned += 1,
+                0 => {}
+                _ => {
+                    self.report.unreadable += 1;
+                    self.report.example("unreadable", key.as_bytes());
+                }
+            }
         }
         Ok(())
     }

@@ -1,0 +1,21 @@
+-- migrate_prune_schedule: turns a legacy schedule the source no longer holds into a deleted
+-- marker that keeps its token and holder, so a stale writer with a lower token stays refused.
+-- KEYS[1] the schedule record (hash: token, holder, data, deleted)
+-- ARGV[1] '1' for a dry run: nothing is written
+-- Returns 1 when it became a marker (or would, in a dry run), 0 when it already was one or is
+-- gone, -1 when it is not a hash (left as it is).
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'none' then
+  return 0
+end
+if kind ~= 'hash' then
+  return -1
+end
+if redis.call('HGET', KEYS[1], 'deleted') == '1' then
+  return 0
+end
+if ARGV[1] ~= '1' then
+  redis.call('HSET', KEYS[1], 'deleted', '1')
+  redis.call('HDEL', KEYS[1], 'data')
+end
+return 1
