@@ -21,7 +21,8 @@ end
 local fields = redis.call('HMGET', KEYS[1], 'holder', 'until', 'token')
 local existed = kind == 'hash'
 
--- Whether the canonical decimal integer a is below b, exactly (not as Lua numbers).
+-- Whether the canonical decimal integer a is below b, exactly (not as Lua numbers); the same
+-- comparison as migrate_counters.lua's (a script cannot load another's functions).
 local function below(a, b)
   local a_neg, b_neg = a:sub(1, 1) == '-', b:sub(1, 1) == '-'
   if a_neg ~= b_neg then

@@ -211,8 +211,8 @@ fn write_two_messages_on_one_item(node: Node<'_>, prefix: &str) {
     ]);
 }
 
-/// A dry migration must count the second write to one item as the real run does (kept), not
-/// as a copy.
+/// Two messages on one item (an id in a chat's log and its drain): the dry run counts what the
+/// real run does, whichever message the run meets first (the drain's adds only its member).
 async fn forward_two_messages_on_one_item<R: Runtime>() {
     let node = Node::shared_single();
     let client = node.client::<R>().await;
@@ -234,8 +234,8 @@ async fn forward_two_messages_on_one_item<R: Runtime>() {
     );
 }
 
-/// A dry rollback into a fresh legacy prefix must count the second write to one legacy item
-/// as the real run does (overwritten by the mirror), not as a copy.
+/// Two messages on one legacy item (a shared item, equal values): the dry rollback counts what
+/// the real one does (the longer chat id's message adds only its member and counts as shared).
 async fn rollback_two_messages_on_one_item<R: Runtime>() {
     let node = Node::shared_single();
     let client = node.client::<R>().await;
