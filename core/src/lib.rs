@@ -12,7 +12,8 @@
 //!   every key of every namespace in either.
 //! - [`request`]: a [`request::Request`] is one command or script call with its declared keys,
 //!   route and access. A call whose keys span slots cannot be built ([`Error::CrossSlot`]).
-//! - [`script`]: the Lua scripts of `lua/`, embedded and hashed once, sent as `EVALSHA`.
+//! - [`script`]: a Lua script, embedded and hashed once, sent as `EVALSHA`; [`scripts`]: the
+//!   manifest that declares every script of `lua/` once.
 //! - [`plan`]: one state machine per store operation, emitting batches of requests and waits.
 //! - [`store`]: the plans of the store's operations.
 //! - [`migrate`]: inspection, the migration between the layouts and the rollback.
@@ -48,6 +49,7 @@ pub mod request;
 pub mod retry;
 pub mod scan;
 pub mod script;
+pub mod scripts;
 pub mod session;
 pub mod shell;
 pub mod store;

@@ -548,13 +548,8 @@ mod tests {
     fn script_encoding_matches_the_argument_vector() {
         let keys = vec![Key::new(&b"{c}:z"[..]), Key::new(&b"{c}:i:1"[..])];
         let args = vec![Bytes::from_static(b"1"), Bytes::from_static(b"")];
-        let req = Request::script(
-            &crate::store::messages::SAVE_MESSAGE,
-            Access::Write,
-            keys,
-            args,
-        )
-        .unwrap();
+        let req =
+            Request::script(&crate::scripts::SAVE_MESSAGE, Access::Write, keys, args).unwrap();
         for with_source in [false, true] {
             let mut direct = bytes::BytesMut::new();
             req.encode(with_source, &mut direct);

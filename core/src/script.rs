@@ -16,7 +16,7 @@ pub struct Script {
 }
 
 impl Script {
-    /// Declares a script; see [`lua_script!`](crate::lua_script).
+    /// Declares a script; every script of the core is declared in [`crate::scripts`].
     pub const fn new(name: &'static str, source: &'static str) -> Self {
         Script {
             name,
@@ -42,26 +42,9 @@ impl Script {
     }
 }
 
-/// Declares a `static` [`Script`] from `lua/<name>.lua`.
-#[macro_export]
-#[doc(hidden)]
-macro_rules! lua_script {
-    ($(#[$meta:meta])* $vis:vis $ident:ident = $name:literal) => {
-        $(#[$meta])*
-        $vis static $ident: $crate::script::Script = $crate::script::Script::new(
-            $name,
-            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../lua/", $name, ".lua")),
-        );
-    };
-}
-
-/// Every script the core uses, for tests and for preloading.
+/// Every script the core uses, for tests and for preloading (the manifest, [`crate::scripts`]).
 pub fn all() -> Vec<&'static Script> {
-    let mut all: Vec<&'static Script> = Vec::new();
-    all.extend_from_slice(crate::store::SCRIPTS);
-    all.extend_from_slice(crate::coord::SCRIPTS);
-    all.extend_from_slice(crate::migrate::SCRIPTS);
-    all
+    crate::scripts::ALL.to_vec()
 }
 
 #[cfg(test)]

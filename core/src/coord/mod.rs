@@ -22,49 +22,11 @@ use crate::keys::{enc, Key};
 use crate::layout::{Keyspace, Layout, RecordKind, TurnPart};
 use crate::plan::{misuse, single, Plan, Reply, Single, Step};
 use crate::request::{Access, Arg, Request};
-use crate::script::Script;
+use crate::scripts::{
+    ACQUIRE_FENCED, DURABLE, EXTEND_IF_HOLDER, LEASE, RELEASE_IF_HOLDER, SCHEDULE, TURN,
+};
 use crate::ttl::ttl_ms;
 use crate::value::Value;
-
-crate::lua_script!(
-    /// Takes a lock or leadership and hands out the next fence or term.
-    pub ACQUIRE_FENCED = "acquire_fenced"
-);
-crate::lua_script!(
-    /// Renews a lock or leadership for its holder.
-    pub EXTEND_IF_HOLDER = "extend_if_holder"
-);
-crate::lua_script!(
-    /// Releases a lock or leadership for its holder.
-    pub RELEASE_IF_HOLDER = "release_if_holder"
-);
-crate::lua_script!(
-    /// A chat's turn queue: take, poll, skip, release, extend.
-    pub TURN = "turn"
-);
-crate::lua_script!(
-    /// A named lease: acquire, renew, release.
-    pub LEASE = "lease"
-);
-crate::lua_script!(
-    /// Schedule records guarded by fencing tokens: put, delete.
-    pub SCHEDULE = "schedule"
-);
-crate::lua_script!(
-    /// A durability table: inbound journal and outbox.
-    pub DURABLE = "durable"
-);
-
-/// The scripts of this module (for the registry and for preloading).
-pub static SCRIPTS: &[&Script] = &[
-    &ACQUIRE_FENCED,
-    &EXTEND_IF_HOLDER,
-    &RELEASE_IF_HOLDER,
-    &TURN,
-    &LEASE,
-    &SCHEDULE,
-    &DURABLE,
-];
 
 fn held(v: Value) -> Result<bool, Error> {
     Ok(v.as_i64()? == 1)

@@ -27,6 +27,10 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::layout::{Layout, RecordKind};
+use crate::scripts::{
+    MIGRATE_COUNTERS, MIGRATE_DROP, MIGRATE_LEASE, MIGRATE_MEMBERS, MIGRATE_MESSAGES,
+    MIGRATE_PRUNE_SCHEDULE, MIGRATE_READ, MIGRATE_RESTORE, MIGRATE_SCHEDULES, MIGRATE_STRINGS,
+};
 
 mod copy;
 mod engine;
@@ -38,61 +42,6 @@ mod rollback;
 pub use forward::migrate_to_cluster_layout;
 pub use inspect::inspect_keyspace;
 pub use rollback::rollback_to_legacy_layout;
-
-crate::lua_script!(
-    /// Reads a batch of keys with their TTLs (and the server's time).
-    pub MIGRATE_READ = "migrate_read"
-);
-crate::lua_script!(
-    /// Writes string records (chats, contacts, checkpoints, user data) of one group.
-    pub MIGRATE_STRINGS = "migrate_strings"
-);
-crate::lua_script!(
-    /// Writes messages of one chat, items with their log members.
-    pub MIGRATE_MESSAGES = "migrate_messages"
-);
-crate::lua_script!(
-    /// Writes schedules, keeping the higher fencing token.
-    pub MIGRATE_SCHEDULES = "migrate_schedules"
-);
-crate::lua_script!(
-    /// Raises fences, terms and cursors.
-    pub MIGRATE_COUNTERS = "migrate_counters"
-);
-crate::lua_script!(
-    /// Restores keys that keep their names (conversations, durability tables).
-    pub MIGRATE_RESTORE = "migrate_restore"
-);
-crate::lua_script!(
-    /// Copies a lease: token raised, a live holder rebased on the target's clock.
-    pub MIGRATE_LEASE = "migrate_lease"
-);
-crate::lua_script!(
-    /// Turns a legacy schedule the source no longer holds into a deleted marker.
-    pub MIGRATE_PRUNE_SCHEDULE = "migrate_prune_schedule"
-);
-crate::lua_script!(
-    /// Asks many logs and drains whether they name an item.
-    pub MIGRATE_MEMBERS = "migrate_members"
-);
-crate::lua_script!(
-    /// Deletes migrated messages from the source, item and member together.
-    pub MIGRATE_DROP = "migrate_drop"
-);
-
-/// The scripts of the migration.
-pub(crate) static SCRIPTS: &[&crate::script::Script] = &[
-    &MIGRATE_READ,
-    &MIGRATE_STRINGS,
-    &MIGRATE_MESSAGES,
-    &MIGRATE_SCHEDULES,
-    &MIGRATE_COUNTERS,
-    &MIGRATE_RESTORE,
-    &MIGRATE_LEASE,
-    &MIGRATE_DROP,
-    &MIGRATE_MEMBERS,
-    &MIGRATE_PRUNE_SCHEDULE,
-];
 
 /// At most this many message logs are migrated at once (each in pages of 1000 messages): a
 /// wave's three round trips (log pages, items, writes) carry this many chats each.

@@ -6,12 +6,8 @@ use crate::error::Error;
 use crate::layout::Keyspace;
 use crate::plan::{single, Single};
 use crate::request::{Access, Arg, Request};
+use crate::scripts::CURSOR_SET_IF_GREATER;
 use crate::value::Value;
-
-crate::lua_script!(
-    /// Raises a cursor: stores the value only when it is greater than the stored one.
-    pub CURSOR_SET_IF_GREATER = "cursor_set_if_greater"
-);
 
 /// Reads a cursor; an error when it holds something that is not an integer.
 pub fn get_cursor(ks: &Keyspace, name: &str) -> Result<Single<Option<i64>>, Error> {

@@ -39,16 +39,7 @@ use crate::request::{Access, Arg, Request};
 use crate::value::Value;
 
 use super::{one, MAX_PAGE};
-
-crate::lua_script!(
-    /// Moves a chat's log into its drain (or merges it into a drain left by an interrupted
-    /// delete) and returns the first chunk of ids.
-    pub DELETE_CHAT_BEGIN = "delete_chat_begin"
-);
-crate::lua_script!(
-    /// Deletes one chunk of the drain, ids and items together, and returns the next chunk.
-    pub DELETE_CHAT_CHUNK = "delete_chat_chunk"
-);
+use crate::scripts::{DELETE_CHAT_BEGIN, DELETE_CHAT_CHUNK};
 
 /// What [`delete_chat`] did.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]

@@ -17,23 +17,7 @@ use crate::request::{Access, Arg, Request};
 use crate::value::Value;
 
 use super::{clamp_limit, one};
-
-crate::lua_script!(
-    /// Stores a message item and its log entry atomically.
-    pub SAVE_MESSAGE = "save_message"
-);
-crate::lua_script!(
-    /// Reads messages by id, each only while both its item and its log entry exist.
-    pub MESSAGE_ITEMS = "message_items"
-);
-crate::lua_script!(
-    /// Finds the ids of the next page of a chat's log.
-    pub MESSAGE_PAGE = "message_page"
-);
-crate::lua_script!(
-    /// Deletes one message: log entry, drain entry and item together.
-    pub DELETE_MESSAGE = "delete_message"
-);
+use crate::scripts::{DELETE_MESSAGE, MESSAGE_ITEMS, MESSAGE_PAGE, SAVE_MESSAGE};
 
 /// A stored message.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -30,7 +30,6 @@ use bytes::Bytes;
 
 use crate::error::Error;
 use crate::request::{Access, Request};
-use crate::script::Script;
 use crate::value::Value;
 
 mod api;
@@ -51,22 +50,6 @@ pub use messages::{
 };
 pub use records::{ListRecords, Record, RecordPage};
 pub use user::UserEntry;
-
-/// The scripts of the store.
-pub(crate) static SCRIPTS: &[&Script] = &[
-    &messages::SAVE_MESSAGE,
-    &messages::MESSAGE_ITEMS,
-    &messages::MESSAGE_PAGE,
-    &messages::DELETE_MESSAGE,
-    &delete_chat::DELETE_CHAT_BEGIN,
-    &delete_chat::DELETE_CHAT_CHUNK,
-    &records::SET_INDEXED,
-    &records::SET_EXPIRING_INDEXED,
-    &records::DELETE_INDEXED,
-    &records::LIST_EXPIRING_INDEX,
-    &user::DELETE_INDEXED_CHUNK,
-    &cursor::CURSOR_SET_IF_GREATER,
-];
 
 /// The largest page of a listing, and the largest chunk of a multi-key script call.
 pub const MAX_PAGE: usize = 1000;

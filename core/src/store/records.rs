@@ -39,23 +39,7 @@ use crate::scan::{scan, Scan};
 use crate::value::Value;
 
 use super::{clamp_limit, forward, ttl_arg, values};
-
-crate::lua_script!(
-    /// Stores a record and its bucket index member together.
-    pub SET_INDEXED = "set_indexed"
-);
-crate::lua_script!(
-    /// Stores a value with an optional TTL and its expiry-scored index member together.
-    pub SET_EXPIRING_INDEXED = "set_expiring_indexed"
-);
-crate::lua_script!(
-    /// Deletes a value and its index member together.
-    pub DELETE_INDEXED = "delete_indexed"
-);
-crate::lua_script!(
-    /// Drops the expired members of an expiry-scored index and lists the others.
-    pub LIST_EXPIRING_INDEX = "list_expiring_index"
-);
+use crate::scripts::{DELETE_INDEXED, LIST_EXPIRING_INDEX, SET_EXPIRING_INDEXED, SET_INDEXED};
 
 /// A record: its id and value.
 #[derive(Clone, Debug, PartialEq, Eq)]

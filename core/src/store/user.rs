@@ -25,13 +25,9 @@ use crate::request::{Access, Arg, Request};
 use crate::scan::{scan, Scan};
 use crate::value::Value;
 
-use super::records::{DELETE_INDEXED, LIST_EXPIRING_INDEX, SET_EXPIRING_INDEXED};
 use super::{forward, one, ttl_arg, values, MAX_PAGE};
-
-crate::lua_script!(
-    /// Deletes several values of one index with their members.
-    pub DELETE_INDEXED_CHUNK = "delete_indexed_chunk"
-);
+use crate::scripts::DELETE_INDEXED_CHUNK;
+use crate::scripts::{DELETE_INDEXED, LIST_EXPIRING_INDEX, SET_EXPIRING_INDEXED};
 
 /// One entry of a user's data.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -998,8 +998,10 @@ async fn run<R: Runtime>(
 
     if args.runs("W1") {
         let total = args.scaled(200_000);
-        load_script(&cluster, store::messages::SAVE_MESSAGE.source());
-        let script = Arc::new(redis::Script::new(store::messages::SAVE_MESSAGE.source()));
+        load_script(&cluster, botmesh_redis_core::scripts::SAVE_MESSAGE.source());
+        let script = Arc::new(redis::Script::new(
+            botmesh_redis_core::scripts::SAVE_MESSAGE.source(),
+        ));
         eprintln!(
             "# W1: save_message over {CHATS} chats, {PAYLOAD_LEN}-byte payloads, \
              {total} calls, {CALLERS} callers"
