@@ -6,7 +6,7 @@
 
 use crate::keys::Key;
 use crate::layout::KeyError;
-use crate::value::ServerError;
+use std::fmt;
 
 /// Everything that can go wrong between building a request and reading its reply.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -181,5 +181,46 @@ impl Error {
             Error::Server(e) => Some(e),
             _ => None,
         }
+    }
+}
+
+/// An error reply (`-CODE message`), split at the first space so that decisions match the code
+/// word only: error texts differ between Redis 6.2, 7.x and Valkey.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ServerError {
+    text: String,
+}
+
+impl ServerError {
+    /// Wraps the error text as decoded (no leading `-`, no CRLF).
+    pub fn new(text: impl Into<String>) -> Self {
+        ServerError { text: text.into() }
+    }
+
+    /// The leading code word, e.g. `MOVED`, `ERR`, `NOSCRIPT`. Redis 6 wraps the error of a
+    /// command a script called in an `ERR Error running script ...: -CODE message` reply
+    /// (7.0 and later pass it through): the code is then the wrapped one, so that a script's
+    /// `READONLY` or `NOREPLICAS` reads the same on every version.
+    pub fn code(&self) -> &str {
+        let first = self.text.split(' ').next().unwrap_or("");
+        if first == "ERR" && self.text.starts_with("ERR Error running script") {
+            if let Some((_, inner)) = self.text.rsplit_once(": -") {
+                if let Some(code) = inner.split(' ').next().filter(|c| !c.is_empty()) {
+                    return code;
+                }
+            }
+        }
+        first
+    }
+
+    /// The whole text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+impl fmt::Display for ServerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
     }
 }

@@ -60,6 +60,7 @@ pub mod ttl;
 pub mod value;
 
 pub use error::Error;
+pub use error::ServerError;
 pub use executor::Executor;
 pub use keys::Key;
 pub use layout::{Keyspace, Layout};
@@ -67,4 +68,4 @@ pub use options::ClientOptions;
 pub use plan::{Plan, Reply, Step};
 pub use request::{Access, Request, Route};
 pub use topology::NodeAddr;
-pub use value::{ServerError, Value};
+pub use value::Value;

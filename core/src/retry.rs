@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use crate::error::ServerError;
 use crate::topology::{parse_redirect, NodeAddr, Redirect};
-use crate::value::ServerError;
 
 /// What to do with an error reply.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -169,8 +169,8 @@ pub(crate) fn parse_page(value: Value) -> Result<(Bytes, Vec<Bytes>), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ServerError;
     use crate::plan::scripted;
-    use crate::value::ServerError;
 
     fn page(cursor: &str, keys: &[&str]) -> Reply {
         Ok(Value::Array(vec![

@@ -66,13 +66,14 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 
 use crate::error::Error;
+use crate::error::ServerError;
 use crate::framing::{FrameScan, Scanned};
 use crate::keys::SLOT_COUNT;
 use crate::plan::{Plan, Reply, Step};
 use crate::request::{encode_args, Access, Request, Route};
 use crate::retry::{classify, handshake, Decision, Handshake, Jitter, RetryPolicy};
 use crate::topology::{parse_cluster_slots, NodeAddr, Topology};
-use crate::value::{from_frame, Frame, ServerError, Value};
+use crate::value::{from_frame, Frame, Value};
 
 /// Credentials sent with `AUTH` when a connection opens.
 #[derive(Clone, PartialEq, Eq)]

@@ -4,8 +4,9 @@
 
 use std::fmt;
 
+use crate::error::ServerError;
 use crate::keys::SLOT_COUNT;
-use crate::value::{ServerError, Value};
+use crate::value::Value;
 
 /// A node's address as the cluster announces it: its identity in the slot map. Remapping (for
 /// NAT or Docker) applies only when connecting, never to this identity.

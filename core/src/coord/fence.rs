@@ -2,7 +2,7 @@
 //! (terms), and grants that wait for replicas (`WAIT`).
 
 use super::*;
-use crate::value::ServerError;
+use crate::error::ServerError;
 
 /// A lock and a leadership are one primitive on different keys: a holder key with a TTL and a
 /// counter that hands out the fence (or term). A leadership may be taken again by its holder,

@@ -16,12 +16,13 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 
 use crate::error::Error;
+use crate::error::ServerError;
 use crate::keys::{slot, SLOT_COUNT};
 use crate::plan::Reply;
 use crate::request::Request;
 use crate::session::{Config, ConnId, Output, Session, Token};
 use crate::topology::NodeAddr;
-use crate::value::{ServerError, Value};
+use crate::value::Value;
 
 use super::{
     encode_reply, get, incr, mget, set, Batch, ConnectMode, Demotion, Harness, Rule, SimCluster,

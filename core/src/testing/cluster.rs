@@ -29,11 +29,12 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp2::types::{OwnedFrame, Resp2Frame};
 
+use crate::error::ServerError;
 use crate::keys::{slot, SLOT_COUNT};
 use crate::script::Script;
 use crate::session::ConnId;
 use crate::topology::NodeAddr;
-use crate::value::{Frame, ServerError, Value};
+use crate::value::{Frame, Value};
 
 /// The key space of one shard.
 pub type Data = BTreeMap<Bytes, Bytes>;

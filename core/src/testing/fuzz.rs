@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use arbitrary::{Arbitrary, Unstructured};
 use bytes::BytesMut;
 
+use crate::error::ServerError;
 use crate::keys::{bucket, enc as encode, hash_tag, slot, BUCKET_COUNT, SLOT_COUNT};
 use crate::options::parse_url;
 use crate::plan::Reply;
@@ -25,7 +26,7 @@ use crate::testing::{get, incr, start, Batch, Harness, SimCluster};
 use crate::topology::{
     parse_cluster_shards, parse_cluster_slots, parse_redirect, NodeAddr, Redirect, Topology,
 };
-use crate::value::{from_frame, ServerError, Value};
+use crate::value::{from_frame, Value};
 
 /// A fuzz target's body: it takes libFuzzer's raw input and panics on a violation.
 pub type Body = fn(&[u8]);
