@@ -10,6 +10,7 @@ use std::fmt;
 
 /// Everything that can go wrong between building a request and reading its reply.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A prefix or name was refused before anything was built.
     #[error(transparent)]
@@ -84,12 +85,11 @@ pub enum Error {
         /// Whether a write attempt of this request was sent without a reply.
         outcome_unknown: bool,
     },
-    /// A node sent bytes that are not RESP; its connection was dropped.
-    #[error("protocol error from {addr}: {detail}")]
-    Protocol {
-        /// The node.
-        addr: String,
-        /// What was wrong.
+    /// A plan was driven out of order (resumed without its replies, started twice): a bug in
+    /// a runner, reported instead of a panic. Nothing is known about what was sent.
+    #[error("plan driven out of order: {detail}")]
+    Misuse {
+        /// What the runner did wrong.
         detail: String,
     },
     /// A reply had a shape the operation does not accept.

@@ -38,6 +38,7 @@ impl fmt::Display for Layout {
 
 /// A configuration mistake in a prefix or a name, found before anything is sent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum KeyError {
     /// The prefix is empty: every key must carry the bot's prefix.
     #[error("the key prefix is empty")]

@@ -103,8 +103,8 @@ pub(crate) fn forward<T, O>(step: Step<T>) -> Result<T, Step<O>> {
 
 /// An error for a plan driven out of order: a bug in a runner, reported instead of a panic.
 pub(crate) fn misuse(what: &str) -> Error {
-    Error::UnexpectedReply {
-        detail: format!("plan driven out of order: {what}"),
+    Error::Misuse {
+        detail: what.to_owned(),
     }
 }
 

@@ -590,7 +590,9 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
         for log in &mut fetched {
             log.values = values.by_ref().take(log.members.len()).collect();
             if log.values.len() != log.members.len() {
-                return Err(crate::plan::misuse("fewer item reads than members"));
+                return Err(Error::UnexpectedReply {
+                    detail: "MGET answered fewer values than members".into(),
+                });
             }
         }
         self.mark_shared_items(&mut fetched).await?;

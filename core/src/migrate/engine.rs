@@ -16,6 +16,13 @@ use crate::value::Value;
 
 use super::{MIGRATE_MEMBERS, MIGRATE_READ};
 
+/// A reply of a shape the migration does not accept.
+fn unexpected(what: &str) -> Error {
+    Error::UnexpectedReply {
+        detail: what.to_owned(),
+    }
+}
+
 /// Keys per read script call on a single node (a cluster groups by slot instead).
 const READ_CHUNK: usize = 256;
 /// Entries per write script call.
@@ -221,7 +228,7 @@ fn decode_read(value: Value, now_ms: i64) -> Result<Read, Error> {
     let mut items = value.into_array()?.into_iter();
     let kind = items
         .next()
-        .ok_or_else(|| misuse("migrate_read entry without a type"))?
+        .ok_or_else(|| unexpected("migrate_read entry without a type"))?
         .into_string()?;
     let pttl = items.next().map(|v| v.as_i64()).transpose()?.unwrap_or(-2);
     Ok(Read {
@@ -258,14 +265,14 @@ pub(super) async fn read<E: Executor>(
         let mut items = reply.into_array()?.into_iter();
         let now_ms = items
             .next()
-            .ok_or_else(|| misuse("migrate_read without the time"))?
+            .ok_or_else(|| unexpected("migrate_read without the time"))?
             .as_i64()?;
         for (&i, item) in group.iter().zip(items) {
             out[i] = Some(decode_read(item, now_ms)?);
         }
     }
     out.into_iter()
-        .map(|r| r.ok_or_else(|| misuse("migrate_read answered too few entries")))
+        .map(|r| r.ok_or_else(|| unexpected("migrate_read answered too few entries")))
         .collect()
 }
 
@@ -301,7 +308,7 @@ pub(super) async fn read_strings<E: Executor>(
     for (group, reply) in groups.iter().zip(send_ok(e, batch).await?) {
         let values = reply.into_array()?;
         if values.len() != group.len() {
-            return Err(misuse("MGET answered the wrong number of values"));
+            return Err(unexpected("MGET answered the wrong number of values"));
         }
         for (&i, value) in group.iter().zip(values) {
             if value == Value::Nil {
@@ -350,7 +357,9 @@ pub(super) async fn members<E: Executor>(
     for (group, reply) in groups.iter().zip(send_ok(e, batch).await?) {
         let answers = reply.into_array()?;
         if answers.len() != group.len() {
-            return Err(misuse("migrate_members answered the wrong number of flags"));
+            return Err(unexpected(
+                "migrate_members answered the wrong number of flags",
+            ));
         }
         for (&i, answer) in group.iter().zip(answers) {
             out[i] = answer.as_i64()? == 1;
@@ -446,7 +455,9 @@ pub(super) async fn write<E: Executor, T>(
             Ok(value) => {
                 let values = value.into_array()?;
                 if values.len() != call.len() {
-                    return Err(misuse("a write script answered the wrong number of codes"));
+                    return Err(unexpected(
+                        "a write script answered the wrong number of codes",
+                    ));
                 }
                 for (&i, v) in call.iter().zip(values) {
                     codes[i] = Some(v.as_i64());

@@ -222,6 +222,7 @@ impl std::str::FromStr for Namespace {
 
 /// Why a migration or a rollback refused to start. Nothing was written.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Refusal {
     /// Bots still run on the source or the target: a heartbeat or a pending chat ticket exists.
     #[error(
@@ -304,6 +305,7 @@ impl Counts {
 
 /// What happened to the layout marker.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum MarkerOutcome {
     /// Written (`cluster:v1`) by this complete run.
     Written,
