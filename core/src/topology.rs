@@ -1,4 +1,4 @@
-//! Cluster topology: node addresses, `CLUSTER SLOTS` / `CLUSTER SHARDS` replies, and `MOVED` /
+//! Cluster topology: node addresses, `CLUSTER SLOTS` replies, and `MOVED` /
 //! `ASK` redirects, all parsed defensively: a reply of the wrong shape is an error, never a
 //! panic, and an unusable endpoint (`?`, `NULL`, empty host) is resolved or skipped.
 
@@ -233,72 +233,6 @@ fn add_range(topo: &mut Topology, master: NodeAddr, range: (u16, u16)) {
     }
 }
 
-/// Reads a flat `[name, value, name, value, ...]` map.
-fn field<'a>(map: &'a [Value], name: &str) -> Option<&'a Value> {
-    map.chunks(2)
-        .find(|pair| text(&pair[0]).as_deref() == Some(name))
-        .and_then(|pair| pair.get(1))
-}
-
-/// Parses a `CLUSTER SHARDS` reply (Redis 7): per shard its `slots` (flat start/end pairs) and
-/// `nodes` (maps with `endpoint`/`ip`, `port`, `role`, `health`). Only an online master counts.
-pub fn parse_cluster_shards(reply: &Value, asked_host: &str) -> Result<Topology, TopologyError> {
-    let Value::Array(shards) = reply else {
-        return Err(bad("CLUSTER SHARDS did not answer an array"));
-    };
-    let mut topo = Topology::default();
-    for shard in shards {
-        let Value::Array(map) = shard else {
-            return Err(bad("a CLUSTER SHARDS entry is not a map"));
-        };
-        let (Some(Value::Array(slots)), Some(Value::Array(nodes))) =
-            (field(map, "slots"), field(map, "nodes"))
-        else {
-            return Err(bad("a CLUSTER SHARDS entry lacks slots or nodes"));
-        };
-        if slots.len() % 2 != 0 {
-            return Err(bad("CLUSTER SHARDS slots are not start/end pairs"));
-        }
-        let master = nodes.iter().find_map(|node| {
-            let Value::Array(node) = node else {
-                return None;
-            };
-            let is_master = field(node, "role").and_then(text).as_deref() == Some("master");
-            let online = field(node, "health")
-                .and_then(text)
-                .is_none_or(|h| h == "online");
-            if !is_master || !online {
-                return None;
-            }
-            let host = match field(node, "endpoint") {
-                Some(v) if text(v).is_some_and(|h| !h.is_empty() && h != "?") => {
-                    endpoint(Some(v), asked_host, UnknownEndpoint::Skip)
-                }
-                _ => endpoint(field(node, "ip"), asked_host, UnknownEndpoint::Skip),
-            }?;
-            let port = field(node, "port")
-                .or_else(|| field(node, "tls-port"))
-                .and_then(int)
-                .and_then(|p| u16::try_from(p).ok())
-                .filter(|&p| p != 0)?;
-            Some(NodeAddr::new(host, port))
-        });
-        let Some(master) = master else {
-            continue;
-        };
-        for pair in slots.chunks(2) {
-            let (Some(start), Some(end)) = (slot_of(&pair[0]), slot_of(&pair[1])) else {
-                return Err(bad("a CLUSTER SHARDS slot is out of range"));
-            };
-            if start > end {
-                return Err(bad("a CLUSTER SHARDS range ends before it starts"));
-            }
-            add_range(&mut topo, master.clone(), (start, end));
-        }
-    }
-    Ok(topo)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -395,45 +329,5 @@ mod tests {
             "h"
         )
         .is_err());
-    }
-
-    #[test]
-    fn cluster_shards_reply() {
-        let node = |port: i64, role: &str| {
-            Value::Array(vec![
-                b("id"),
-                b("x"),
-                b("port"),
-                Value::Int(port),
-                b("ip"),
-                b("127.0.0.1"),
-                b("endpoint"),
-                b("127.0.0.1"),
-                b("role"),
-                b(role),
-                b("health"),
-                b("online"),
-            ])
-        };
-        let reply = Value::Array(vec![Value::Array(vec![
-            b("slots"),
-            Value::Array(vec![
-                Value::Int(0),
-                Value::Int(100),
-                Value::Int(200),
-                Value::Int(300),
-            ]),
-            b("nodes"),
-            Value::Array(vec![node(7003, "replica"), node(7000, "master")]),
-        ])]);
-        let topo = parse_cluster_shards(&reply, "h").unwrap();
-        assert_eq!(
-            topo.shards,
-            vec![Shard {
-                master: NodeAddr::new("127.0.0.1", 7000),
-                ranges: vec![(0, 100), (200, 300)]
-            }]
-        );
-        assert_eq!(topo.coverage(), 202);
     }
 }

@@ -23,9 +23,7 @@ use crate::retry::{classify, Decision};
 use crate::session::{Config, Output, Session, Token};
 use crate::testing::chaos::{config, inject, Driver, Fault, Input, Model};
 use crate::testing::{get, incr, start, Batch, Harness, SimCluster};
-use crate::topology::{
-    parse_cluster_shards, parse_cluster_slots, parse_redirect, NodeAddr, Redirect, Topology,
-};
+use crate::topology::{parse_cluster_slots, parse_redirect, NodeAddr, Redirect, Topology};
 use crate::value::{from_frame, Value};
 
 /// A fuzz target's body: it takes libFuzzer's raw input and panics on a violation.
@@ -173,7 +171,6 @@ fn read_every_way(value: &Value) {
     let _ = value.clone().into_string();
     let _ = value.expect_ok();
     let _ = parse_cluster_slots(value, "h");
-    let _ = parse_cluster_shards(value, "h");
     if let Ok(items) = value.clone().into_array() {
         items.iter().for_each(read_every_way);
     }
@@ -363,8 +360,8 @@ fn check_topology(topo: &Topology) {
     }
 }
 
-/// `slot_map`: arbitrary reply trees (biased toward topology shapes) as `CLUSTER SLOTS` and
-/// `CLUSTER SHARDS` answers. Parsing never panics, and an accepted answer names only valid
+/// `slot_map`: arbitrary reply trees (biased toward topology shapes) as `CLUSTER SLOTS`
+/// answers. Parsing never panics, and an accepted answer names only valid
 /// slots and usable addresses.
 pub fn slot_map(data: &[u8]) {
     let Some(tree) = decode::<Tree>(data) else {
@@ -372,9 +369,6 @@ pub fn slot_map(data: &[u8]) {
     };
     let reply = tree_value(&tree);
     if let Ok(topo) = parse_cluster_slots(&reply, "10.0.0.1") {
-        check_topology(&topo);
-    }
-    if let Ok(topo) = parse_cluster_shards(&reply, "10.0.0.1") {
         check_topology(&topo);
     }
 }
