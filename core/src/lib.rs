@@ -6,19 +6,41 @@
 //!
 //! ## The pieces
 //!
+//! Keys and layouts:
+//!
 //! - [`keys`]: the `cluster:v1` primitives: segment encoding ([`keys::enc`]), hash tags, CRC16
 //!   slots and FNV-1a buckets. Part of the layout contract.
 //! - [`layout`]: the two key layouts, `legacy` and `cluster:v1`; [`layout::Keyspace`] produces
 //!   every key of every namespace in either.
+//! - [`ttl`]: times to live as Redis takes them.
+//!
+//! Requests and plans:
+//!
 //! - [`request`]: a [`request::Request`] is one command or script call with its declared keys,
 //!   route and access. A call whose keys span slots cannot be built ([`Error::CrossSlot`]).
 //! - [`script`]: a Lua script, embedded and hashed once, sent as `EVALSHA`; [`scripts`]: the
 //!   manifest that declares every script of `lua/` once.
 //! - [`plan`]: one state machine per store operation, emitting batches of requests and waits.
-//! - [`store`]: the plans of the store's operations.
-//! - [`migrate`]: inspection, the migration between the layouts and the rollback.
-//! - [`value`]: replies, decoded with `redis-protocol`, and typed accessors.
+//! - [`scan`]: `SCAN` over every master, for the legacy listings and the start guard.
+//! - [`value`]: replies, decoded with `redis-protocol`, and typed accessors; [`error`]: the one
+//!   error type, with the server's error replies.
 //!
+//! The typed API, written once over any [`Executor`] ([`executor`]):
+//!
+//! - [`store`]: the store's operations and their plans;
+//! - [`coord`] (plans) and [`coordinator`] (the async API): locks with fences, per-chat turns,
+//!   leaderships, heartbeats, schedules, leases, the durable inbox/outbox;
+//! - [`migrate`]: inspection, the migration between the layouts and the rollback.
+//!
+//! The session, which a driver runs:
+//!
+//! - [`options`]: what a user configures (URL or root nodes, credentials, timeouts, retries);
+//! - [`session`]: the routing state machine: slot map, connections, ops in flight, retries,
+//!   refreshes and timers; [`shell`]: the bookkeeping every driver needs around it;
+//! - [`topology`]: node addresses, `CLUSTER SLOTS` and `MOVED`/`ASK` replies; [`retry`]: what a
+//!   reply means for routing, and the backoff; [`framing`]: where a reply ends in a buffer;
+//! - `testing` (feature `testing`): a simulated cluster and scripted runners for tests.
+
 //! ## Layers
 //!
 //! ```text
