@@ -94,7 +94,7 @@ async fn requests_end_in_time_while_a_master_is_stopped<R: Runtime>() {
         let healthy_batch = healthy.iter().take(2 * PER_TICK / 3).map(|k| (k, false));
         for (key, stopped_slot) in stopped_batch.chain(healthy_batch) {
             n += 1;
-            let request = if n % 2 == 0 {
+            let request = if n.is_multiple_of(2) {
                 Request::cmd(Access::Write, "SET").key(key).arg(n)
             } else {
                 Request::cmd(Access::Read, "GET").key(key)

@@ -524,7 +524,7 @@ impl Side {
     /// Who runs first alternates, so that neither client always runs on a warmer (or more
     /// fragmented) server.
     fn order(round: usize) -> [Side; 2] {
-        if round % 2 == 0 {
+        if round.is_multiple_of(2) {
             [Side::Ours, Side::Theirs]
         } else {
             [Side::Theirs, Side::Ours]
