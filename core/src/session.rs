@@ -515,6 +515,58 @@ struct ReqRef {
     attempt: u64,
 }
 
+/// The session's timers, one armed instant per timer (a request's backoff, a plan's wait, a
+/// batch's deadline, a connection's check, the refresh), ordered by when they fire. Arming a
+/// timer again moves it, and disarming one finds it by name: nothing scans the table.
+#[derive(Debug, Default)]
+struct Timers {
+    queue: BTreeSet<(Instant, Timer)>,
+    armed: BTreeMap<Timer, Instant>,
+}
+
+impl Timers {
+    /// Arms `timer` for `at`, replacing its earlier instant.
+    fn arm(&mut self, at: Instant, timer: Timer) {
+        if let Some(old) = self.armed.insert(timer, at) {
+            self.queue.remove(&(old, timer));
+        }
+        self.queue.insert((at, timer));
+    }
+
+    /// Disarms `timer`, if armed.
+    fn disarm(&mut self, timer: Timer) {
+        if let Some(at) = self.armed.remove(&timer) {
+            self.queue.remove(&(at, timer));
+        }
+    }
+
+    /// When `timer` fires, if armed.
+    fn armed(&self, timer: Timer) -> Option<Instant> {
+        self.armed.get(&timer).copied()
+    }
+
+    /// The next timer to fire.
+    fn first(&self) -> Option<(Instant, Timer)> {
+        self.queue.first().copied()
+    }
+
+    /// Takes the next timer due at `now`, if any.
+    fn pop_due(&mut self, now: Instant) -> Option<Timer> {
+        let (at, timer) = self.first()?;
+        if at > now {
+            return None;
+        }
+        self.queue.remove(&(at, timer));
+        self.armed.remove(&timer);
+        Some(timer)
+    }
+
+    fn clear(&mut self) {
+        self.queue.clear();
+        self.armed.clear();
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Timer {
     Backoff(ReqRef),
@@ -689,7 +741,7 @@ pub struct Session {
     unrouted: Vec<ReqRef>,
     to_dispatch: VecDeque<ReqRef>,
     to_advance: VecDeque<OpId>,
-    timers: BTreeSet<(Instant, Timer)>,
+    timers: Timers,
     outputs: VecDeque<Output>,
     dirty: BTreeSet<ConnId>,
     /// Where transmits are encoded: each is split off, and once the driver has written and
@@ -737,7 +789,7 @@ impl Session {
             unrouted: Vec::new(),
             to_dispatch: VecDeque::new(),
             to_advance: VecDeque::new(),
-            timers: BTreeSet::new(),
+            timers: Timers::default(),
             outputs: VecDeque::new(),
             dirty: BTreeSet::new(),
             write_buf: BytesMut::new(),
@@ -935,11 +987,7 @@ impl Session {
     /// Time has come to `now`: fires every due timer.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = now;
-        while let Some(&(at, timer)) = self.timers.first() {
-            if at > now {
-                break;
-            }
-            self.timers.remove(&(at, timer));
+        while let Some(timer) = self.timers.pop_due(now) {
             self.fire(now, timer);
             self.pump(now);
         }
@@ -997,7 +1045,7 @@ impl Session {
             }
         }
         match self.timers.first() {
-            Some(&(until, timer)) => Output::Wait {
+            Some((until, timer)) => Output::Wait {
                 until: Some(until),
                 reason: timer.reason(),
             },
@@ -1127,7 +1175,7 @@ impl Session {
                     // A deadline too far to represent is no deadline.
                     op.deadline = after(now, self.config.request_timeout);
                     if let Some(deadline) = op.deadline {
-                        self.timers.insert((deadline, Timer::Deadline(id)));
+                        self.timers.arm(deadline, Timer::Deadline(id));
                     }
                     for (idx, attempt) in (first..).take(op.reqs.len()).enumerate() {
                         self.to_dispatch.push_back(ReqRef {
@@ -1140,7 +1188,7 @@ impl Session {
                 }
                 Step::Wait(d) => {
                     if let Some(at) = after(now, d) {
-                        self.timers.insert((at, Timer::PlanWait(id)));
+                        self.timers.arm(at, Timer::PlanWait(id));
                     }
                     return;
                 }
@@ -1171,8 +1219,8 @@ impl Session {
                 self.dispatch(now, req);
             } else if let Some(id) = self.to_advance.pop_front() {
                 let replies = self.ops.get_mut(id).map(|op| {
-                    if let Some(deadline) = op.deadline.take() {
-                        self.timers.remove(&(deadline, Timer::Deadline(id)));
+                    if op.deadline.take().is_some() {
+                        self.timers.disarm(Timer::Deadline(id));
                     }
                     op.reqs
                         .drain(..)
@@ -1235,7 +1283,7 @@ impl Session {
         let delay = self.config.retry.delay(attempts, self.jitter.next_factor());
         match after(now, delay) {
             Some(at) => {
-                self.timers.insert((at, Timer::Backoff(r)));
+                self.timers.arm(at, Timer::Backoff(r));
             }
             None => self.finish(r, Err(cause)),
         }
@@ -1433,7 +1481,7 @@ impl Session {
                                 state.pinned = Some(node);
                             }
                         }
-                        self.timers.insert((until, Timer::Backoff(r)));
+                        self.timers.arm(until, Timer::Backoff(r));
                     }
                     _ => self.send_to(now, node, r, asking),
                 }
@@ -1502,10 +1550,8 @@ impl Session {
             if c.check_at.is_some_and(|t| t <= at) {
                 return;
             }
-            if let Some(old) = c.check_at.replace(at) {
-                self.timers.remove(&(old, Timer::Conn(conn)));
-            }
-            self.timers.insert((at, Timer::Conn(conn)));
+            c.check_at = Some(at);
+            self.timers.arm(at, Timer::Conn(conn));
         }
     }
 
@@ -1740,8 +1786,8 @@ impl Session {
             self.node_conn.remove(&c.node);
         }
         self.dirty.remove(&conn);
-        if let Some(at) = c.check_at {
-            self.timers.remove(&(at, Timer::Conn(conn)));
+        if c.check_at.is_some() {
+            self.timers.disarm(Timer::Conn(conn));
         }
         let addr = self.nodes[c.node].to_string();
         let connected = c.state == ConnState::Ready;
@@ -1929,26 +1975,17 @@ impl Session {
     /// is armed earlier.
     fn set_refresh_timer(&mut self, at: Instant) {
         let at = at.max(self.refresh.not_before.unwrap_or(at));
-        let armed: Vec<(Instant, Timer)> = self
-            .timers
-            .iter()
-            .filter(|(_, t)| *t == Timer::Refresh)
-            .copied()
-            .collect();
-        if armed.iter().any(|&(t, _)| t <= at) {
+        if self.timers.armed(Timer::Refresh).is_some_and(|t| t <= at) {
             return;
         }
-        for entry in armed {
-            self.timers.remove(&entry);
-        }
-        self.timers.insert((at, Timer::Refresh));
+        self.timers.arm(at, Timer::Refresh);
     }
 
     fn start_refresh(&mut self, now: Instant) {
         if !self.cluster || self.closed || self.refresh.running {
             return;
         }
-        self.timers.retain(|(_, t)| *t != Timer::Refresh);
+        self.timers.disarm(Timer::Refresh);
         // Ask two nodes: masters with a live connection first, then other masters, then the
         // root nodes, then anything known. The first stays; the second rotates by round, so a
         // dead or stalled node is not the only one asked round after round.
