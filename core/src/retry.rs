@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::error::ServerError;
+use crate::error::{Error, ServerError};
 use crate::topology::{parse_redirect, NodeAddr, Redirect};
 
 /// What to do with an error reply.
@@ -126,6 +126,43 @@ impl RetryPolicy {
     }
 }
 
+/// What becomes of a request after a failed attempt that may be retried (a retryable reply, a
+/// node that could not be reached, a failed topology round while it waits for a map).
+#[derive(Clone, Debug, PartialEq)]
+pub enum NextAttempt {
+    /// Try again after this delay.
+    After(Duration),
+    /// Give up with this error.
+    GiveUp(Error),
+}
+
+/// The one retry decision: `failed` is the number of failed attempts so far, this one included
+/// (1 after the first). A `fatal` cause (refused credentials) gives up at once; past the
+/// policy's attempts a server's retryable reply becomes [`Error::RetriesExhausted`] and any
+/// other cause is handed on as it is; otherwise the request tries again after the policy's
+/// delay for this attempt, scaled by `jitter` (see [`RetryPolicy::delay`]).
+pub fn next_attempt(
+    cause: Error,
+    failed: u32,
+    fatal: bool,
+    policy: &RetryPolicy,
+    jitter: f64,
+) -> NextAttempt {
+    if fatal {
+        return NextAttempt::GiveUp(cause);
+    }
+    if failed > policy.attempts {
+        return NextAttempt::GiveUp(match cause {
+            Error::Server(last) => Error::RetriesExhausted {
+                attempts: failed,
+                last,
+            },
+            other => other,
+        });
+    }
+    NextAttempt::After(policy.delay(failed, jitter))
+}
+
 /// A small seeded generator (SplitMix64) for jitter: the core draws no randomness of its own.
 #[derive(Clone, Debug)]
 pub struct Jitter(u64);
@@ -151,6 +188,51 @@ impl Jitter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The retry decision, row by row: cause, failed attempts, fatal, policy → next step.
+    #[test]
+    fn the_next_attempt_table() {
+        let policy = RetryPolicy {
+            attempts: 3,
+            base: Duration::from_millis(10),
+            cap: Duration::from_millis(25),
+        };
+        let tryagain = || Error::Server(ServerError::new("TRYAGAIN slot moving"));
+        let unreachable = || Error::Connect {
+            addr: "h:1".into(),
+            reason: "refused".into(),
+        };
+        let auth = || Error::Auth {
+            addr: "h:1".into(),
+            reason: "WRONGPASS".into(),
+        };
+        let ms = |n| NextAttempt::After(Duration::from_millis(n));
+        let rows: Vec<(Error, u32, bool, NextAttempt)> = vec![
+            (tryagain(), 1, false, ms(10)),
+            (tryagain(), 2, false, ms(20)),
+            // Capped.
+            (tryagain(), 3, false, ms(25)),
+            // Past the attempts: a server's reply becomes RetriesExhausted...
+            (
+                tryagain(),
+                4,
+                false,
+                NextAttempt::GiveUp(Error::RetriesExhausted {
+                    attempts: 4,
+                    last: ServerError::new("TRYAGAIN slot moving"),
+                }),
+            ),
+            // ...any other cause is handed on.
+            (unreachable(), 1, false, ms(10)),
+            (unreachable(), 4, false, NextAttempt::GiveUp(unreachable())),
+            // Refused credentials end it at once.
+            (auth(), 1, true, NextAttempt::GiveUp(auth())),
+        ];
+        for (cause, failed, fatal, want) in rows {
+            let got = next_attempt(cause.clone(), failed, fatal, &policy, 1.0);
+            assert_eq!(got, want, "{cause} after {failed} failed attempts");
+        }
+    }
 
     fn c(text: &str) -> Decision {
         classify(&ServerError::new(text), "h")

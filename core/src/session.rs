@@ -71,7 +71,9 @@ use crate::framing::{FrameScan, Scanned};
 use crate::keys::SLOT_COUNT;
 use crate::plan::{Plan, Reply, Step};
 use crate::request::{encode_args, Access, Request, Route};
-use crate::retry::{classify, handshake, Decision, Handshake, Jitter, RetryPolicy};
+use crate::retry::{
+    classify, handshake, next_attempt, Decision, Handshake, Jitter, NextAttempt, RetryPolicy,
+};
 use crate::topology::{parse_cluster_slots, NodeAddr, Topology};
 use crate::value::{from_frame, Frame, Value};
 
@@ -1265,27 +1267,20 @@ impl Session {
 
     /// Schedules another attempt after a backoff, or ends the request when attempts run out.
     fn retry_later(&mut self, now: Instant, r: ReqRef, cause: Error) {
-        let allowed = self.config.retry.attempts;
+        let policy = self.config.retry;
         let Some(state) = self.req_mut(r) else {
             return;
         };
         state.sent = false;
         state.retries = state.retries.saturating_add(1);
-        let attempts = state.retries;
-        if attempts > allowed {
-            let error = match cause {
-                Error::Server(last) => Error::RetriesExhausted { attempts, last },
-                other => other,
-            };
-            self.finish(r, Err(error));
-            return;
-        }
-        let delay = self.config.retry.delay(attempts, self.jitter.next_factor());
-        match after(now, delay) {
-            Some(at) => {
-                self.timers.arm(at, Timer::Backoff(r));
-            }
-            None => self.finish(r, Err(cause)),
+        let failed = state.retries;
+        let jitter = self.jitter.next_factor();
+        match next_attempt(cause.clone(), failed, false, &policy, jitter) {
+            NextAttempt::GiveUp(error) => self.finish(r, Err(error)),
+            NextAttempt::After(delay) => match after(now, delay) {
+                Some(at) => self.timers.arm(at, Timer::Backoff(r)),
+                None => self.finish(r, Err(cause)),
+            },
         }
     }
 
@@ -2118,16 +2113,17 @@ impl Session {
                 reason: "no node answered CLUSTER SLOTS".into(),
             });
             let fatal = matches!(cause, Error::Auth { .. });
-            let allowed = self.config.retry.attempts;
+            let policy = self.config.retry;
             for r in std::mem::take(&mut self.unrouted) {
                 let Some(state) = self.req_mut(r) else {
                     continue;
                 };
                 state.retries = state.retries.saturating_add(1);
-                if fatal || state.retries > allowed {
-                    self.finish(r, Err(cause.clone()));
-                } else {
-                    self.unrouted.push(r);
+                // The next round's own backoff paces them: only the verdict is used here, and
+                // the round's error (not a reply to the request) is handed on as it is.
+                match next_attempt(cause.clone(), state.retries, fatal, &policy, 1.0) {
+                    NextAttempt::GiveUp(_) => self.finish(r, Err(cause.clone())),
+                    NextAttempt::After(_) => self.unrouted.push(r),
                 }
             }
         }
