@@ -88,6 +88,6 @@ pub use keys::Key;
 pub use layout::{Keyspace, Layout};
 pub use options::ClientOptions;
 pub use plan::{Plan, Reply, Step};
-pub use request::{Access, Request, Route};
+pub use request::{Access, NodeTarget, Request, Route};
 pub use topology::NodeAddr;
 pub use value::Value;

@@ -7,6 +7,7 @@ use std::fmt;
 use crate::error::Error;
 use crate::keys::Key;
 use crate::script::Script;
+use crate::topology::NodeAddr;
 
 /// Whether a request changes data. Decides what happens when its reply is lost: a read may be
 /// retried, a write never is.
@@ -25,10 +26,41 @@ pub enum Route {
     Slot(u16),
     /// Any master (keyless commands such as `TIME`).
     AnyMaster,
-    /// One node by its cluster address (`SCAN` on every master, one at a time). An address
-    /// without a host (`:port`) is on the host of the node that gave the plan its first
-    /// reply: how that node's `CLUSTER SLOTS` names a master whose endpoint it leaves unknown.
-    Node(String),
+    /// One node (`SCAN` on every master, one at a time), parsed when the request is built.
+    Node(NodeTarget),
+}
+
+/// The node of a [`Route::Node`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum NodeTarget {
+    /// A node by its cluster address.
+    Addr(NodeAddr),
+    /// A port on the host of the node that gave the plan its first reply: how that node's
+    /// `CLUSTER SLOTS` names a master whose endpoint it leaves unknown (`:port`).
+    Port(u16),
+}
+
+impl NodeTarget {
+    /// Parses `host:port`, `[v6]:port` or `:port`.
+    pub fn parse(text: &str) -> Option<NodeTarget> {
+        match text.strip_prefix(':') {
+            Some(port) => port
+                .parse()
+                .ok()
+                .filter(|&p: &u16| p != 0)
+                .map(NodeTarget::Port),
+            None => NodeAddr::parse(text, "").map(NodeTarget::Addr),
+        }
+    }
+}
+
+impl fmt::Display for NodeTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeTarget::Addr(addr) => write!(f, "{addr}"),
+            NodeTarget::Port(port) => write!(f, ":{port}"),
+        }
+    }
 }
 
 /// What is sent.
@@ -117,7 +149,8 @@ pub struct CommandBuilder {
     args: Vec<Bytes>,
     keys: Vec<Key>,
     access: Access,
-    route: Option<Route>,
+    /// A node route as given, parsed by `build`.
+    node: Option<String>,
 }
 
 impl CommandBuilder {
@@ -134,9 +167,10 @@ impl CommandBuilder {
         self
     }
 
-    /// Sends a keyless command to one node.
+    /// Sends a keyless command to one node: `host:port`, `[v6]:port`, or `:port` on the host
+    /// of the node that gave the plan its first reply. Parsed by [`CommandBuilder::build`].
     pub fn to_node(mut self, addr: impl Into<String>) -> Self {
-        self.route = Some(Route::Node(addr.into()));
+        self.node = Some(addr.into());
         self
     }
 
@@ -148,16 +182,23 @@ impl CommandBuilder {
         Request {
             body: Body::Command(self.args),
             keys: self.keys,
-            route: self.route.unwrap_or(Route::AnyMaster),
+            route: match self.node.as_deref().and_then(NodeTarget::parse) {
+                Some(target) => Route::Node(target),
+                None => Route::AnyMaster,
+            },
             access: self.access,
             wait: None,
         }
     }
 
-    /// Checks that every key shares one slot and builds the request.
+    /// Checks that every key shares one slot (and that a node route is an address) and builds
+    /// the request.
     pub fn build(self) -> Result<Request, Error> {
-        let route = match self.route {
-            Some(route) => route,
+        let route = match self.node {
+            Some(text) => Route::Node(
+                NodeTarget::parse(&text)
+                    .ok_or_else(|| Error::Config(format!("not a node address: {text:?}")))?,
+            ),
             None => route_of(&self.keys)?,
         };
         Ok(Request {
@@ -190,7 +231,7 @@ impl Request {
             args: vec![Bytes::from_static(name.as_bytes())],
             keys: Vec::new(),
             access,
-            route: None,
+            node: None,
         }
     }
 

@@ -70,7 +70,7 @@ use crate::error::ServerError;
 use crate::framing::{FrameScan, Scanned};
 use crate::keys::SLOT_COUNT;
 use crate::plan::{Plan, Reply, Step};
-use crate::request::{encode_args, Access, Request, Route};
+use crate::request::{encode_args, Access, NodeTarget, Request, Route};
 use crate::retry::{
     classify, handshake, next_attempt, Decision, Handshake, Jitter, NextAttempt, RetryPolicy,
 };
@@ -1448,13 +1448,16 @@ impl Session {
                         .or_else(|| masters.first().copied())
                         .map(|n| (n, false))
                 }
-                Route::Node(text) => {
+                Route::Node(NodeTarget::Addr(addr)) => Some((self.intern(addr), false)),
+                Route::Node(NodeTarget::Port(port)) => {
                     let answered = self.ops.get_mut(r.op).and_then(|op| op.answered_by);
-                    let host = answered.map_or("", |node| self.nodes[node].host.as_str());
-                    match NodeAddr::parse(&text, host) {
-                        Some(addr) => Some((self.intern(addr), false)),
+                    match answered.map(|node| self.nodes[node].host.clone()) {
+                        Some(host) => Some((self.intern(NodeAddr::new(host, port)), false)),
                         None => {
-                            let error = Error::Config(format!("not a node address: {text:?}"));
+                            let error = Error::Config(format!(
+                                "a request to :{port} before any node answered the plan: no \
+                                 host to send it to"
+                            ));
                             self.finish(r, Err(error));
                             return;
                         }
