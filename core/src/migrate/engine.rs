@@ -276,6 +276,22 @@ pub(super) async fn read<E: Executor>(
         .collect()
 }
 
+/// One multi-key command (`MGET`, `DEL`) over `keys`: checked to one slot on a cluster, sent
+/// as it is to a single node, whose keys may hash anywhere.
+fn multi_key<'k>(
+    cluster: bool,
+    access: Access,
+    name: &'static str,
+    keys: impl Iterator<Item = &'k Key>,
+) -> Result<Request, Error> {
+    let builder = keys.fold(Request::cmd(access, name), |b, key| b.key(key));
+    if cluster {
+        builder.build()
+    } else {
+        Ok(builder.build_for_single_node())
+    }
+}
+
 /// Reads string values with `MGET`, one per chunk (single node) or per slot (cluster). A key
 /// `MGET` answers nil for is asked its `TYPE`: gone (`none`) or of another type. Yields one
 /// [`Read`] per key, without TTLs (message items have none).
@@ -287,15 +303,12 @@ pub(super) async fn read_strings<E: Executor>(
     let groups = groups(cluster, keys.len(), |i| keys[i].slot(), READ_CHUNK);
     let mut batch = Vec::with_capacity(groups.len());
     for group in &groups {
-        let mut builder = Request::cmd(Access::Read, "MGET");
-        for &i in group {
-            builder = builder.key(&keys[i]);
-        }
-        batch.push(if cluster {
-            builder.build()?
-        } else {
-            builder.build_for_single_node()
-        });
+        batch.push(multi_key(
+            cluster,
+            Access::Read,
+            "MGET",
+            group.iter().map(|&i| &keys[i]),
+        )?);
     }
     let mut out: Vec<Read> = Vec::with_capacity(keys.len());
     out.resize_with(keys.len(), || Read {
@@ -492,20 +505,14 @@ pub(super) async fn delete<E: Executor>(
         return Ok(0);
     }
     let groups = groups(cluster, keys.len(), |i| keys[i].slot(), 512);
-    let mut batch = Vec::new();
-    for group in groups {
-        if cluster {
-            let mut builder = Request::cmd(Access::Write, "DEL");
-            for &i in &group {
-                builder = builder.key(&keys[i]);
-            }
-            batch.push(builder.build()?);
-        } else {
-            // A single node: one DEL per key keeps the request free of slot checks.
-            for &i in &group {
-                batch.push(Request::cmd(Access::Write, "DEL").key(&keys[i]).build()?);
-            }
-        }
+    let mut batch = Vec::with_capacity(groups.len());
+    for group in &groups {
+        batch.push(multi_key(
+            cluster,
+            Access::Write,
+            "DEL",
+            group.iter().map(|&i| &keys[i]),
+        )?);
     }
     let mut deleted = 0;
     for value in send_ok(e, batch).await? {
