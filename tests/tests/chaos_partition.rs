@@ -121,6 +121,29 @@ async fn partition<R: Runtime>(cut: Cut) {
     }
     blocking(&cluster, |c| c.wait_ok()).await.unwrap();
     let ok_again = clock.now();
+    // The master refuses writes until it counts its replica as good again: Redis updates that
+    // count on the replica's REPLCONF ACK, sent once a second. Its own count is the only clock
+    // that says when refusals end (a write script that happens not to write succeeds earlier).
+    let counted = match cut {
+        Cut::Replica => {
+            eventually(
+                Duration::from_secs(15),
+                "the victim to count its replica as good again",
+                || {
+                    let cluster = Arc::clone(&cluster);
+                    async move {
+                        blocking(&cluster, move |c| good_replicas(c, victim))
+                            .await
+                            .unwrap()
+                            .filter(|n| *n >= 1)
+                            .map(|_| clock.now())
+                    }
+                },
+            )
+            .await
+        }
+        Cut::Bus => ok_again,
+    };
     // The master takes writes again once its replica acknowledged the stream (Redis counts a
     // replica as good from its first REPLCONF ACK, sent every second).
     eventually(
@@ -186,6 +209,12 @@ async fn partition<R: Runtime>(cut: Cut) {
     };
     report.print();
     eprintln!("cluster ok again at {:.3} s", ok_again.as_secs_f64());
+    if cut == Cut::Replica {
+        eprintln!(
+            "the victim counted its replica as good again at {:.3} s",
+            counted.as_secs_f64()
+        );
+    }
     if let Some(p) = promoted_at {
         // While the partition lasts, does the client find the promoted replica, or keep asking
         // the minority master?
@@ -197,10 +226,14 @@ async fn partition<R: Runtime>(cut: Cut) {
     }
 
     // A master whose replica came back accepts writes again only once the replica's first
-    // acknowledgement arrives (up to a second after the link is up): until its first
-    // acknowledged write after the heal, refusals are part of the fault.
+    // acknowledgement arrives (up to a second after the link is up): until the master counts
+    // it (cut replica) or until its first acknowledged write after the heal (cut bus),
+    // refusals are part of the fault.
     let back = recorder.first_success(healed, |o| on_victim(o) && o.write);
-    let recovered = back.as_ref().map_or(ok_again, |o| o.ended.max(ok_again));
+    let recovered = match cut {
+        Cut::Replica => counted.max(ok_again),
+        Cut::Bus => back.as_ref().map_or(ok_again, |o| o.ended.max(ok_again)),
+    };
     let mut failures = Vec::new();
     for o in &outcomes {
         let during = o.ended >= at && o.sent <= recovered;
@@ -242,6 +275,20 @@ async fn partition<R: Runtime>(cut: Cut) {
     assert!(losses.checked > 0);
     assert_no_failures(&failures);
     workload.store.executor().close().await;
+}
+
+/// The victim's own count of replicas within `min-replicas-max-lag` (`INFO replication`;
+/// `None` while the field is missing, as before `min-replicas-to-write` applies).
+fn good_replicas(
+    cluster: &botmesh_redis_tests::RedisCluster,
+    master: std::net::SocketAddr,
+) -> Result<Option<u32>, String> {
+    let info = cluster.conn(master)?.cmd(&["INFO", "replication"])?;
+    let info = botmesh_redis_tests::harness::parse_info(info.as_str().unwrap_or_default());
+    Ok(["min_slaves_good_slaves", "min_replicas_good_replicas"]
+        .iter()
+        .find_map(|field| info.get(*field))
+        .and_then(|n| n.parse().ok()))
 }
 
 both_drivers!(partition {
