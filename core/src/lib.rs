@@ -36,7 +36,8 @@
 //!
 //! - [`options`]: what a user configures (URL or root nodes, credentials, timeouts, retries);
 //! - [`session`]: the routing state machine: slot map, connections, ops in flight, retries,
-//!   refreshes and timers; [`shell`]: the bookkeeping every driver needs around it;
+//!   refreshes, timers and the caller waiting for each plan; a driver feeds it events and
+//!   carries out its outputs, keeping only sockets and tasks;
 //! - [`topology`]: node addresses, `CLUSTER SLOTS` and `MOVED`/`ASK` replies; [`retry`]: what a
 //!   reply means for routing, and the backoff; [`framing`]: where a reply ends in a buffer;
 //! - `testing` (feature `testing`): a simulated cluster and scripted runners for tests.
@@ -73,7 +74,6 @@ pub mod scan;
 pub mod script;
 pub mod scripts;
 pub mod session;
-pub mod shell;
 pub mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -26,8 +26,17 @@
 //! routed to a connection between two drains leaves in one [`Output::Transmit`], and a request
 //! that ended before the drain (its deadline passed) is never written. A request counts as
 //! *sent* from the moment its bytes are returned by `poll`. The driver must write the
-//! transmits of one connection in the order they come, report every byte read with
-//! `handle_read`, and report nothing more for a connection after [`Output::Close`].
+//! transmits of one connection in the order they come and report every byte read with
+//! `handle_read`. Events may keep arriving for a connection after [`Output::Close`] (a
+//! reader's last read, a connect that completes late): the session is the one place that
+//! recognises them by their [`ConnId`] and ignores them, so a driver forwards every event as it
+//! comes and keeps no table of its own beyond the I/O it owns.
+//!
+//! The session keeps every piece of protocol state: the plans in flight with the caller's
+//! completion handle `W` (a channel's sender in a driver, a number in a test), the slot map,
+//! the connections' states and buffers, and every deadline, including the connect timeout
+//! (a connect that takes too long ends as an [`Output::Close`]; the driver needs no timer of
+//! its own).
 //!
 //! # A request's life
 //!
@@ -195,10 +204,6 @@ impl Config {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnId(pub u64);
 
-/// The driver's name for a submitted plan, echoed in [`Output::Complete`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Token(pub u64);
-
 /// The result of a plan, typed by the plan's output; see [`Completion::into_result`].
 ///
 /// It is the finished plan itself, holding its result: completing a plan allocates nothing.
@@ -261,7 +266,7 @@ pub enum TimerReason {
 
 /// What the driver must do next.
 #[derive(Debug)]
-pub enum Output {
+pub enum Output<W> {
     /// Open a TCP connection to `dial`; report with `handle_connected` or
     /// `handle_connect_failed`. `node` is the cluster's name for it.
     Connect {
@@ -286,8 +291,8 @@ pub enum Output {
     },
     /// A plan finished.
     Complete {
-        /// The driver's token.
-        token: Token,
+        /// The caller's completion handle, as submitted.
+        waiter: W,
         /// Its result.
         result: Completion,
     },
@@ -459,29 +464,37 @@ struct OpId {
 
 /// The ops in progress. A slab rather than a map: ops come and go at the request rate, and a
 /// B-tree moved every op (about a hundred bytes) around its nodes on inserts and removals.
-#[derive(Default)]
-struct Ops {
+struct Ops<W> {
     /// Each op with its submission number.
-    table: slab::Slab<(u64, Op)>,
+    table: slab::Slab<(u64, Op<W>)>,
     next_seq: u64,
 }
 
-impl Ops {
-    fn insert(&mut self, op: Op) -> OpId {
+impl<W> Default for Ops<W> {
+    fn default() -> Self {
+        Ops {
+            table: slab::Slab::new(),
+            next_seq: 0,
+        }
+    }
+}
+
+impl<W> Ops<W> {
+    fn insert(&mut self, op: Op<W>) -> OpId {
         self.next_seq += 1;
         let seq = self.next_seq;
         let index = self.table.insert((seq, op));
         OpId { seq, index }
     }
 
-    fn get_mut(&mut self, id: OpId) -> Option<&mut Op> {
+    fn get_mut(&mut self, id: OpId) -> Option<&mut Op<W>> {
         match self.table.get_mut(id.index) {
             Some((seq, op)) if *seq == id.seq => Some(op),
             _ => None,
         }
     }
 
-    fn remove(&mut self, id: OpId) -> Option<Op> {
+    fn remove(&mut self, id: OpId) -> Option<Op<W>> {
         self.get_mut(id)?;
         self.table.try_remove(id.index).map(|(_, op)| op)
     }
@@ -490,13 +503,13 @@ impl Ops {
         self.table.len()
     }
 
-    fn iter(&self) -> impl Iterator<Item = &Op> {
+    fn iter(&self) -> impl Iterator<Item = &Op<W>> {
         self.table.iter().map(|(_, (_, op))| op)
     }
 
     /// Every op, in submission order; the table is left empty.
-    fn take_all(&mut self) -> Vec<Op> {
-        let mut ops: Vec<(u64, Op)> = std::mem::take(&mut self.table)
+    fn take_all(&mut self) -> Vec<Op<W>> {
+        let mut ops: Vec<(u64, Op<W>)> = std::mem::take(&mut self.table)
             .into_iter()
             .map(|(_, entry)| entry)
             .collect();
@@ -683,8 +696,9 @@ struct ReqState {
     map_gen: u64,
 }
 
-struct Op {
-    token: Token,
+struct Op<W> {
+    /// Whoever waits for the plan's result: the driver's handle, kept here until completion.
+    waiter: W,
     plan: Box<dyn ErasedPlan>,
     reqs: Vec<ReqState>,
     remaining: usize,
@@ -718,7 +732,7 @@ struct Down {
 }
 
 /// The routing session. See the module docs for the driver contract.
-pub struct Session {
+pub struct Session<W> {
     config: Config,
     cluster: bool,
     /// The time of the latest input; outputs are stamped with it.
@@ -738,13 +752,13 @@ pub struct Session {
     map_loaded: bool,
     conns: BTreeMap<ConnId, Conn>,
     next_conn: u64,
-    ops: Ops,
+    ops: Ops<W>,
     next_attempt: u64,
     unrouted: Vec<ReqRef>,
     to_dispatch: VecDeque<ReqRef>,
     to_advance: VecDeque<OpId>,
     timers: Timers,
-    outputs: VecDeque<Output>,
+    outputs: VecDeque<Output<W>>,
     dirty: BTreeSet<ConnId>,
     /// Where transmits are encoded: each is split off, and once the driver has written and
     /// dropped them, the next ones reuse the allocation.
@@ -754,7 +768,7 @@ pub struct Session {
     closed: bool,
 }
 
-impl fmt::Debug for Session {
+impl<W> fmt::Debug for Session<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Session")
             .field("nodes", &self.nodes)
@@ -765,7 +779,7 @@ impl fmt::Debug for Session {
     }
 }
 
-impl Session {
+impl<W> Session<W> {
     /// A session that has not connected yet: the first submitted plan (or, for a cluster, the
     /// first topology refresh, which starts at once) opens connections.
     pub fn new(config: Config, now: Instant) -> Self {
@@ -841,24 +855,24 @@ impl Session {
 
     // --- inputs -----------------------------------------------------------------------------
 
-    /// Submits a plan; its result comes back as [`Output::Complete`] with `token`.
-    pub fn submit<P: Plan>(&mut self, now: Instant, token: Token, plan: P) {
-        self.submit_boxed(now, token, BoxedPlan::new(plan));
+    /// Submits a plan; its result comes back as [`Output::Complete`] with `waiter`.
+    pub fn submit<P: Plan>(&mut self, now: Instant, waiter: W, plan: P) {
+        self.submit_boxed(now, waiter, BoxedPlan::new(plan));
     }
 
     /// [`Session::submit`] for a plan boxed already.
-    pub fn submit_boxed(&mut self, now: Instant, token: Token, plan: BoxedPlan) {
+    pub fn submit_boxed(&mut self, now: Instant, waiter: W, plan: BoxedPlan) {
         self.now = now;
         let BoxedPlan(plan) = plan;
         if self.closed {
             self.outputs.push_back(Output::Complete {
-                token,
+                waiter,
                 result: plan.fail(Error::Closed),
             });
             return;
         }
         let id = self.ops.insert(Op {
-            token,
+            waiter,
             plan,
             reqs: Vec::new(),
             remaining: 0,
@@ -906,6 +920,9 @@ impl Session {
     /// The TCP connect of `conn` failed.
     pub fn handle_connect_failed(&mut self, now: Instant, conn: ConnId, reason: &str) {
         self.now = now;
+        if let Some(c) = self.conns.get(&conn) {
+            tracing::warn!(node = %self.nodes[c.node], %reason, "connect failed");
+        }
         self.drop_conn(now, conn, Loss::Connect(reason.to_owned()));
         self.pump(now);
     }
@@ -982,6 +999,9 @@ impl Session {
     /// `conn` was closed by the peer or failed; `reason` says how.
     pub fn handle_closed(&mut self, now: Instant, conn: ConnId, reason: &str) {
         self.now = now;
+        if let Some(c) = self.conns.get(&conn) {
+            tracing::warn!(node = %self.nodes[c.node], %reason, "connection lost");
+        }
         self.drop_conn(now, conn, Loss::Lost(reason.to_owned()));
         self.pump(now);
     }
@@ -1028,7 +1048,7 @@ impl Session {
                 Error::Closed
             };
             self.outputs.push_back(Output::Complete {
-                token: op.token,
+                waiter: op.waiter,
                 result: op.plan.fail(error),
             });
         }
@@ -1037,7 +1057,7 @@ impl Session {
     // --- output -----------------------------------------------------------------------------
 
     /// The next thing to do. Call until it returns [`Output::Wait`].
-    pub fn poll(&mut self) -> Output {
+    pub fn poll(&mut self) -> Output<W> {
         if let Some(out) = self.outputs.pop_front() {
             return out;
         }
@@ -1197,7 +1217,7 @@ impl Session {
                 Step::Done(_) => {
                     if let Some(op) = self.ops.remove(id) {
                         self.outputs.push_back(Output::Complete {
-                            token: op.token,
+                            waiter: op.waiter,
                             result: op.plan.into_completion(),
                         });
                     }
@@ -1208,7 +1228,7 @@ impl Session {
         let stuck = crate::plan::misuse("the plan sent 1024 empty batches in a row");
         if let Some(op) = self.ops.remove(id) {
             self.outputs.push_back(Output::Complete {
-                token: op.token,
+                waiter: op.waiter,
                 result: op.plan.fail(stuck),
             });
         }
@@ -1515,6 +1535,7 @@ impl Session {
             },
         );
         self.node_conn.insert(node, conn);
+        tracing::debug!(?conn, node = %self.nodes[node], "connecting");
         self.outputs.push_back(Output::Connect {
             conn,
             node: self.nodes[node].clone(),
@@ -2162,9 +2183,9 @@ impl Session {
 mod tests {
     use super::*;
 
-    fn op(token: u64) -> Op {
+    fn op(waiter: u64) -> Op<u64> {
         Op {
-            token: Token(token),
+            waiter,
             plan: BoxedPlan::new(crate::plan::single(
                 Request::cmd(Access::Read, "PING").build().unwrap(),
                 |_| Ok(()),
@@ -2247,7 +2268,7 @@ mod tests {
     fn an_ended_ops_id_never_finds_a_later_op() {
         let mut ops = Ops::default();
         let first = ops.insert(op(1));
-        assert_eq!(ops.remove(first).map(|op| op.token), Some(Token(1)));
+        assert_eq!(ops.remove(first).map(|op| op.waiter), Some(1));
         // The place is reused; the old id must not find the new op.
         let second = ops.insert(op(2));
         assert_eq!(second.index, first.index);
@@ -2256,8 +2277,8 @@ mod tests {
         assert_eq!(ops.len(), 1);
         let third = ops.insert(op(3));
         assert!(first < second && second < third, "ids order by submission");
-        let tokens: Vec<Token> = ops.take_all().into_iter().map(|op| op.token).collect();
-        assert_eq!(tokens, [Token(2), Token(3)]);
+        let waiters: Vec<u64> = ops.take_all().into_iter().map(|op| op.waiter).collect();
+        assert_eq!(waiters, [2, 3]);
         assert_eq!(ops.len(), 0);
     }
 }

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use botmesh_redis_core::error::Error;
-use botmesh_redis_core::session::{Config, Output, Session, TimerReason, Token};
+use botmesh_redis_core::session::{Config, Output, Session, TimerReason};
+use botmesh_redis_core::testing::Token;
 use botmesh_redis_core::testing::{get, incr, set, start, Batch, Harness, SimCluster};
 use botmesh_redis_core::topology::NodeAddr;
 use botmesh_redis_core::{Plan, Reply, Step, Value};
@@ -139,7 +140,10 @@ fn a_cluster_without_root_nodes_fails_requests_at_once() {
     let mut session = Session::new(Config::cluster(Vec::new()), now);
     session.submit(now, Token(1), Batch::new(vec![get("k")]));
     match session.poll() {
-        Output::Complete { token, result } => {
+        Output::Complete {
+            waiter: token,
+            result,
+        } => {
             assert_eq!(token, Token(1));
             let replies = result.into_result::<Vec<Reply>>().unwrap();
             assert!(matches!(replies[0], Err(Error::Config(_))), "{replies:?}");

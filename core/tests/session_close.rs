@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use botmesh_redis_core::error::Error;
-use botmesh_redis_core::session::{Config, ConnId, Output, Session, Token};
+use botmesh_redis_core::session::{Config, ConnId, Output, Session};
+use botmesh_redis_core::testing::Token;
 use botmesh_redis_core::testing::{get, incr, set, start, Batch, ConnectMode, Harness, Rule};
 use botmesh_redis_core::Reply;
 
@@ -71,7 +72,10 @@ fn a_closed_session_ignores_late_events_and_stays_idle() {
     session.close(now);
     assert!(matches!(session.poll(), Output::Close { conn: c } if c == conn));
     match session.poll() {
-        Output::Complete { token, result } => {
+        Output::Complete {
+            waiter: token,
+            result,
+        } => {
             assert_eq!(token, Token(1));
             assert_eq!(result.into_result::<Vec<Reply>>(), Err(Error::Closed));
         }

@@ -20,7 +20,8 @@ use crate::error::ServerError;
 use crate::keys::{slot, SLOT_COUNT};
 use crate::plan::Reply;
 use crate::request::Request;
-use crate::session::{Config, ConnId, Output, Session, Token};
+use crate::session::{Config, ConnId, Output, Session};
+use crate::testing::Token;
 use crate::topology::NodeAddr;
 use crate::value::Value;
 
@@ -189,7 +190,7 @@ pub fn config(cluster: bool, short: bool) -> Config {
 #[derive(Debug)]
 pub struct Driver {
     /// The session under test.
-    pub session: Session,
+    pub session: Session<Token>,
     now: Instant,
     conns: Vec<ConnId>,
     submitted: BTreeSet<Token>,
@@ -219,7 +220,10 @@ impl Driver {
             match self.session.poll() {
                 Output::Connect { conn, .. } => self.conns.push(conn),
                 Output::Transmit { .. } | Output::Close { .. } => {}
-                Output::Complete { token, result } => {
+                Output::Complete {
+                    waiter: token,
+                    result,
+                } => {
                     assert!(self.submitted.contains(&token), "{token:?} never submitted");
                     assert!(self.completed.insert(token), "{token:?} completed twice");
                     let _ = result.into_result::<Vec<Reply>>();

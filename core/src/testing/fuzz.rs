@@ -20,8 +20,9 @@ use crate::keys::{bucket, enc as encode, hash_tag, slot, BUCKET_COUNT, SLOT_COUN
 use crate::options::parse_url;
 use crate::plan::Reply;
 use crate::retry::{classify, Decision};
-use crate::session::{Config, Output, Session, Token};
+use crate::session::{Config, Output, Session};
 use crate::testing::chaos::{config, inject, Driver, Fault, Input, Model};
+use crate::testing::Token;
 use crate::testing::{get, incr, start, Batch, Harness, SimCluster};
 use crate::topology::{parse_cluster_slots, parse_redirect, NodeAddr, Redirect, Topology};
 use crate::value::{from_frame, Value};
@@ -176,7 +177,7 @@ fn read_every_way(value: &Value) {
     }
 }
 
-fn drain(session: &mut Session, done: &mut usize) -> Option<Instant> {
+fn drain(session: &mut Session<Token>, done: &mut usize) -> Option<Instant> {
     for _ in 0..10_000 {
         match session.poll() {
             Output::Complete { result, .. } => {

@@ -21,7 +21,8 @@ use super::Batch;
 use crate::error::Error;
 use crate::plan::{Plan, Reply};
 use crate::request::Request;
-use crate::session::{Completion, Config, ConnId, Output, Session, Token};
+use crate::session::{Completion, Config, ConnId, Output, Session};
+use crate::testing::Token;
 use crate::topology::NodeAddr;
 
 /// How reply bytes are cut before `handle_read`.
@@ -80,7 +81,7 @@ type Action = Box<dyn FnOnce(&mut SimCluster, Instant)>;
 /// The session, the simulated cluster and the simulated clock. See the module docs.
 pub struct Harness {
     /// The session under test.
-    pub session: Session,
+    pub session: Session<Token>,
     /// The simulated deployment; change it freely between runs.
     pub sim: SimCluster,
     start: Instant,
@@ -434,7 +435,10 @@ impl Harness {
                     self.closed.insert(conn);
                     self.sim.close(conn);
                 }
-                Output::Complete { token, result } => {
+                Output::Complete {
+                    waiter: token,
+                    result,
+                } => {
                     self.log(format!("{t:>8?} complete {token:?}"));
                     self.completions.insert(token, (now, result));
                 }

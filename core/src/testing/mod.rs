@@ -42,6 +42,13 @@ use crate::plan::{misuse, Plan, Reply, Step};
 use crate::request::{Access, Request};
 use crate::session::Config;
 
+/// A test's name for a submitted plan: the waiter a simulated driver hands
+/// [`Session::submit`](crate::session::Session::submit), echoed in
+/// [`Output::Complete`](crate::session::Output::Complete). A real driver hands a channel's
+/// sender instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Token(pub u64);
+
 /// The one reading of the real clock a deterministic test makes: simulated time starts there
 /// and never looks again.
 #[allow(clippy::disallowed_methods)]

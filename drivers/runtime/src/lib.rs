@@ -3,20 +3,22 @@
 //! The botmesh-redis client, written once over a small [`Runtime`] trait (quinn style): the
 //! session task, the per-connection reader and flusher, `connect`, `close`. A runtime supplies
 //! only spawning, a timer and TCP; `botmesh-redis-tokio` and `botmesh-redis-async-std` are
-//! those few calls each. Every protocol decision is the core's
-//! ([`Session`](botmesh_redis_core::session::Session)); the bookkeeping around it is the core's
-//! [`Shell`].
+//! those few calls each. Every protocol decision and every piece of protocol state is the
+//! core's [`Session`]: the plans in flight and who waits for each, the connections' states, the
+//! deadlines (the connect timeout included), and which late events of a closed connection to
+//! ignore. The driver keeps, per connection, only what is I/O: its writing half and its tasks.
 //!
 //! ## Tasks
 //!
 //! ```text
-//!  callers ──Submit──►┐                               ┌──try_write──► TCP
-//!  readers ──Event───►├─► session task: Shell (core) ─┤
-//!  flushers ─Flushed─►│         │                     └──► flusher task ──► TCP (socket full)
-//!  timer   ──────────►┘         └──Complete──► caller
+//!  callers ──Submit──►┐                              ┌──try_write──► TCP
+//!  readers ──Read────►├─► session task: Session ─────┤
+//!  flushers ─Flushed─►│   (+ each connection's I/O)  └──► flusher task ──► TCP (socket full)
+//!  timer   ──────────►┘         │
+//!                               └──Complete──► caller
 //! ```
 //!
-//! The session task takes every message already queued before it drains the shell, so all
+//! The session task takes every message already queued before it drains the session, so all
 //! requests submitted meanwhile leave in one write per connection, which it makes itself while
 //! the socket takes the bytes. It keeps two inboxes and takes the connections' (replies,
 //! closes, flushed writes) before the callers', so a backlog of new calls never delays the
@@ -31,7 +33,7 @@ use std::io;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::BytesMut;
 use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender};
@@ -39,8 +41,7 @@ use futures_channel::oneshot;
 use futures_lite::{future, StreamExt};
 
 use botmesh_redis_core::request::{Access, Request};
-use botmesh_redis_core::session::{BoxedPlan, Completion, ConnId};
-use botmesh_redis_core::shell::{Action, Event, Shell};
+use botmesh_redis_core::session::{BoxedPlan, Completion, ConnId, Output, Session};
 use botmesh_redis_core::{ClientOptions, Error, Executor, NodeAddr, Plan};
 
 /// What a runtime supplies: tasks, a timer and TCP.
@@ -92,9 +93,19 @@ enum WriteSide<W> {
     Flushing(BytesMut),
 }
 
-type Side<R> = WriteSide<<R as Runtime>::Writer>;
+/// The I/O of one connection, from the session's [`Output::Connect`] to its
+/// [`Output::Close`]: the only per-connection state outside the session. Whether the
+/// connection is still wanted, and what its events mean, is the session's to say.
+struct Io<R: Runtime> {
+    /// The writing half, once connected.
+    write: Option<WriteSide<R::Writer>>,
+    /// The connect task, then the reader; dropping them cancels them.
+    tasks: Vec<R::Task>,
+    /// The one flusher the connection may have at a time.
+    flusher: Option<R::Task>,
+}
+
 type Waiter = oneshot::Sender<Completion>;
-type SessionShell<R> = Shell<Side<R>, Waiter>;
 /// An inbox of the session task (callers', or the connections'). Sending never waits: a
 /// submit is a push and, when the task sleeps, a wake.
 type Tx<R> = UnboundedSender<Msg<R>>;
@@ -110,12 +121,24 @@ enum Woke<R: Runtime> {
 enum Msg<R: Runtime> {
     /// A plan boxed by its caller (the one allocation of a submission) and its waiter.
     Submit(BoxedPlan, Waiter),
-    Event(Event<Side<R>>),
-    /// A connection's reader task, to stop with the connection.
-    Reader(ConnId, R::Task),
-    /// A flusher wrote everything it was given (or failed), and hands the half back.
-    Flushed(ConnId, R::Writer, io::Result<()>),
+    /// What a connection's tasks observed.
+    Conn(ConnId, ConnEvent<R>),
     Close,
+}
+
+/// What a connection's tasks report to the session task.
+enum ConnEvent<R: Runtime> {
+    /// The TCP connect succeeded; the writing half.
+    Connected(R::Writer),
+    ConnectFailed(String),
+    /// Bytes read; splits of one read buffer, so the session decodes them without a copy.
+    Read(BytesMut),
+    /// The peer closed, or a read or write failed.
+    Closed(String),
+    /// The reader task, to stop with the connection.
+    Reader(R::Task),
+    /// A flusher wrote everything it was given (or failed), and hands the half back.
+    Flushed(R::Writer, io::Result<()>),
 }
 
 /// What a client's driver has done and holds, for monitoring (see [`Client::stats`]).
@@ -157,15 +180,6 @@ fn counted<F: Future<Output = ()> + Send + 'static>(
         let _alive = alive;
         task.await;
     }
-}
-
-/// The tasks of the session's connections; dropping a task cancels it.
-struct Tasks<R: Runtime> {
-    /// Connect and reader tasks, per connection.
-    conns: HashMap<ConnId, Vec<R::Task>>,
-    /// The one flusher a connection may have at a time.
-    flushers: HashMap<ConnId, R::Task>,
-    counters: Arc<Counters>,
 }
 
 /// A connection to a Redis node or cluster: runs plans, shared by cloning.
@@ -224,12 +238,12 @@ impl<R: Runtime> Client<R> {
         let mut seed = RandomState::new().build_hasher();
         seed.write_u64(0);
         let config = options.to_config(seed.finish())?;
-        let shell = Shell::new(config, Instant::now());
+        let session = Session::new(config, Instant::now());
         let (tx, calls) = futures_channel::mpsc::unbounded();
         let (closed_tx, closed) = async_channel::bounded(1);
         let counters = Arc::new(Counters::default());
-        let session = run::<R>(shell, calls, closed_tx, Arc::clone(&counters));
-        R::spawn_detached(counted(&counters, session));
+        let task = run::<R>(session, calls, closed_tx, Arc::clone(&counters));
+        R::spawn_detached(counted(&counters, task));
         Ok(Client {
             shared: Arc::new(Shared {
                 tx,
@@ -276,23 +290,33 @@ impl<R: Runtime> Executor for Client<R> {
     }
 }
 
-/// The session task: feeds events to the shell and carries out its actions.
+/// The session task's state: the session (all protocol state) and each connection's I/O.
+struct Driver<R: Runtime> {
+    session: Session<Waiter>,
+    conns: HashMap<ConnId, Io<R>>,
+    /// The connections' inbox, for their tasks.
+    tx: Tx<R>,
+    counters: Arc<Counters>,
+}
+
+/// The session task: feeds every input to the session and carries out its outputs.
 async fn run<R: Runtime>(
-    mut shell: SessionShell<R>,
+    session: Session<Waiter>,
     mut calls: Rx<R>,
     _closed: async_channel::Sender<()>,
     counters: Arc<Counters>,
 ) {
-    let mut tasks = Tasks::<R> {
-        conns: HashMap::new(),
-        flushers: HashMap::new(),
-        counters,
-    };
     // Two inboxes: what the connections report (replies, closes, flushed writes) and what
     // callers ask. Each pass takes the first before the second, so that a backlog of new calls
     // never holds back the replies of earlier ones, nor makes a healthy connection look silent
     // to its response timeout.
     let (tx, mut events) = futures_channel::mpsc::unbounded();
+    let mut driver = Driver::<R> {
+        session,
+        conns: HashMap::new(),
+        tx,
+        counters,
+    };
     let mut deadline: Option<Instant> = None;
     loop {
         let event = async { Woke::Msg(events.next().await) };
@@ -310,8 +334,8 @@ async fn run<R: Runtime>(
         };
         let msg = match woke {
             Woke::Timer => {
-                shell.handle_timeout(Instant::now());
-                deadline = drain(&mut shell, &tx, &mut tasks);
+                driver.session.handle_timeout(Instant::now());
+                deadline = driver.drain();
                 continue;
             }
             Woke::Msg(Some(msg)) => msg,
@@ -319,7 +343,7 @@ async fn run<R: Runtime>(
             // `Close` before its sender goes: neither inbox ends while the task runs.
             Woke::Msg(None) => break,
         };
-        let mut closing = apply(&mut shell, &tx, &mut tasks, msg, Instant::now());
+        let mut closing = driver.apply(msg, Instant::now());
         // Take everything already queued before draining, so that all requests submitted
         // meanwhile leave in one write per connection. One yield first lets callers on other
         // worker threads add theirs: on a multi-thread runtime the task would otherwise wake
@@ -329,13 +353,13 @@ async fn run<R: Runtime>(
         let now = Instant::now();
         for _ in 0..4096 {
             match events.try_recv() {
-                Ok(msg) => closing |= apply(&mut shell, &tx, &mut tasks, msg, now),
+                Ok(msg) => closing |= driver.apply(msg, now),
                 Err(_) => break,
             }
         }
         for _ in 0..1024 {
             match calls.try_recv() {
-                Ok(msg) => closing |= apply(&mut shell, &tx, &mut tasks, msg, now),
+                Ok(msg) => closing |= driver.apply(msg, now),
                 Err(_) => break,
             }
         }
@@ -348,170 +372,171 @@ async fn run<R: Runtime>(
         if let Some(at) = deadline {
             let now = Instant::now();
             if at <= now {
-                shell.handle_timeout(now);
+                driver.session.handle_timeout(now);
             }
         }
-        deadline = drain(&mut shell, &tx, &mut tasks);
+        deadline = driver.drain();
     }
-    shell.close(Instant::now());
-    drain(&mut shell, &tx, &mut tasks);
+    driver.session.close(Instant::now());
+    driver.drain();
 }
 
-/// Applies one message; returns whether the client is closing.
-fn apply<R: Runtime>(
-    shell: &mut SessionShell<R>,
-    tx: &Tx<R>,
-    tasks: &mut Tasks<R>,
-    msg: Msg<R>,
-    now: Instant,
-) -> bool {
-    match msg {
-        Msg::Submit(plan, waiter) => shell.submit_boxed(now, plan, waiter),
-        Msg::Event(event) => shell.handle(now, event),
-        Msg::Reader(conn, reader) => {
-            // A reader of a connection the session already dropped is cancelled by the drop.
-            if shell.is_live(conn) {
-                tasks.conns.entry(conn).or_default().push(reader);
+impl<R: Runtime> Driver<R> {
+    /// Applies one message; returns whether the client is closing. Every connection event goes
+    /// to the session, which ignores those of connections it closed; the driver only keeps
+    /// or drops the I/O the event carries.
+    fn apply(&mut self, msg: Msg<R>, now: Instant) -> bool {
+        let (conn, event) = match msg {
+            Msg::Submit(plan, waiter) => {
+                self.session.submit_boxed(now, waiter, plan);
+                return false;
+            }
+            Msg::Close => return true,
+            Msg::Conn(conn, event) => (conn, event),
+        };
+        let io = self.conns.get_mut(&conn);
+        match event {
+            ConnEvent::Connected(half) => {
+                // A late connect's half is dropped here, which closes its socket.
+                if let Some(io) = io {
+                    io.write = Some(WriteSide::Ready(half));
+                }
+                self.session.handle_connected(now, conn);
+            }
+            ConnEvent::ConnectFailed(reason) => {
+                self.session.handle_connect_failed(now, conn, &reason)
+            }
+            ConnEvent::Read(bytes) => self.session.handle_read_buf(now, conn, bytes),
+            ConnEvent::Closed(reason) => self.session.handle_closed(now, conn, &reason),
+            ConnEvent::Reader(task) => {
+                // A reader of a closed connection is cancelled by this drop.
+                if let Some(io) = io {
+                    io.tasks.push(task);
+                }
+            }
+            ConnEvent::Flushed(half, Err(e)) => {
+                drop(half);
+                if let Some(io) = io {
+                    io.flusher = None;
+                }
+                self.session.handle_closed(now, conn, &e.to_string());
+            }
+            ConnEvent::Flushed(half, Ok(())) => {
+                let Some(io) = io else {
+                    return false;
+                };
+                io.flusher = None;
+                let queued = match io.write.replace(WriteSide::Ready(half)) {
+                    Some(WriteSide::Flushing(queued)) => queued,
+                    _ => BytesMut::new(),
+                };
+                if !queued.is_empty() {
+                    self.write(conn, &queued);
+                }
             }
         }
-        Msg::Flushed(conn, half, result) => {
-            tasks.flushers.remove(&conn);
-            match result {
-                Err(e) => {
-                    let reason = e.to_string();
-                    shell.handle(now, Event::Closed { conn, reason });
+        false
+    }
+
+    /// Carries out the session's outputs until it says what to wait for.
+    fn drain(&mut self) -> Option<Instant> {
+        loop {
+            match self.session.poll() {
+                Output::Connect { conn, dial, .. } => {
+                    self.counters.dials.fetch_add(1, Ordering::Relaxed);
+                    let open = open::<R>(conn, dial, self.tx.clone(), Arc::clone(&self.counters));
+                    let task = R::spawn(counted(&self.counters, open));
+                    let io = Io {
+                        write: None,
+                        tasks: vec![task],
+                        flusher: None,
+                    };
+                    self.conns.insert(conn, io);
                 }
-                Ok(()) => {
-                    if let Some(side) = shell.writer_mut(conn) {
-                        let queued = match std::mem::replace(side, WriteSide::Ready(half)) {
-                            WriteSide::Flushing(queued) => queued,
-                            WriteSide::Ready(_) => BytesMut::new(),
-                        };
-                        if !queued.is_empty() {
-                            write(conn, side, &queued, tx, tasks);
-                        }
+                Output::Transmit { conn, bytes } => self.write(conn, &bytes),
+                Output::Close { conn } => {
+                    // Dropping the tasks cancels them; a writing half that is ours is shut
+                    // down.
+                    if let Some(Io {
+                        write: Some(WriteSide::Ready(mut half)),
+                        ..
+                    }) = self.conns.remove(&conn)
+                    {
+                        let shutdown = async move { half.shutdown().await };
+                        R::spawn_detached(counted(&self.counters, shutdown));
                     }
                 }
-            }
-        }
-        Msg::Close => return true,
-    }
-    false
-}
-
-/// Writes `bytes` to a connection: straight to the socket while it takes them, else behind
-/// the flusher that owns the socket.
-fn write<R: Runtime>(
-    conn: ConnId,
-    side: &mut Side<R>,
-    bytes: &[u8],
-    tx: &Tx<R>,
-    tasks: &mut Tasks<R>,
-) {
-    let half = match side {
-        WriteSide::Flushing(queued) => return queued.extend_from_slice(bytes),
-        WriteSide::Ready(half) => half,
-    };
-    let mut written = 0;
-    while written < bytes.len() {
-        match half.try_write(&bytes[written..]) {
-            Ok(0) => break,
-            Ok(n) => written += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) => {
-                let reason = e.to_string();
-                let _ = tx.unbounded_send(Msg::Event(Event::Closed { conn, reason }));
-                return;
-            }
-        }
-    }
-    if written == bytes.len() {
-        return;
-    }
-    // The socket is full: a flusher waits for it with the rest, and hands the half back.
-    let WriteSide::Ready(mut half) = std::mem::replace(side, WriteSide::Flushing(BytesMut::new()))
-    else {
-        return;
-    };
-    let rest = bytes[written..].to_vec();
-    let tx = tx.clone();
-    let flusher = R::spawn(counted(&tasks.counters, async move {
-        let result = half.write_all(&rest).await;
-        let _ = tx.unbounded_send(Msg::Flushed(conn, half, result));
-    }));
-    tasks.flushers.insert(conn, flusher);
-}
-
-/// Carries out the shell's actions until it says what to wait for.
-fn drain<R: Runtime>(
-    shell: &mut SessionShell<R>,
-    tx: &Tx<R>,
-    tasks: &mut Tasks<R>,
-) -> Option<Instant> {
-    loop {
-        match shell.poll() {
-            Action::Connect {
-                conn,
-                dial,
-                timeout,
-            } => {
-                tasks.counters.dials.fetch_add(1, Ordering::Relaxed);
-                let open = open::<R>(conn, dial, timeout, tx.clone(), Arc::clone(&tasks.counters));
-                let task = R::spawn(counted(&tasks.counters, open));
-                tasks.conns.entry(conn).or_default().push(task);
-            }
-            Action::Write { conn, bytes } => {
-                if let Some(side) = shell.writer_mut(conn) {
-                    write(conn, side, &bytes, tx, tasks);
+                Output::Complete { waiter, result } => {
+                    let _ = waiter.send(result);
+                }
+                Output::Wait { until, .. } => {
+                    let held = self.conns.len() as u64;
+                    self.counters.connections.store(held, Ordering::Relaxed);
+                    return until;
                 }
             }
-            Action::Drop { conn, writer } => {
-                // Dropping the tasks cancels them; a writing side that is ours is shut down.
-                tasks.conns.remove(&conn);
-                tasks.flushers.remove(&conn);
-                if let Some(WriteSide::Ready(mut half)) = writer {
-                    let shutdown = async move { half.shutdown().await };
-                    R::spawn_detached(counted(&tasks.counters, shutdown));
+        }
+    }
+
+    /// Writes `bytes` to a connection: straight to the socket while it takes them, else
+    /// behind the flusher that owns the socket.
+    fn write(&mut self, conn: ConnId, bytes: &[u8]) {
+        // The session transmits only on connections it was told are connected.
+        let Some(io) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let half = match &mut io.write {
+            Some(WriteSide::Flushing(queued)) => return queued.extend_from_slice(bytes),
+            Some(WriteSide::Ready(half)) => half,
+            None => return,
+        };
+        let mut written = 0;
+        while written < bytes.len() {
+            match half.try_write(&bytes[written..]) {
+                Ok(0) => break,
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    let event = ConnEvent::Closed(e.to_string());
+                    let _ = self.tx.unbounded_send(Msg::Conn(conn, event));
+                    return;
                 }
             }
-            Action::Complete { waiter, completion } => {
-                let _ = waiter.send(completion);
-            }
-            Action::Wait { until } => {
-                let held = tasks.conns.len() as u64;
-                tasks.counters.connections.store(held, Ordering::Relaxed);
-                return until;
-            }
         }
+        if written == bytes.len() {
+            return;
+        }
+        // The socket is full: a flusher waits for it with the rest, and hands the half back.
+        let Some(WriteSide::Ready(mut half)) =
+            io.write.replace(WriteSide::Flushing(BytesMut::new()))
+        else {
+            return;
+        };
+        let rest = bytes[written..].to_vec();
+        let tx = self.tx.clone();
+        let flusher = R::spawn(counted(&self.counters, async move {
+            let result = half.write_all(&rest).await;
+            let _ = tx.unbounded_send(Msg::Conn(conn, ConnEvent::Flushed(half, result)));
+        }));
+        io.flusher = Some(flusher);
     }
 }
 
-/// Opens one connection and starts its reader.
-async fn open<R: Runtime>(
-    conn: ConnId,
-    dial: NodeAddr,
-    timeout: Duration,
-    tx: Tx<R>,
-    counters: Arc<Counters>,
-) {
-    let event = |event| Msg::Event(event);
-    let connect = async { R::connect(&dial).await.map_err(|e| e.to_string()) };
-    let deadline = async {
-        R::sleep_until(Instant::now() + timeout).await;
-        Err(format!("no connection within {timeout:?}"))
-    };
-    let (mut read, write) = match future::or(connect, deadline).await {
+/// Opens one connection and starts its reader. No timer here: the session's connect deadline
+/// ends a connect that takes too long, and the driver cancels this task when it does.
+async fn open<R: Runtime>(conn: ConnId, dial: NodeAddr, tx: Tx<R>, counters: Arc<Counters>) {
+    let event = move |event| Msg::Conn(conn, event);
+    let (mut read, write) = match R::connect(&dial).await {
         Ok(halves) => halves,
-        Err(reason) => {
-            let _ = tx.unbounded_send(event(Event::ConnectFailed { conn, reason }));
+        Err(e) => {
+            let _ = tx.unbounded_send(event(ConnEvent::ConnectFailed(e.to_string())));
             return;
         }
     };
     // Connected goes first: a server that speaks before it is asked (`max number of clients
     // reached` on accept) must not have its words reach the session ahead of the connection.
-    let writer = WriteSide::Ready(write);
-    let _ = tx.unbounded_send(event(Event::Connected { conn, writer }));
+    let _ = tx.unbounded_send(event(ConnEvent::Connected(write)));
     let reader_tx = tx.clone();
     let reader = R::spawn(counted(&counters, async move {
         let mut buf = BytesMut::with_capacity(64 * 1024);
@@ -524,7 +549,7 @@ async fn open<R: Runtime>(
                 Ok(_) => {
                     let bytes = buf.split();
                     if reader_tx
-                        .unbounded_send(event(Event::Read { conn, bytes }))
+                        .unbounded_send(event(ConnEvent::Read(bytes)))
                         .is_err()
                     {
                         return;
@@ -533,7 +558,7 @@ async fn open<R: Runtime>(
                 Err(e) => break e.to_string(),
             }
         };
-        let _ = reader_tx.unbounded_send(event(Event::Closed { conn, reason }));
+        let _ = reader_tx.unbounded_send(event(ConnEvent::Closed(reason)));
     }));
-    let _ = tx.unbounded_send(Msg::Reader(conn, reader));
+    let _ = tx.unbounded_send(event(ConnEvent::Reader(reader)));
 }
