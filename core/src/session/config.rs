@@ -1,0 +1,116 @@
+//! What a session is configured with: the endpoints, credentials, timeouts and retry policy.
+
+use super::*;
+
+/// Credentials sent with `AUTH` when a connection opens.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Auth {
+    /// An ACL user name; `None` for the default user (`requirepass`).
+    pub username: Option<String>,
+    /// The password.
+    pub password: String,
+}
+
+impl fmt::Debug for Auth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Auth")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Maps an announced node address to the address to dial (Docker, NAT).
+pub type AddressMap = Arc<dyn Fn(&NodeAddr) -> NodeAddr + Send + Sync>;
+
+/// What the session connects to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Endpoints {
+    /// One node, no cluster: every request goes there.
+    Single(NodeAddr),
+    /// A cluster, discovered from these root nodes.
+    Cluster(Vec<NodeAddr>),
+}
+
+/// Session settings. [`Config::single`] and [`Config::cluster`] give the defaults.
+///
+/// Durations below one millisecond count as one millisecond (see the drain rule).
+#[derive(Clone)]
+pub struct Config {
+    /// What to connect to.
+    pub endpoints: Endpoints,
+    /// Credentials for every connection.
+    pub auth: Option<Auth>,
+    /// `MOVED`/`ASK` redirections one request may follow (default 16).
+    pub max_redirections: u32,
+    /// Backoff for retryable replies and unreachable nodes.
+    pub retry: RetryPolicy,
+    /// Overall deadline of one batch of requests (default 10 s).
+    pub request_timeout: Duration,
+    /// Deadline of a TCP connect plus `AUTH` (default 2 s).
+    pub connect_timeout: Duration,
+    /// A connection whose oldest request waits this long for a reply is closed (default 5 s).
+    pub response_timeout: Duration,
+    /// A cluster connection whose oldest request waits this long asks for a topology refresh,
+    /// and again after each such wait, without closing (default 1 s): a master stopped past
+    /// the node timeout is replaced meanwhile, and once the map names its successor, its late
+    /// answers to writes are not taken as successes.
+    pub stall_refresh: Duration,
+    /// Periodic topology refresh, so a failover without `MOVED` is noticed (default 5 s).
+    pub refresh_interval: Duration,
+    /// At most one refresh starts per this interval (default 100 ms).
+    pub refresh_min_interval: Duration,
+    /// A reply larger than this closes the connection (default 512 MiB, Redis' own bulk cap).
+    pub max_read_buffer: usize,
+    /// Seed of the backoff jitter.
+    pub seed: u64,
+    /// Remaps announced addresses when dialling.
+    pub address_map: Option<AddressMap>,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("endpoints", &self.endpoints)
+            .field("auth", &self.auth)
+            .field("max_redirections", &self.max_redirections)
+            .field("retry", &self.retry)
+            .field("request_timeout", &self.request_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("stall_refresh", &self.stall_refresh)
+            .field("refresh_interval", &self.refresh_interval)
+            .field("address_map", &self.address_map.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Config {
+    pub(super) fn with(endpoints: Endpoints) -> Self {
+        Config {
+            endpoints,
+            auth: None,
+            max_redirections: 16,
+            retry: RetryPolicy::default(),
+            request_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(5),
+            stall_refresh: Duration::from_secs(1),
+            refresh_interval: Duration::from_secs(5),
+            refresh_min_interval: Duration::from_millis(100),
+            max_read_buffer: 512 << 20,
+            seed: 0x5eed,
+            address_map: None,
+        }
+    }
+
+    /// One node, defaults elsewhere.
+    pub fn single(addr: NodeAddr) -> Self {
+        Config::with(Endpoints::Single(addr))
+    }
+
+    /// A cluster from its root nodes, defaults elsewhere.
+    pub fn cluster(root_nodes: Vec<NodeAddr>) -> Self {
+        Config::with(Endpoints::Cluster(root_nodes))
+    }
+}

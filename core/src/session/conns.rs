@@ -1,0 +1,384 @@
+//! Connections: one pipelined connection per node, its handshake, outbox, replies in flight,
+//! deadlines, and what its loss means for the requests it carried.
+
+use super::*;
+
+/// Identifies one connection attempt; a reconnect gets a new id, so late events of a dead
+/// connection are recognised and ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub u64);
+
+/// Something written on a connection that awaits its reply; replies come in this order.
+#[derive(Debug)]
+pub(super) enum Pending {
+    Request {
+        req: ReqRef,
+        asking: bool,
+    },
+    Asking,
+    /// The `WAIT` written right after `req` (see [`Request::then_wait`]).
+    Wait {
+        req: ReqRef,
+    },
+    /// `AUTH`, or `PING` without credentials: the connection is usable only once a node
+    /// answered, so a listener that never answers fails within the connect timeout.
+    Handshake,
+    Topology(u64),
+}
+
+/// Something routed to a connection and not yet handed to the driver.
+///
+/// Requests are encoded only when the driver drains [`Session::poll`], so a request that ends
+/// before that (its deadline passed in the same `handle_timeout`) is never written, and a
+/// request counts as sent exactly when its bytes were handed out.
+#[derive(Debug)]
+pub(super) enum Queued {
+    Request {
+        req: ReqRef,
+        asking: bool,
+    },
+    /// The `WAIT` after `req`'s grant, on the connection that carried it.
+    Wait {
+        req: ReqRef,
+    },
+    Topology(u64),
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum ConnState {
+    Connecting,
+    Handshaking,
+    Ready,
+}
+
+#[derive(Debug)]
+pub(super) struct Conn {
+    pub(super) node: NodeId,
+    pub(super) state: ConnState,
+    pub(super) opened: Instant,
+    pub(super) read_buf: BytesMut,
+    /// How far the reply at the front of `read_buf` has been framed.
+    pub(super) scan: FrameScan,
+    /// Written and unanswered, in wire order, each with the time it was written.
+    pub(super) in_flight: VecDeque<(Pending, Instant)>,
+    /// Routed here and not yet written: written at the next drain once the connection is ready.
+    pub(super) outbox: Vec<Queued>,
+    pub(super) check_at: Option<Instant>,
+}
+
+/// Why a connection is dropped; decides what its requests become.
+#[derive(Debug)]
+pub(super) enum Loss {
+    /// The TCP connect failed or timed out.
+    Connect(String),
+    /// The server refused `AUTH`: no request can succeed on this node, so none is retried.
+    Auth(String),
+    /// The server answered the handshake with another error (`max number of clients
+    /// reached`, `BUSY`, ...): a failed connect that passes, so its requests back off and
+    /// retry even on a single node.
+    Refused(String),
+    /// An open connection died: closed by the peer, a protocol error, a response timeout.
+    Lost(String),
+}
+
+/// A node whose connect failed: it is not dialled again before `until`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Down {
+    /// Connect failures in a row; the backoff grows with them.
+    pub(super) failures: u32,
+    pub(super) until: Instant,
+}
+
+impl<W> Session<W> {
+    /// Encodes a ready connection's outbox into one write; `None` when nothing is left to
+    /// write (every queued request ended meanwhile).
+    pub(super) fn flush(&mut self, conn: ConnId) -> Option<Bytes> {
+        let now = self.now;
+        let c = self.conns.get_mut(&conn)?;
+        if c.state != ConnState::Ready {
+            return None;
+        }
+        let was_idle = c.in_flight.is_empty();
+        let buf = &mut self.write_buf;
+        // Drained in place: the outbox keeps its capacity for the next batch.
+        for queued in c.outbox.drain(..) {
+            match queued {
+                Queued::Request { req, asking } => {
+                    let Some(state) = self
+                        .ops
+                        .get_mut(req.op)
+                        .and_then(|op| op.reqs.get_mut(req.idx))
+                        .filter(|s| s.attempt == req.attempt && s.reply.is_none())
+                    else {
+                        continue;
+                    };
+                    // ASKING and its request go out in one write, back to back: nothing can
+                    // come between them on the wire.
+                    if asking {
+                        encode_args(vec![Bytes::from_static(b"ASKING")], buf);
+                        c.in_flight.push_back((Pending::Asking, now));
+                    }
+                    state.request.encode(state.with_source, buf);
+                    state.sent = true;
+                    c.in_flight
+                        .push_back((Pending::Request { req, asking }, now));
+                }
+                Queued::Wait { req } => {
+                    let wait = self
+                        .ops
+                        .get_mut(req.op)
+                        .and_then(|op| op.reqs.get_mut(req.idx))
+                        .filter(|s| s.attempt == req.attempt && s.granted.is_some())
+                        .and_then(|s| s.request.wait());
+                    let Some((replicas, ms)) = wait else {
+                        continue;
+                    };
+                    let wait = vec![
+                        Bytes::from_static(b"WAIT"),
+                        Bytes::from(replicas.to_string()),
+                        Bytes::from(ms.to_string()),
+                    ];
+                    encode_args(wait, buf);
+                    c.in_flight.push_back((Pending::Wait { req }, now));
+                }
+                Queued::Topology(round) => {
+                    // A round that ended while this query waited needs no answer.
+                    if round != self.refresh.round || !self.refresh.running {
+                        continue;
+                    }
+                    encode_args(
+                        vec![Bytes::from_static(b"CLUSTER"), Bytes::from_static(b"SLOTS")],
+                        buf,
+                    );
+                    c.in_flight.push_back((Pending::Topology(round), now));
+                }
+            }
+        }
+        if buf.is_empty() {
+            return None;
+        }
+        let bytes = buf.split().freeze();
+        if was_idle {
+            let first = match self.cluster {
+                true => self.config.response_timeout.min(self.config.stall_refresh),
+                false => self.config.response_timeout,
+            };
+            if let Some(at) = after(now, first) {
+                self.schedule_check(conn, at);
+            }
+        }
+        Some(bytes)
+    }
+
+    pub(super) fn conn_for(&mut self, now: Instant, node: NodeId) -> ConnId {
+        if let Some(&conn) = self.node_conn.get(&node) {
+            return conn;
+        }
+        let conn = ConnId(self.next_conn);
+        self.next_conn += 1;
+        self.conns.insert(
+            conn,
+            Conn {
+                node,
+                state: ConnState::Connecting,
+                opened: now,
+                read_buf: BytesMut::new(),
+                scan: FrameScan::default(),
+                in_flight: VecDeque::new(),
+                outbox: Vec::new(),
+                check_at: None,
+            },
+        );
+        self.node_conn.insert(node, conn);
+        tracing::debug!(?conn, node = %self.nodes[node], "connecting");
+        self.outputs.push_back(Output::Connect {
+            conn,
+            node: self.nodes[node].clone(),
+            dial: self.dial_addr(node),
+        });
+        if let Some(at) = after(now, self.config.connect_timeout) {
+            self.schedule_check(conn, at);
+        }
+        conn
+    }
+
+    /// Queues a write on the node's connection (opening one if needed).
+    pub(super) fn enqueue(&mut self, now: Instant, node: NodeId, queued: Queued) {
+        let conn = self.conn_for(now, node);
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.outbox.push(queued);
+            if c.state == ConnState::Ready {
+                self.dirty.insert(conn);
+            }
+        }
+    }
+
+    pub(super) fn send_to(&mut self, now: Instant, node: NodeId, req: ReqRef, asking: bool) {
+        self.enqueue(now, node, Queued::Request { req, asking });
+    }
+
+    /// Arms the connection's check timer for `at`, unless an earlier check is armed: a check
+    /// re-arms itself for whatever is due next.
+    pub(super) fn schedule_check(&mut self, conn: ConnId, at: Instant) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            if c.check_at.is_some_and(|t| t <= at) {
+                return;
+            }
+            c.check_at = Some(at);
+            self.timers.arm(at, Timer::Conn(conn));
+        }
+    }
+
+    pub(super) fn become_ready(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        c.state = ConnState::Ready;
+        self.down.remove(&c.node);
+        if !c.outbox.is_empty() {
+            self.dirty.insert(conn);
+        }
+    }
+
+    pub(super) fn protocol_failure(&mut self, now: Instant, conn: ConnId, detail: String) {
+        let addr = self
+            .conns
+            .get(&conn)
+            .map(|c| self.nodes[c.node].to_string())
+            .unwrap_or_default();
+        tracing::warn!(%addr, %detail, "closing a connection after a protocol error");
+        self.drop_conn(now, conn, Loss::Lost(format!("protocol error: {detail}")));
+    }
+
+    /// Forgets a connection, tells the driver to release it, and settles everything that was
+    /// on it.
+    ///
+    /// A sent write ends with [`Error::ReplyLost`]: it may have run, so it is never re-sent. A
+    /// sent read is retried. A request never written is retried, except when retrying cannot
+    /// help: a refused `AUTH`, or a single node that could not be reached (the answer is then
+    /// `Connect` within the connect timeout instead of seconds of retries; a cluster node may
+    /// be failing over, so cluster requests retry and the map is refreshed). A node whose
+    /// connect failed is not dialled again before its backoff ends.
+    pub(super) fn drop_conn(&mut self, now: Instant, conn: ConnId, loss: Loss) {
+        let Some(c) = self.conns.remove(&conn) else {
+            return;
+        };
+        // Every forgotten connection is released by the driver, whoever ended it: its tasks
+        // and its socket would otherwise outlive it.
+        self.outputs.push_back(Output::Close { conn });
+        if self.node_conn.get(&c.node) == Some(&conn) {
+            self.node_conn.remove(&c.node);
+        }
+        self.dirty.remove(&conn);
+        if c.check_at.is_some() {
+            self.timers.disarm(Timer::Conn(conn));
+        }
+        let addr = self.nodes[c.node].to_string();
+        let connected = c.state == ConnState::Ready;
+        let (reason, fatal, passing) = match loss {
+            Loss::Connect(reason) | Loss::Lost(reason) => (reason, false, false),
+            Loss::Auth(reason) => (reason, true, false),
+            Loss::Refused(reason) => (reason, false, true),
+        };
+        if !connected {
+            let failures = self.down.get(&c.node).map_or(0, |d| d.failures) + 1;
+            let delay = self.config.retry.delay(failures, self.jitter.next_factor());
+            if let Some(until) = after(now, delay) {
+                self.down.insert(c.node, Down { failures, until });
+            }
+        }
+        let not_sent = if fatal {
+            Error::Auth {
+                addr: self.dial_addr(c.node).to_string(),
+                reason: reason.clone(),
+            }
+        } else if connected {
+            Error::NotSent {
+                reason: format!("the connection to {addr} was lost: {reason}"),
+            }
+        } else {
+            Error::Connect {
+                addr: self.dial_addr(c.node).to_string(),
+                reason: reason.clone(),
+            }
+        };
+        let lost = Error::ReplyLost { addr, reason };
+        let give_up = fatal || (!self.cluster && !connected && !passing);
+        for (pending, _) in c.in_flight {
+            match pending {
+                Pending::Request { req, .. } => {
+                    match self.req_mut(req).map(|s| s.request.access()) {
+                        Some(Access::Write) => self.finish(req, Err(lost.clone())),
+                        Some(Access::Read) => self.retry_later(now, req, lost.clone()),
+                        None => {}
+                    }
+                }
+                Pending::Topology(round) => self.on_topology(now, round, c.node, Err(lost.clone())),
+                // The request was answered, its WAIT was not: replication unknown.
+                Pending::Wait { req } => self.finish_granted(req, Value::Nil),
+                Pending::Asking | Pending::Handshake => {}
+            }
+        }
+        for queued in c.outbox {
+            match queued {
+                Queued::Request { req, .. } if give_up => self.finish(req, Err(not_sent.clone())),
+                Queued::Request { req, .. } => self.retry_later(now, req, not_sent.clone()),
+                // The grant was answered, its WAIT never written: replication unknown.
+                Queued::Wait { req } => self.finish_granted(req, Value::Nil),
+                Queued::Topology(round) => {
+                    self.on_topology(now, round, c.node, Err(not_sent.clone()))
+                }
+            }
+        }
+        // A node that went away may have been failed over: the map is suspect.
+        self.refresh_soon(now);
+    }
+
+    pub(super) fn check_conn(&mut self, now: Instant, conn: ConnId) {
+        let (connect_timeout, response_timeout) =
+            (self.config.connect_timeout, self.config.response_timeout);
+        let stall_refresh = self.config.stall_refresh;
+        let cluster = self.cluster;
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        c.check_at = None;
+        let addr = self.nodes[c.node].to_string();
+        // The connect deadline covers the TCP connect and the AUTH exchange.
+        let (due, written) = if c.state == ConnState::Ready {
+            match c.in_flight.front() {
+                Some(&(_, written)) => (after(written, response_timeout), Some(written)),
+                None => return,
+            }
+        } else {
+            (after(c.opened, connect_timeout), None)
+        };
+        let Some(due) = due else {
+            return;
+        };
+        let connecting = written.is_none();
+        if now < due {
+            // A stall short of the response timeout: refresh the map meanwhile (a replaced
+            // master's late answers are then recognised), and look again a while later.
+            let next = match written.and_then(|w| after(w, stall_refresh)) {
+                Some(suspect) if cluster && suspect <= now => {
+                    self.refresh_soon(now);
+                    after(now, stall_refresh).map_or(due, |t| t.min(due))
+                }
+                Some(suspect) if cluster => suspect.min(due),
+                _ => due,
+            };
+            self.schedule_check(conn, next);
+            return;
+        }
+        if connecting {
+            tracing::warn!(%addr, "connect timed out");
+            let reason = format!("no connection within {connect_timeout:?}");
+            self.drop_conn(now, conn, Loss::Connect(reason));
+        } else {
+            tracing::warn!(%addr, "no reply within the response timeout; closing the connection");
+            let reason = format!("no reply within {response_timeout:?}");
+            self.drop_conn(now, conn, Loss::Lost(reason));
+        }
+    }
+}

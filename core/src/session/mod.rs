@@ -1,0 +1,667 @@
+//! The routing session: the one state machine a driver talks to.
+//!
+//! It owns the slot map, one pipelined connection per node, the timers, and every routing and
+//! retry decision of design.md section 6. It performs no I/O: the driver feeds it events through
+//! the `handle_*` methods and carries out what [`Session::poll`] returns.
+//!
+//! # The driver contract
+//!
+//! Methods come in three kinds:
+//!
+//! - **inputs**: [`Session::submit`], [`Session::handle_connected`],
+//!   [`Session::handle_connect_failed`], [`Session::handle_read`], [`Session::handle_closed`],
+//!   [`Session::handle_timeout`], [`Session::close`]. Each takes `now`, the driver's clock;
+//!   `now` must never go back.
+//! - **output**: [`Session::poll`] returns one [`Output`] at a time.
+//! - **getters**: [`Session::is_closed`], [`Session::slot_owner`], [`Session::in_flight`],
+//!   [`Session::known_nodes`].
+//!
+//! **Drain rule:** after every input, call `poll` until it returns [`Output::Wait`]; then sleep
+//! until that deadline (or until the next input) and call `handle_timeout`. A spurious or
+//! early `handle_timeout` is harmless. After `handle_timeout(t)` the next deadline is always
+//! later than `t` (every timer is at least a millisecond away when armed), so a driver cannot
+//! busy-loop.
+//!
+//! Requests are encoded when `poll` hands them out, not when they are routed: every request
+//! routed to a connection between two drains leaves in one [`Output::Transmit`], and a request
+//! that ended before the drain (its deadline passed) is never written. A request counts as
+//! *sent* from the moment its bytes are returned by `poll`. The driver must write the
+//! transmits of one connection in the order they come and report every byte read with
+//! `handle_read`. Events may keep arriving for a connection after [`Output::Close`] (a
+//! reader's last read, a connect that completes late): the session is the one place that
+//! recognises them by their [`ConnId`] and ignores them, so a driver forwards every event as it
+//! comes and keeps no table of its own beyond the I/O it owns.
+//!
+//! The session keeps every piece of protocol state: the plans in flight with the caller's
+//! completion handle `W` (a channel's sender in a driver, a number in a test), the slot map,
+//! the connections' states and buffers, and every deadline, including the connect timeout
+//! (a connect that takes too long ends as an [`Output::Close`]; the driver needs no timer of
+//! its own).
+//!
+//! # A request's life
+//!
+//! ```text
+//!  submit ─► route ──no map yet──► wait for the topology ──┐
+//!              │                                           │
+//!              ▼                                           │
+//!      node's connection ──not open──► Connect, AUTH ──────┤
+//!              │ ready                                     │
+//!              ▼                                           ▼
+//!      outbox ──next poll──► Transmit (one write per connection per drain) ── sent
+//!              ▲                                           │
+//!              │                                           ▼ reply (FIFO)
+//!              │      value / final error ───────────────────────────────► complete
+//!              ├───── MOVED: patch the slot, refresh soon, resend (≤ N redirections)
+//!              ├───── ASK: ASKING + request, back to back, one write (≤ N redirections)
+//!              ├───── NOSCRIPT: EVAL with the source, to the node that said it
+//!    backoff ◄─┴───── TRYAGAIN / CLUSTERDOWN / LOADING / MASTERDOWN / READONLY
+//!   (seeded jitter,   (≤ attempts, then RetriesExhausted; refresh unless TRYAGAIN)
+//!    then re-route)
+//!
+//!   connection lost: a sent write ends as ReplyLost and is never resent; a sent read and
+//!                    an unsent request back off and are re-routed (the map is refreshed)
+//!   batch deadline:  Timeout, outcome unknown exactly when a write was sent unanswered
+//! ```
+//!
+//! Every reply is matched to the dispatch that caused it: a late reply to a request that was
+//! re-routed, timed out or belongs to an earlier batch of the plan is recognised and dropped.
+//!
+//! # Rooms
+//!
+//! This file keeps the [`Session`] itself, its inputs, [`Session::poll`] and the dispatch of a
+//! request to its node. The rest lives where its state lives:
+//!
+//! | file | holds |
+//! | - | - |
+//! | `config.rs` | [`Config`]: endpoints, credentials, timeouts, retry policy |
+//! | `plans.rs` | [`BoxedPlan`] and [`Completion`]: plans with their output type erased |
+//! | `ops.rs` | the one slab of ops in flight (each plan with its caller's waiter and its current batch), stepping a plan, ending a request, the retry of a request |
+//! | `slots.rs` | the slot table: the owner of every slot, as ranges |
+//! | `nodes.rs` | the nodes known by address, masters, stalled and ready nodes, forgetting departed ones |
+//! | `conns.rs` | one connection per node: state, outbox, replies in flight, read buffer, connect backoff, deadlines, and what a lost connection means for its requests |
+//! | `replies.rs` | a reply matched to its dispatch, and what it means (redirections, retries, the end) |
+//! | `refresh.rs` | the topology refresh: rounds, backoff, applying a map |
+//! | `timers.rs` | the timers, one armed instant per timer by kind, and what firing one does |
+
+use std::any::Any;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+
+use crate::error::Error;
+use crate::error::ServerError;
+use crate::framing::{FrameScan, Scanned};
+use crate::keys::SLOT_COUNT;
+use crate::plan::{Plan, Reply, Step};
+use crate::request::{encode_args, Access, NodeTarget, Request, Route};
+use crate::retry::{
+    classify, handshake, next_attempt, Decision, Handshake, Jitter, NextAttempt, RetryPolicy,
+};
+use crate::topology::{parse_cluster_slots, NodeAddr, Topology};
+use crate::value::{from_frame, Frame, Value};
+
+mod config;
+mod conns;
+mod nodes;
+mod ops;
+mod plans;
+mod refresh;
+mod replies;
+mod slots;
+mod timers;
+
+pub use config::{AddressMap, Auth, Config, Endpoints};
+pub use conns::ConnId;
+pub use plans::{BoxedPlan, Completion};
+pub use timers::TimerReason;
+
+use conns::{Conn, ConnState, Down, Loss, Pending, Queued};
+use ops::{Op, OpId, Ops, ReqRef};
+use plans::ErasedPlan;
+use refresh::Refresh;
+use slots::SlotTable;
+use timers::{Timer, Timers};
+
+/// What the driver must do next.
+#[derive(Debug)]
+pub enum Output<W> {
+    /// Open a TCP connection to `dial`; report with `handle_connected` or
+    /// `handle_connect_failed`. `node` is the cluster's name for it.
+    Connect {
+        /// The new connection.
+        conn: ConnId,
+        /// The node's announced address.
+        node: NodeAddr,
+        /// The address to dial (after the address map).
+        dial: NodeAddr,
+    },
+    /// Write these bytes to the connection, after any earlier transmit of it.
+    Transmit {
+        /// The connection.
+        conn: ConnId,
+        /// The bytes.
+        bytes: Bytes,
+    },
+    /// Close the connection; report nothing more for it.
+    Close {
+        /// The connection.
+        conn: ConnId,
+    },
+    /// A plan finished.
+    Complete {
+        /// The caller's completion handle, as submitted.
+        waiter: W,
+        /// Its result.
+        result: Completion,
+    },
+    /// Nothing more to do until `until` (or the next input). `None`: until the next input.
+    Wait {
+        /// The next deadline.
+        until: Option<Instant>,
+        /// What it is for.
+        reason: TimerReason,
+    },
+}
+
+/// The shortest timer: durations below it (zero in a config) count as one tick.
+const TICK: Duration = Duration::from_millis(1);
+
+/// A node absent from every complete topology for this long is forgotten (with its idle
+/// connection), so that clients of a cluster whose pods come and go do not grow.
+pub const FORGET_AFTER: Duration = Duration::from_secs(60);
+
+/// The instant `d` after `t`, and at least a tick later: a timer armed while handling time
+/// `t` never falls due at `t` itself, so `handle_timeout` cannot chase its own tail (a connect
+/// timeout of zero would otherwise fail, refresh and reconnect forever within one call).
+/// `None` when the instant cannot be represented, which means never.
+fn after(t: Instant, d: Duration) -> Option<Instant> {
+    t.checked_add(d.max(TICK))
+}
+
+type NodeId = usize;
+
+/// The routing session. See the module docs for the driver contract.
+pub struct Session<W> {
+    config: Config,
+    cluster: bool,
+    /// The time of the latest input; outputs are stamped with it.
+    now: Instant,
+    nodes: Vec<NodeAddr>,
+    node_ids: BTreeMap<NodeAddr, NodeId>,
+    /// Ids of forgotten nodes, reused by the next new ones.
+    free_ids: Vec<NodeId>,
+    /// Nodes missing from the complete topologies since then (see [`FORGET_AFTER`]).
+    absent: BTreeMap<NodeId, Instant>,
+    node_conn: BTreeMap<NodeId, ConnId>,
+    /// Nodes in connect backoff: one dial per backoff period, however many requests arrive.
+    down: BTreeMap<NodeId, Down>,
+    slots: SlotTable,
+    /// Counts the slot map's changes (see [`ReqState::map_gen`]).
+    map_gen: u64,
+    map_loaded: bool,
+    conns: BTreeMap<ConnId, Conn>,
+    next_conn: u64,
+    ops: Ops<W>,
+    next_attempt: u64,
+    unrouted: Vec<ReqRef>,
+    to_dispatch: VecDeque<ReqRef>,
+    to_advance: VecDeque<OpId>,
+    timers: Timers,
+    outputs: VecDeque<Output<W>>,
+    dirty: BTreeSet<ConnId>,
+    /// Where transmits are encoded: each is split off, and once the driver has written and
+    /// dropped them, the next ones reuse the allocation.
+    write_buf: BytesMut,
+    refresh: Refresh,
+    jitter: Jitter,
+    closed: bool,
+}
+
+impl<W> fmt::Debug for Session<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("nodes", &self.nodes)
+            .field("conns", &self.conns.len())
+            .field("ops", &self.ops.len())
+            .field("closed", &self.closed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<W> Session<W> {
+    /// A session that has not connected yet: the first submitted plan (or, for a cluster, the
+    /// first topology refresh, which starts at once) opens connections.
+    pub fn new(config: Config, now: Instant) -> Self {
+        let cluster = matches!(config.endpoints, Endpoints::Cluster(_));
+        let mut session = Session {
+            jitter: Jitter::new(config.seed),
+            config,
+            cluster,
+            now,
+            nodes: Vec::new(),
+            node_ids: BTreeMap::new(),
+            free_ids: Vec::new(),
+            absent: BTreeMap::new(),
+            node_conn: BTreeMap::new(),
+            down: BTreeMap::new(),
+            slots: SlotTable::default(),
+            map_gen: 0,
+            map_loaded: false,
+            conns: BTreeMap::new(),
+            next_conn: 1,
+            ops: Ops::default(),
+            next_attempt: 1,
+            unrouted: Vec::new(),
+            to_dispatch: VecDeque::new(),
+            to_advance: VecDeque::new(),
+            timers: Timers::default(),
+            outputs: VecDeque::new(),
+            dirty: BTreeSet::new(),
+            write_buf: BytesMut::new(),
+            refresh: Refresh::default(),
+            closed: false,
+        };
+        match session.config.endpoints.clone() {
+            Endpoints::Single(addr) => {
+                session.intern(addr);
+            }
+            Endpoints::Cluster(roots) => {
+                for addr in roots {
+                    session.intern(addr);
+                }
+                session.start_refresh(now);
+            }
+        }
+        session
+    }
+
+    // --- getters ----------------------------------------------------------------------------
+
+    /// Whether [`Session::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// The master the session would send `slot` to now, if it knows one.
+    pub fn slot_owner(&self, slot: u16) -> Option<&NodeAddr> {
+        if self.cluster {
+            self.slots.get(slot).and_then(|n| self.nodes.get(n))
+        } else {
+            self.nodes.first()
+        }
+    }
+
+    /// Plans submitted and not yet complete.
+    pub fn in_flight(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Nodes the session knows now: the root nodes, the nodes of the topology, and nodes
+    /// that left it less than [`FORGET_AFTER`] ago or are still in use.
+    pub fn known_nodes(&self) -> usize {
+        self.node_ids.len()
+    }
+
+    // --- inputs -----------------------------------------------------------------------------
+
+    /// Submits a plan; its result comes back as [`Output::Complete`] with `waiter`.
+    pub fn submit<P: Plan>(&mut self, now: Instant, waiter: W, plan: P) {
+        self.submit_boxed(now, waiter, BoxedPlan::new(plan));
+    }
+
+    /// [`Session::submit`] for a plan boxed already.
+    pub fn submit_boxed(&mut self, now: Instant, waiter: W, plan: BoxedPlan) {
+        self.now = now;
+        let BoxedPlan(plan) = plan;
+        if self.closed {
+            self.outputs.push_back(Output::Complete {
+                waiter,
+                result: plan.fail(Error::Closed),
+            });
+            return;
+        }
+        let id = self.ops.insert(Op {
+            waiter,
+            plan,
+            reqs: Vec::new(),
+            remaining: 0,
+            deadline: None,
+            answered_by: None,
+        });
+        self.step_op(now, id, None);
+        self.pump(now);
+    }
+
+    /// The TCP connection `conn` is open.
+    pub fn handle_connected(&mut self, now: Instant, conn: ConnId) {
+        self.now = now;
+        let auth = self.config.auth.clone();
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.state != ConnState::Connecting {
+            return;
+        }
+        let args = match auth {
+            Some(auth) => {
+                let mut args = vec![Bytes::from_static(b"AUTH")];
+                if let Some(user) = auth.username {
+                    args.push(Bytes::from(user));
+                }
+                args.push(Bytes::from(auth.password));
+                args
+            }
+            None => vec![Bytes::from_static(b"PING")],
+        };
+        let mut buf = BytesMut::new();
+        encode_args(args, &mut buf);
+        c.in_flight.push_back((Pending::Handshake, now));
+        c.state = ConnState::Handshaking;
+        // Nothing else is written on a connection before it is ready, so the handshake can
+        // skip the outbox. The connect deadline also covers its reply.
+        self.outputs.push_back(Output::Transmit {
+            conn,
+            bytes: buf.freeze(),
+        });
+        self.pump(now);
+    }
+
+    /// The TCP connect of `conn` failed.
+    pub fn handle_connect_failed(&mut self, now: Instant, conn: ConnId, reason: &str) {
+        self.now = now;
+        if let Some(c) = self.conns.get(&conn) {
+            tracing::warn!(node = %self.nodes[c.node], %reason, "connect failed");
+        }
+        self.drop_conn(now, conn, Loss::Connect(reason.to_owned()));
+        self.pump(now);
+    }
+
+    /// Bytes arrived on `conn`.
+    pub fn handle_read(&mut self, now: Instant, conn: ConnId, data: &[u8]) {
+        self.handle_read_buf(now, conn, BytesMut::from(data));
+    }
+
+    /// Bytes arrived on `conn`, in a buffer the session may keep: replies are then decoded
+    /// without a copy when the reads are contiguous splits of one buffer (as a reader that
+    /// `split`s its read buffer produces).
+    pub fn handle_read_buf(&mut self, now: Instant, conn: ConnId, data: BytesMut) {
+        self.now = now;
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.read_buf.is_empty() {
+            c.read_buf = data;
+        } else {
+            // Zero-copy when `data` continues the buffer in memory; a copy otherwise.
+            c.read_buf.unsplit(data);
+        }
+        // Every complete frame is handled; a frame may drop the connection (a refused AUTH).
+        // The scan finds where a reply ends (resuming after each read, refusing deep nesting)
+        // before the decoder sees it, so each reply is decoded once, whatever the cuts.
+        while let Some(c) = self.conns.get_mut(&conn) {
+            let cap = self.config.max_read_buffer;
+            let too_big = || format!("a reply exceeds the {cap} byte read buffer cap");
+            let len = match c.scan.scan(&c.read_buf) {
+                // The cap holds however the bytes were cut: a reply that arrived whole in one
+                // read is refused like one that grew past the cap.
+                Scanned::Complete(len) if len > cap => {
+                    self.protocol_failure(now, conn, too_big());
+                    break;
+                }
+                Scanned::Complete(len) => len,
+                Scanned::Incomplete => {
+                    if c.read_buf.len() > cap {
+                        self.protocol_failure(now, conn, too_big());
+                    }
+                    break;
+                }
+                Scanned::Invalid(detail) => {
+                    // Nothing after bytes that are not RESP can be framed: the connection is
+                    // useless.
+                    self.protocol_failure(now, conn, detail);
+                    break;
+                }
+            };
+            match redis_protocol::resp2::decode::decode_bytes_mut(&mut c.read_buf) {
+                Ok(Some((frame, used, _))) if used == len => {
+                    self.on_frame(now, conn, from_frame(frame))
+                }
+                Ok(Some((_, used, _))) => {
+                    let detail = format!("a reply framed as {len} bytes decoded as {used}");
+                    self.protocol_failure(now, conn, detail);
+                    break;
+                }
+                Ok(None) => {
+                    let detail = format!("a reply framed as {len} bytes did not decode");
+                    self.protocol_failure(now, conn, detail);
+                    break;
+                }
+                Err(e) => {
+                    self.protocol_failure(now, conn, e.to_string());
+                    break;
+                }
+            }
+        }
+        self.pump(now);
+    }
+
+    /// `conn` was closed by the peer or failed; `reason` says how.
+    pub fn handle_closed(&mut self, now: Instant, conn: ConnId, reason: &str) {
+        self.now = now;
+        if let Some(c) = self.conns.get(&conn) {
+            tracing::warn!(node = %self.nodes[c.node], %reason, "connection lost");
+        }
+        self.drop_conn(now, conn, Loss::Lost(reason.to_owned()));
+        self.pump(now);
+    }
+
+    /// Time has come to `now`: fires every due timer.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.now = now;
+        while let Some(timer) = self.timers.pop_due(now) {
+            self.fire(now, timer);
+            self.pump(now);
+        }
+    }
+
+    /// Ends every plan (one with a write sent and unanswered as [`Error::ReplyLost`], the rest
+    /// as [`Error::Closed`]) and closes every connection.
+    pub fn close(&mut self, now: Instant) {
+        self.now = now;
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        let conns: Vec<ConnId> = self.conns.keys().copied().collect();
+        for conn in conns {
+            self.outputs.push_back(Output::Close { conn });
+        }
+        self.conns.clear();
+        self.node_conn.clear();
+        self.dirty.clear();
+        self.timers.clear();
+        self.unrouted.clear();
+        self.to_dispatch.clear();
+        self.to_advance.clear();
+        for op in self.ops.take_all() {
+            let unknown = op
+                .reqs
+                .iter()
+                .any(|r| r.reply.is_none() && r.sent && r.request.access() == Access::Write);
+            let error = if unknown {
+                Error::ReplyLost {
+                    addr: "(client)".into(),
+                    reason: "the client was closed".into(),
+                }
+            } else {
+                Error::Closed
+            };
+            self.outputs.push_back(Output::Complete {
+                waiter: op.waiter,
+                result: op.plan.fail(error),
+            });
+        }
+    }
+
+    // --- output -----------------------------------------------------------------------------
+
+    /// The next thing to do. Call until it returns [`Output::Wait`].
+    pub fn poll(&mut self) -> Output<W> {
+        if let Some(out) = self.outputs.pop_front() {
+            return out;
+        }
+        while let Some(conn) = self.dirty.pop_first() {
+            if let Some(bytes) = self.flush(conn) {
+                return Output::Transmit { conn, bytes };
+            }
+        }
+        match self.timers.first() {
+            Some((until, timer)) => Output::Wait {
+                until: Some(until),
+                reason: timer.reason(),
+            },
+            None => Output::Wait {
+                until: None,
+                reason: TimerReason::Idle,
+            },
+        }
+    }
+
+    // --- dispatch ---------------------------------------------------------------------------
+
+    /// Drains the internal work queues; called at the end of every input.
+    fn pump(&mut self, now: Instant) {
+        loop {
+            if let Some(req) = self.to_dispatch.pop_front() {
+                self.dispatch(now, req);
+            } else if let Some(id) = self.to_advance.pop_front() {
+                let replies = self.ops.get_mut(id).map(|op| {
+                    if op.deadline.take().is_some() {
+                        self.timers.disarm(Timer::Deadline(id));
+                    }
+                    op.reqs
+                        .drain(..)
+                        .map(|r| {
+                            r.reply
+                                .unwrap_or_else(|| Err(crate::plan::misuse("a reply is missing")))
+                        })
+                        .collect::<Vec<_>>()
+                });
+                if let Some(replies) = replies {
+                    self.step_op(now, id, Some(replies));
+                }
+            } else {
+                break;
+            }
+        }
+    }
+
+    /// Sends one request toward its node, or parks it until the node is known.
+    fn dispatch(&mut self, now: Instant, r: ReqRef) {
+        let attempt = self.next_attempt;
+        self.next_attempt += 1;
+        let (cluster, map_loaded) = (self.cluster, self.map_loaded);
+        let (response_timeout, map_gen) = (self.config.response_timeout, self.map_gen);
+        let Some(state) = self.req_mut(r) else {
+            return;
+        };
+        if let Some((_, ms)) = state.request.wait() {
+            if Duration::from_millis(ms) >= response_timeout {
+                let error = Error::Config(format!(
+                    "a WAIT of {ms} ms is not below the response timeout of \
+                     {response_timeout:?}, which would close the connection under it"
+                ));
+                self.finish(r, Err(error));
+                return;
+            }
+        }
+        state.granted = None;
+        state.map_gen = map_gen;
+        state.attempt = attempt;
+        let r = ReqRef { attempt, ..r };
+        let (ask, pinned) = (state.ask.take(), state.pinned.take());
+        let route = state.request.route().clone();
+        let target = if let Some(node) = ask {
+            Some((node, true))
+        } else if let Some(node) = pinned {
+            Some((node, false))
+        } else if !cluster {
+            Some((0, false))
+        } else {
+            match route {
+                Route::Slot(slot) => match self.slots.get(slot) {
+                    Some(node) => Some((node, false)),
+                    None if !map_loaded => None,
+                    None => {
+                        self.refresh_soon(now);
+                        let cause = ServerError::new(format!(
+                            "CLUSTERDOWN Hash slot {slot} has no known owner"
+                        ));
+                        self.retry_later(now, r, Error::Server(cause));
+                        return;
+                    }
+                },
+                Route::AnyMaster => {
+                    let masters = self.masters();
+                    let ready = masters.iter().copied().find(|&n| self.is_ready(n));
+                    let up = || {
+                        masters
+                            .iter()
+                            .copied()
+                            .find(|n| self.down.get(n).is_none_or(|d| d.until <= now))
+                    };
+                    ready
+                        .or_else(up)
+                        .or_else(|| masters.first().copied())
+                        .map(|n| (n, false))
+                }
+                Route::Node(NodeTarget::Addr(addr)) => Some((self.intern(addr), false)),
+                Route::Node(NodeTarget::Port(port)) => {
+                    let answered = self.ops.get_mut(r.op).and_then(|op| op.answered_by);
+                    match answered.map(|node| self.nodes[node].host.clone()) {
+                        Some(host) => Some((self.intern(NodeAddr::new(host, port)), false)),
+                        None => {
+                            let error = Error::Config(format!(
+                                "a request to :{port} before any node answered the plan: no \
+                                 host to send it to"
+                            ));
+                            self.finish(r, Err(error));
+                            return;
+                        }
+                    }
+                }
+            }
+        };
+        match target {
+            Some((node, asking)) => {
+                // A node in connect backoff gets no new dial: the request waits for the
+                // backoff to end (no attempt counted), then routes again, maybe elsewhere.
+                let backoff = self.down.get(&node).map(|d| d.until).filter(|&t| t > now);
+                match backoff {
+                    Some(until) if !self.node_conn.contains_key(&node) => {
+                        if let Some(state) = self.req_mut(r) {
+                            if asking {
+                                state.ask = Some(node);
+                            } else if pinned.is_some() {
+                                state.pinned = Some(node);
+                            }
+                        }
+                        self.timers.arm(until, Timer::Backoff(r));
+                    }
+                    _ => self.send_to(now, node, r, asking),
+                }
+            }
+            None => {
+                // The first map is on its way (or will be): a running round is not stale, so
+                // it is not followed by another.
+                self.unrouted.push(r);
+                if !self.refresh.running {
+                    self.refresh_when_allowed(now);
+                }
+            }
+        }
+    }
+}

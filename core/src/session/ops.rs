@@ -1,0 +1,297 @@
+//! The ops in flight: one slab of submitted plans, each with its caller's waiter and the
+//! requests of its current batch, and what ends or advances them.
+
+use super::*;
+
+/// An op's id: its submission number, and where it is stored. Ids order by submission, and the
+/// id of an ended op never finds a later op stored in its place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct OpId {
+    pub(super) seq: u64,
+    pub(super) index: usize,
+}
+
+/// The ops in progress. A slab rather than a map: ops come and go at the request rate, and a
+/// B-tree moved every op (about a hundred bytes) around its nodes on inserts and removals.
+pub(super) struct Ops<W> {
+    /// Each op with its submission number.
+    pub(super) table: slab::Slab<(u64, Op<W>)>,
+    pub(super) next_seq: u64,
+}
+
+impl<W> Default for Ops<W> {
+    fn default() -> Self {
+        Ops {
+            table: slab::Slab::new(),
+            next_seq: 0,
+        }
+    }
+}
+
+impl<W> Ops<W> {
+    pub(super) fn insert(&mut self, op: Op<W>) -> OpId {
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        let index = self.table.insert((seq, op));
+        OpId { seq, index }
+    }
+
+    pub(super) fn get_mut(&mut self, id: OpId) -> Option<&mut Op<W>> {
+        match self.table.get_mut(id.index) {
+            Some((seq, op)) if *seq == id.seq => Some(op),
+            _ => None,
+        }
+    }
+
+    pub(super) fn remove(&mut self, id: OpId) -> Option<Op<W>> {
+        self.get_mut(id)?;
+        self.table.try_remove(id.index).map(|(_, op)| op)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Op<W>> {
+        self.table.iter().map(|(_, (_, op))| op)
+    }
+
+    /// Every op, in submission order; the table is left empty.
+    pub(super) fn take_all(&mut self) -> Vec<Op<W>> {
+        let mut ops: Vec<(u64, Op<W>)> = std::mem::take(&mut self.table)
+            .into_iter()
+            .map(|(_, entry)| entry)
+            .collect();
+        ops.sort_by_key(|&(seq, _)| seq);
+        ops.into_iter().map(|(_, op)| op).collect()
+    }
+}
+
+/// One dispatch of one request of an op's current batch.
+///
+/// `attempt` is unique in the whole session, so a reply, a timer or a queued write that belongs
+/// to an earlier dispatch, or to an earlier batch of the same op (whose requests reuse the same
+/// indexes), never matches the request as it is now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct ReqRef {
+    pub(super) op: OpId,
+    pub(super) idx: usize,
+    pub(super) attempt: u64,
+}
+
+#[derive(Debug)]
+pub(super) struct ReqState {
+    pub(super) request: Request,
+    pub(super) reply: Option<Reply>,
+    /// The current dispatch (see [`ReqRef`]).
+    pub(super) attempt: u64,
+    pub(super) retries: u32,
+    pub(super) redirects: u32,
+    pub(super) ask: Option<NodeId>,
+    pub(super) pinned: Option<NodeId>,
+    pub(super) with_source: bool,
+    /// Handed to the driver and not answered: a write in this state may have run.
+    pub(super) sent: bool,
+    /// The request's own value while the `WAIT` written after it is unanswered.
+    pub(super) granted: Option<Value>,
+    /// The slot map's generation when the request was routed: a write answered after the map
+    /// changed is checked against the new owner of its slot.
+    pub(super) map_gen: u64,
+}
+
+pub(super) struct Op<W> {
+    /// Whoever waits for the plan's result: the driver's handle, kept here until completion.
+    pub(super) waiter: W,
+    pub(super) plan: Box<dyn ErasedPlan>,
+    pub(super) reqs: Vec<ReqState>,
+    pub(super) remaining: usize,
+    pub(super) deadline: Option<Instant>,
+    /// The node of the op's first reply: the host of a later `Route::Node` without one
+    /// (`:port`, a master whose endpoint that node's `CLUSTER SLOTS` left unknown).
+    pub(super) answered_by: Option<NodeId>,
+}
+
+impl<W> Session<W> {
+    /// Runs an op's plan until it sends, waits or is done.
+    pub(super) fn step_op(&mut self, now: Instant, id: OpId, replies: Option<Vec<Reply>>) {
+        let Some(op) = self.ops.get_mut(id) else {
+            return;
+        };
+        let mut step = match replies {
+            None => op.plan.start(),
+            Some(replies) => op.plan.resume(replies),
+        };
+        // A plan that sends empty batches forever would spin here; it gets a bounded number.
+        for _ in 0..1024 {
+            match step {
+                Step::Send(batch) if batch.is_empty() => step = op.plan.resume(Vec::new()),
+                Step::Send(batch) => {
+                    let first = self.next_attempt;
+                    self.next_attempt += batch.len() as u64;
+                    op.remaining = batch.len();
+                    op.reqs = batch
+                        .into_iter()
+                        .zip(first..)
+                        .map(|(request, attempt)| ReqState {
+                            request,
+                            reply: None,
+                            attempt,
+                            retries: 0,
+                            redirects: 0,
+                            ask: None,
+                            pinned: None,
+                            with_source: false,
+                            sent: false,
+                            granted: None,
+                            map_gen: 0,
+                        })
+                        .collect();
+                    // A deadline too far to represent is no deadline.
+                    op.deadline = after(now, self.config.request_timeout);
+                    if let Some(deadline) = op.deadline {
+                        self.timers.arm(deadline, Timer::Deadline(id));
+                    }
+                    for (idx, attempt) in (first..).take(op.reqs.len()).enumerate() {
+                        self.to_dispatch.push_back(ReqRef {
+                            op: id,
+                            idx,
+                            attempt,
+                        });
+                    }
+                    return;
+                }
+                Step::Wait(d) => {
+                    if let Some(at) = after(now, d) {
+                        self.timers.arm(at, Timer::PlanWait(id));
+                    }
+                    return;
+                }
+                Step::Done(_) => {
+                    if let Some(op) = self.ops.remove(id) {
+                        self.outputs.push_back(Output::Complete {
+                            waiter: op.waiter,
+                            result: op.plan.into_completion(),
+                        });
+                    }
+                    return;
+                }
+            }
+        }
+        let stuck = crate::plan::misuse("the plan sent 1024 empty batches in a row");
+        if let Some(op) = self.ops.remove(id) {
+            self.outputs.push_back(Output::Complete {
+                waiter: op.waiter,
+                result: op.plan.fail(stuck),
+            });
+        }
+    }
+
+    /// The request as dispatched by `r`, while it awaits its reply; `None` for anything stale.
+    pub(super) fn req_mut(&mut self, r: ReqRef) -> Option<&mut ReqState> {
+        self.ops
+            .get_mut(r.op)?
+            .reqs
+            .get_mut(r.idx)
+            .filter(|s| s.attempt == r.attempt && s.reply.is_none())
+    }
+
+    pub(super) fn finish(&mut self, r: ReqRef, reply: Reply) {
+        let Some(state) = self.req_mut(r) else {
+            return;
+        };
+        state.reply = Some(reply);
+        state.sent = false;
+        let Some(op) = self.ops.get_mut(r.op) else {
+            return;
+        };
+        op.remaining -= 1;
+        if op.remaining == 0 {
+            self.to_advance.push_back(r.op);
+        }
+    }
+
+    /// Schedules another attempt after a backoff, or ends the request when attempts run out.
+    pub(super) fn retry_later(&mut self, now: Instant, r: ReqRef, cause: Error) {
+        let policy = self.config.retry;
+        let Some(state) = self.req_mut(r) else {
+            return;
+        };
+        state.sent = false;
+        state.retries = state.retries.saturating_add(1);
+        let failed = state.retries;
+        let jitter = self.jitter.next_factor();
+        match next_attempt(cause.clone(), failed, false, &policy, jitter) {
+            NextAttempt::GiveUp(error) => self.finish(r, Err(error)),
+            NextAttempt::After(delay) => match after(now, delay) {
+                Some(at) => self.timers.arm(at, Timer::Backoff(r)),
+                None => self.finish(r, Err(cause)),
+            },
+        }
+    }
+
+    /// Ends every open request of the op's batch with `Timeout`. Their bytes may still be on
+    /// a connection; late replies are recognised as stale and dropped.
+    pub(super) fn expire(&mut self, id: OpId) {
+        let Some(op) = self.ops.get_mut(id) else {
+            return;
+        };
+        op.deadline = None;
+        let open: Vec<(ReqRef, bool)> = op
+            .reqs
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.reply.is_none())
+            .map(|(idx, s)| {
+                let r = ReqRef {
+                    op: id,
+                    idx,
+                    attempt: s.attempt,
+                };
+                (r, s.sent && s.request.access() == Access::Write)
+            })
+            .collect();
+        for (r, outcome_unknown) in open {
+            self.unrouted.retain(|u| *u != r);
+            self.finish(r, Err(Error::Timeout { outcome_unknown }));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::{Access, Request};
+
+    fn op(waiter: u64) -> Op<u64> {
+        Op {
+            waiter,
+            plan: BoxedPlan::new(crate::plan::single(
+                Request::cmd(Access::Read, "PING").build().unwrap(),
+                |_| Ok(()),
+            ))
+            .0,
+            reqs: Vec::new(),
+            remaining: 0,
+            deadline: None,
+            answered_by: None,
+        }
+    }
+
+    #[test]
+    fn an_ended_ops_id_never_finds_a_later_op() {
+        let mut ops = Ops::default();
+        let first = ops.insert(op(1));
+        assert_eq!(ops.remove(first).map(|op| op.waiter), Some(1));
+        // The place is reused; the old id must not find the new op.
+        let second = ops.insert(op(2));
+        assert_eq!(second.index, first.index);
+        assert!(ops.get_mut(first).is_none());
+        assert!(ops.remove(first).is_none());
+        assert_eq!(ops.len(), 1);
+        let third = ops.insert(op(3));
+        assert!(first < second && second < third, "ids order by submission");
+        let waiters: Vec<u64> = ops.take_all().into_iter().map(|op| op.waiter).collect();
+        assert_eq!(waiters, [2, 3]);
+        assert_eq!(ops.len(), 0);
+    }
+}

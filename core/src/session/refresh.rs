@@ -1,0 +1,236 @@
+//! The topology refresh: rounds of `CLUSTER SLOTS`, their backoff, and applying a new map.
+
+use super::*;
+
+#[derive(Debug, Default)]
+pub(super) struct Refresh {
+    pub(super) round: u64,
+    pub(super) outstanding: usize,
+    pub(super) best: Option<Topology>,
+    pub(super) running: bool,
+    pub(super) last_started: Option<Instant>,
+    /// The map was found stale while a round was running: run another one after it.
+    pub(super) again: bool,
+    /// A failed round backs off until then, whatever news asks for a refresh meanwhile.
+    pub(super) not_before: Option<Instant>,
+    pub(super) failures: u32,
+    pub(super) last_error: Option<Error>,
+}
+
+impl<W> Session<W> {
+    /// The map may be stale (`MOVED`, `READONLY`, a lost node): refresh now, or once the rate
+    /// limit allows; a running refresh is followed by another, since it may predate the news.
+    pub(super) fn refresh_soon(&mut self, now: Instant) {
+        if self.refresh.running {
+            self.refresh.again = true;
+        } else {
+            self.refresh_when_allowed(now);
+        }
+    }
+
+    /// Starts a refresh now if none started within `refresh_min_interval`, else arms the timer.
+    pub(super) fn refresh_when_allowed(&mut self, now: Instant) {
+        if !self.cluster || self.closed {
+            return;
+        }
+        let earliest = self
+            .refresh
+            .last_started
+            .and_then(|t| after(t, self.config.refresh_min_interval))
+            .unwrap_or(now)
+            .max(self.refresh.not_before.unwrap_or(now));
+        if earliest <= now {
+            self.start_refresh(now);
+        } else {
+            self.set_refresh_timer(earliest);
+        }
+    }
+
+    /// Arms the refresh timer for `at` (not before a failed round's backoff ends), unless it
+    /// is armed earlier.
+    pub(super) fn set_refresh_timer(&mut self, at: Instant) {
+        let at = at.max(self.refresh.not_before.unwrap_or(at));
+        if self.timers.armed(Timer::Refresh).is_some_and(|t| t <= at) {
+            return;
+        }
+        self.timers.arm(at, Timer::Refresh);
+    }
+
+    pub(super) fn start_refresh(&mut self, now: Instant) {
+        if !self.cluster || self.closed || self.refresh.running {
+            return;
+        }
+        self.timers.disarm(Timer::Refresh);
+        // Ask two nodes: masters with a live connection first, then other masters, then the
+        // root nodes, then anything known. The first stays; the second rotates by round, so a
+        // dead or stalled node is not the only one asked round after round.
+        let masters = self.masters();
+        let roots: Vec<NodeId> = match &self.config.endpoints {
+            Endpoints::Cluster(roots) => roots
+                .iter()
+                .filter_map(|r| self.node_ids.get(r).copied())
+                .collect(),
+            Endpoints::Single(_) => Vec::new(),
+        };
+        let ready = masters.iter().copied().filter(|&n| self.is_ready(n));
+        let idle = masters.iter().copied().filter(|&n| !self.is_ready(n));
+        let preferred: Vec<NodeId> = ready.chain(idle).chain(roots).collect();
+        // Avoided while another node is left: a node in connect backoff (a round must not
+        // dial it again early), and one whose connection has long waited for a reply (the
+        // query would queue behind the stall, and so would everything routed there after it).
+        let avoid =
+            |n: NodeId| self.down.get(&n).is_some_and(|d| d.until > now) || self.is_stalled(n, now);
+        let mut unique: Vec<NodeId> = Vec::new();
+        for &n in preferred.iter().filter(|&&n| !avoid(n)) {
+            if !unique.contains(&n) {
+                unique.push(n);
+            }
+        }
+        if unique.is_empty() {
+            let known = (0..self.nodes.len()).filter(|&n| self.is_known(n));
+            for n in preferred.iter().copied().chain(known) {
+                if !unique.contains(&n) {
+                    unique.push(n);
+                }
+            }
+        }
+        let Some(&first) = unique.first() else {
+            // A cluster without a single known node can never get a map.
+            let error = Error::Config("a cluster needs at least one root node".into());
+            for r in std::mem::take(&mut self.unrouted) {
+                self.finish(r, Err(error.clone()));
+            }
+            return;
+        };
+        let mut chosen = vec![first];
+        let rest = &unique[1..];
+        if !rest.is_empty() {
+            let offset = usize::try_from(self.refresh.round).unwrap_or(0);
+            chosen.push(rest[offset % rest.len()]);
+        }
+        self.refresh.round += 1;
+        self.refresh.running = true;
+        self.refresh.again = false;
+        self.refresh.best = None;
+        self.refresh.last_error = None;
+        self.refresh.last_started = Some(now);
+        self.refresh.outstanding = chosen.len();
+        let round = self.refresh.round;
+        for node in chosen {
+            self.enqueue(now, node, Queued::Topology(round));
+        }
+    }
+
+    /// One node's answer to a round, or why there is none.
+    pub(super) fn on_topology(
+        &mut self,
+        now: Instant,
+        round: u64,
+        node: NodeId,
+        answer: Result<Frame, Error>,
+    ) {
+        if round != self.refresh.round || !self.refresh.running {
+            return;
+        }
+        self.refresh.outstanding = self.refresh.outstanding.saturating_sub(1);
+        let host = self.nodes[node].host.clone();
+        match answer {
+            Ok(Ok(value)) => match parse_cluster_slots(&value, &host) {
+                Ok(topo) if topo.is_complete() => {
+                    // A complete answer is the best there can be: the round is over.
+                    self.refresh.best = Some(topo);
+                    self.refresh.outstanding = 0;
+                }
+                Ok(topo) => {
+                    let better = self
+                        .refresh
+                        .best
+                        .as_ref()
+                        .is_none_or(|b| b.coverage() < topo.coverage());
+                    if better {
+                        self.refresh.best = Some(topo);
+                    }
+                }
+                Err(e) => {
+                    self.refresh.last_error = Some(Error::UnexpectedReply {
+                        detail: e.to_string(),
+                    })
+                }
+            },
+            Ok(Err(e)) => self.refresh.last_error = Some(Error::Server(e)),
+            Err(e) => self.refresh.last_error = Some(e),
+        }
+        if self.refresh.outstanding == 0 {
+            self.end_refresh(now);
+        }
+    }
+
+    pub(super) fn end_refresh(&mut self, now: Instant) {
+        self.refresh.running = false;
+        let best = self.refresh.best.take().filter(|t| t.coverage() > 0);
+        if let Some(topo) = best {
+            self.refresh.failures = 0;
+            self.refresh.not_before = None;
+            self.apply_topology(&topo);
+            if topo.is_complete() {
+                self.forget_departed(now, &topo);
+            }
+            if let Some(next) = after(now, self.config.refresh_interval) {
+                self.set_refresh_timer(next);
+            }
+            if self.refresh.again {
+                self.refresh_when_allowed(now);
+            }
+            return;
+        }
+        self.refresh.failures = self.refresh.failures.saturating_add(1);
+        let failures = self.refresh.failures;
+        tracing::warn!(failures, "topology refresh failed");
+        // Requests waiting for a first map count the failed round as an attempt; a refused
+        // AUTH ends them at once, since no round will do better.
+        if !self.map_loaded {
+            let cause = self.refresh.last_error.clone().unwrap_or(Error::NotSent {
+                reason: "no node answered CLUSTER SLOTS".into(),
+            });
+            let fatal = matches!(cause, Error::Auth { .. });
+            let policy = self.config.retry;
+            for r in std::mem::take(&mut self.unrouted) {
+                let Some(state) = self.req_mut(r) else {
+                    continue;
+                };
+                state.retries = state.retries.saturating_add(1);
+                // The next round's own backoff paces them: only the verdict is used here, and
+                // the round's error (not a reply to the request) is handed on as it is.
+                match next_attempt(cause.clone(), state.retries, fatal, &policy, 1.0) {
+                    NextAttempt::GiveUp(_) => self.finish(r, Err(cause.clone())),
+                    NextAttempt::After(_) => self.unrouted.push(r),
+                }
+            }
+        }
+        let delay = self
+            .config
+            .retry
+            .delay(failures, self.jitter.next_factor())
+            .max(self.config.refresh_min_interval);
+        if let Some(at) = after(now, delay) {
+            self.refresh.not_before = Some(at);
+            self.set_refresh_timer(at);
+        }
+    }
+
+    pub(super) fn apply_topology(&mut self, topo: &Topology) {
+        self.map_gen += 1;
+        if topo.is_complete() {
+            self.slots.clear();
+        }
+        for shard in &topo.shards {
+            let node = self.intern(shard.master.clone());
+            for &(start, end) in &shard.ranges {
+                self.slots.set_range(start, end, node);
+            }
+        }
+        self.map_loaded = true;
+        let waiting = std::mem::take(&mut self.unrouted);
+        self.to_dispatch.extend(waiting);
+    }
+}
