@@ -6,6 +6,7 @@
 
 use crate::keys::Key;
 use crate::layout::KeyError;
+use crate::topology::NodeAddr;
 use std::fmt;
 
 /// Everything that can go wrong between building a request and reading its reply.
@@ -35,8 +36,8 @@ pub enum Error {
         "reply lost from {addr} after the request was sent ({reason}); the outcome is unknown"
     )]
     ReplyLost {
-        /// The node the request was written to.
-        addr: String,
+        /// The node the request was written to, as the cluster names it.
+        addr: NodeAddr,
         /// Why the reply never came.
         reason: String,
     },
@@ -44,15 +45,15 @@ pub enum Error {
     #[error("could not connect to {addr}: {reason}")]
     Connect {
         /// The node, as dialled.
-        addr: String,
+        addr: NodeAddr,
         /// The I/O error or timeout.
         reason: String,
     },
     /// The node refused the credentials (`AUTH`); the request was never written.
     #[error("authentication failed at {addr}: {reason}")]
     Auth {
-        /// The node.
-        addr: String,
+        /// The node, as dialled.
+        addr: NodeAddr,
         /// The server's reply.
         reason: String,
     },

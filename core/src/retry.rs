@@ -199,11 +199,11 @@ mod tests {
         };
         let tryagain = || Error::Server(ServerError::new("TRYAGAIN slot moving"));
         let unreachable = || Error::Connect {
-            addr: "h:1".into(),
+            addr: NodeAddr::new("h", 1),
             reason: "refused".into(),
         };
         let auth = || Error::Auth {
-            addr: "h:1".into(),
+            addr: NodeAddr::new("h", 1),
             reason: "WRONGPASS".into(),
         };
         let ms = |n| NextAttempt::After(Duration::from_millis(n));

@@ -71,7 +71,7 @@ fn with_wait(grant: i64, wait: Value) -> Reply {
 
 fn reply_lost() -> Reply {
     Err(Error::ReplyLost {
-        addr: "127.0.0.1:7000".into(),
+        addr: botmesh_redis_core::NodeAddr::new("127.0.0.1", 7000),
         reason: "connection reset".into(),
     })
 }

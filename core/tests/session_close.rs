@@ -37,8 +37,8 @@ fn close_completes_every_plan() {
     assert!(h.session.is_closed());
     assert_eq!(h.session.in_flight(), 0);
     let lost = Error::ReplyLost {
-        addr: "(client)".into(),
-        reason: "the client was closed".into(),
+        addr: a.clone(),
+        reason: "the client was closed before the reply came".into(),
     };
     assert_eq!(h.take::<Vec<Reply>>(write_in_flight), Some(Err(lost)));
     for token in [read_in_flight, backing_off, connecting, done] {

@@ -27,7 +27,7 @@ fn a_refused_single_node_fails_at_once_with_connect() {
     assert_eq!(
         reply,
         Err(Error::Connect {
-            addr: node.to_string(),
+            addr: node.clone(),
             reason: "connection refused".into()
         })
     );
@@ -41,7 +41,7 @@ fn a_hanging_single_node_fails_at_the_connect_timeout() {
     let (mut h, node) = single(ConnectMode::Hang);
     let replies = h.run_batch(vec![incr("n"), get("m")]);
     let error = Error::Connect {
-        addr: node.to_string(),
+        addr: node.clone(),
         reason: "no connection within 2s".into(),
     };
     assert_eq!(replies, vec![Err(error.clone()), Err(error)]);
@@ -92,7 +92,7 @@ fn a_wrong_password_is_an_auth_error_on_a_single_node() {
     let mut h = Harness::new(start(), sim, config);
     let replies = h.run_batch(vec![incr("n"), get("n")]);
     let error = Error::Auth {
-        addr: node.to_string(),
+        addr: node.clone(),
         reason: "WRONGPASS invalid username-password pair or user is disabled.".into(),
     };
     assert_eq!(replies, vec![Err(error.clone()), Err(error)]);
@@ -116,7 +116,7 @@ fn a_wrong_password_fails_cluster_requests_without_retrying_for_seconds() {
     assert_eq!(
         reply,
         Err(Error::Auth {
-            addr: "127.0.0.1:7001".into(),
+            addr: NodeAddr::new("127.0.0.1", 7001),
             reason: "WRONGPASS invalid username-password pair or user is disabled.".into(),
         })
     );
@@ -134,7 +134,7 @@ fn without_auth_a_protected_node_answers_noauth() {
     assert_eq!(
         reply,
         Err(Error::Auth {
-            addr: "127.0.0.1:7000".into(),
+            addr: NodeAddr::new("127.0.0.1", 7000),
             reason: "NOAUTH Authentication required.".into(),
         })
     );
@@ -207,7 +207,7 @@ fn a_stalled_auth_ends_at_the_connect_timeout() {
     assert_eq!(
         reply,
         Err(Error::Connect {
-            addr: node.to_string(),
+            addr: node.clone(),
             reason: "no connection within 2s".into()
         })
     );

@@ -63,7 +63,7 @@ fn malformed_bytes_close_the_connection() {
     let replies = h.run_batch(vec![incr(&keys[0]), get(&keys[1])]);
     match &replies[0] {
         Err(Error::ReplyLost { addr, reason }) => {
-            assert_eq!(addr, &a.to_string());
+            assert_eq!(addr, &a);
             assert!(reason.starts_with("protocol error: "), "{reason}");
         }
         other => panic!("{other:?}"),

@@ -66,7 +66,7 @@ fn a_handshake_that_stays_refused_ends_as_a_connect_error_after_the_retries() {
     assert_eq!(
         reply,
         Err(Error::Connect {
-            addr: "127.0.0.1:7000".into(),
+            addr: botmesh_redis_core::NodeAddr::new("127.0.0.1", 7000),
             reason: "the handshake was refused: ERR max number of clients reached".into(),
         })
     );

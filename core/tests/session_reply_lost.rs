@@ -16,7 +16,7 @@ fn cluster() -> Harness {
 
 fn lost(addr: &str) -> Error {
     Error::ReplyLost {
-        addr: addr.to_owned(),
+        addr: botmesh_redis_core::NodeAddr::parse(addr, "").unwrap(),
         reason: "connection reset by peer".to_owned(),
     }
 }

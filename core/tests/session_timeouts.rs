@@ -35,7 +35,7 @@ fn a_stalled_node_is_closed_after_the_response_timeout() {
     assert_eq!(
         replies[0],
         Err(Error::ReplyLost {
-            addr: a.to_string(),
+            addr: a.clone(),
             reason: "no reply within 5s".into()
         })
     );

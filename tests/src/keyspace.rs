@@ -1719,7 +1719,7 @@ impl<P: Plan> Plan for Gated<P> {
     fn resume(&mut self, replies: Vec<Reply>) -> Step<P::Output> {
         if self.lose_replies {
             return Step::Done(Err(Error::ReplyLost {
-                addr: "test".into(),
+                addr: botmesh_redis_core::NodeAddr::new("budget-cut.invalid", 1),
                 reason: "the test cut the run after this batch ran".into(),
             }));
         }

@@ -106,7 +106,7 @@ async fn wrong_password_is_an_auth_error_within_the_connect_timeout<R: Runtime>(
         let Error::Auth { addr, reason } = &error else {
             panic!("not an auth error: {error:?}");
         };
-        assert_eq!(addr, &node.addr().to_string());
+        assert_eq!(addr.to_string(), node.addr().to_string());
         assert!(reason.starts_with("WRONGPASS"), "{reason}");
     }
 }
@@ -122,7 +122,7 @@ async fn closed_port_is_a_connect_error_within_the_connect_timeout<R: Runtime>()
     let Error::Connect { addr, .. } = &error else {
         panic!("not a connect error: {error:?}");
     };
-    assert_eq!(addr, &format!("127.0.0.1:{port}"));
+    assert_eq!(addr, &botmesh_redis_core::NodeAddr::new("127.0.0.1", port));
 }
 
 async fn silent_node_is_a_connect_error_within_the_connect_timeout<R: Runtime>() {

@@ -312,7 +312,7 @@ async fn killed_master_slots_serve_again_once_its_replica_is_promoted<R: Runtime
     // another write on such a connection; both are the same case for a caller.
     for (what, error, at) in reports.iter().flat_map(|r| &r.errors) {
         assert!(
-            matches!(error, Error::ReplyLost { addr, .. } if *addr == victim.to_string()),
+            matches!(error, Error::ReplyLost { addr, .. } if addr.to_string() == victim.to_string()),
             "{what}: {error:?}"
         );
         assert!(error.outcome_unknown());

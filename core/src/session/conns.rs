@@ -273,7 +273,7 @@ impl<W> Session<W> {
         if c.check_at.is_some() {
             self.timers.disarm(Timer::Conn(conn));
         }
-        let addr = self.nodes[c.node].to_string();
+        let addr = self.nodes[c.node].clone();
         let connected = c.state == ConnState::Ready;
         let (reason, fatal, passing) = match loss {
             Loss::Connect(reason) | Loss::Lost(reason) => (reason, false, false),
@@ -289,7 +289,7 @@ impl<W> Session<W> {
         }
         let not_sent = if fatal {
             Error::Auth {
-                addr: self.dial_addr(c.node).to_string(),
+                addr: self.dial_addr(c.node),
                 reason: reason.clone(),
             }
         } else if connected {
@@ -298,7 +298,7 @@ impl<W> Session<W> {
             }
         } else {
             Error::Connect {
-                addr: self.dial_addr(c.node).to_string(),
+                addr: self.dial_addr(c.node),
                 reason: reason.clone(),
             }
         };

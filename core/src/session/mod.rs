@@ -475,9 +475,16 @@ impl<W> Session<W> {
             return;
         }
         self.closed = true;
-        let conns: Vec<ConnId> = self.conns.keys().copied().collect();
-        for conn in conns {
+        // Where each request awaiting its reply was written: a write's outcome is unknown at
+        // that node.
+        let mut written_to: BTreeMap<u64, NodeId> = BTreeMap::new();
+        for (&conn, c) in &self.conns {
             self.outputs.push_back(Output::Close { conn });
+            for (pending, _) in &c.in_flight {
+                if let Pending::Request { req, .. } | Pending::Wait { req } = pending {
+                    written_to.insert(req.attempt, c.node);
+                }
+            }
         }
         self.conns.clear();
         self.node_conn.clear();
@@ -490,14 +497,16 @@ impl<W> Session<W> {
             let unknown = op
                 .reqs
                 .iter()
-                .any(|r| r.reply.is_none() && r.sent && r.request.access() == Access::Write);
-            let error = if unknown {
-                Error::ReplyLost {
-                    addr: "(client)".into(),
-                    reason: "the client was closed".into(),
-                }
-            } else {
-                Error::Closed
+                .filter(|r| r.reply.is_none() && r.sent && r.request.access() == Access::Write)
+                .find_map(|r| written_to.get(&r.attempt));
+            let error = match unknown {
+                Some(&node) => Error::ReplyLost {
+                    addr: self.nodes[node].clone(),
+                    reason: "the client was closed before the reply came".into(),
+                },
+                // A sent write unanswered is always on a connection: one lost with its
+                // connection has ended as ReplyLost already.
+                None => Error::Closed,
             };
             self.outputs.push_back(Output::Complete {
                 waiter: op.waiter,

@@ -84,7 +84,7 @@ impl<W> Session<W> {
             return None;
         }
         Some(Error::ReplyLost {
-            addr: self.nodes[node].to_string(),
+            addr: self.nodes[node].clone(),
             reason: format!(
                 "answered after the map named {} master of slot {slot}: a replaced master \
                  may discard what it answered",
