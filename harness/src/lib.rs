@@ -2423,6 +2423,7 @@ pub fn unique_prefix(name: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
