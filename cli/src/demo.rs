@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use botmesh_redis_tests::{ClusterOptions, RedisCluster};
+use botmesh_redis_harness::{ClusterOptions, RedisCluster};
 use botmesh_redis_tokio::coordinator::{Coordinator, Durability, Schedules};
 use botmesh_redis_tokio::scan;
 use botmesh_redis_tokio::store::{MessageQuery, RecordPage, Store, StoreOptions};

@@ -8,7 +8,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use botmesh_redis_tests::{
+use botmesh_redis_harness::{
     shared_cluster, shared_single, unique_prefix, ServerOptions, SingleNode,
 };
 use botmesh_redis_tokio::coordinator::{Coordinator, Schedules};

@@ -1,12 +1,13 @@
-//! Integration-test support for botmesh-redis: a harness that runs real `redis-server`
-//! processes (single nodes and Redis Clusters on loopback) and a small blocking admin
-//! connection to inspect and steer them. See [`harness`].
+//! Integration-test support for botmesh-redis: the suites' shared code (the chaos load, the
+//! conformance runtimes, the migration keyspace generator) over the real-server harness of
+//! `botmesh-redis-harness`, re-exported here as [`harness`] so that the suites name one crate.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod chaos;
 pub mod conformance;
-pub mod harness;
 pub mod keyspace;
+
+pub use botmesh_redis_harness as harness;
 
 pub use conformance::{driver_name, exclusive, AsyncStd, Client, Runtime, Tokio};
 pub use harness::{

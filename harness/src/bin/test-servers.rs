@@ -1,7 +1,7 @@
-//! Starts a throwaway deployment with the test harness, for the suites' external mode.
+//! Starts a throwaway deployment with the harness, for the suites' external mode.
 //!
 //! ```text
-//! cargo run -p botmesh-redis-tests --bin test-servers
+//! cargo run -p botmesh-redis-harness --bin test-servers
 //! ```
 //!
 //! It starts a 3 x 1 Redis Cluster and a standalone node on loopback (`REDIS_SERVER` chooses the
@@ -20,7 +20,7 @@
 
 use std::io::{BufRead, Write};
 
-use botmesh_redis_tests::{
+use botmesh_redis_harness::{
     parse_info, AdminConn, ClusterOptions, RedisCluster, ServerOptions, SingleNode,
     EXTERNAL_CLUSTER_VAR, EXTERNAL_SINGLE_VAR,
 };
