@@ -461,8 +461,8 @@ impl<W> Session<W> {
     /// Time has come to `now`: fires every due timer.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = now;
-        while let Some(timer) = self.timers.pop_due(now) {
-            self.fire(now, timer);
+        while let Some((at, timer)) = self.timers.pop_due(now) {
+            self.fire(now, at, timer);
             self.pump(now);
         }
     }
@@ -548,9 +548,7 @@ impl<W> Session<W> {
                 self.dispatch(now, req);
             } else if let Some(id) = self.to_advance.pop_front() {
                 let replies = self.ops.get_mut(id).map(|op| {
-                    if op.deadline.take().is_some() {
-                        self.timers.disarm(Timer::Deadline(id));
-                    }
+                    op.deadline = None;
                     op.reqs
                         .drain(..)
                         .map(|r| {
@@ -560,6 +558,7 @@ impl<W> Session<W> {
                         .collect::<Vec<_>>()
                 });
                 if let Some(replies) = replies {
+                    self.prune_deadlines();
                     self.step_op(now, id, Some(replies));
                 }
             } else {

@@ -36,6 +36,13 @@ impl<W> Ops<W> {
         OpId { seq, index }
     }
 
+    pub(super) fn get(&self, id: OpId) -> Option<&Op<W>> {
+        match self.table.get(id.index) {
+            Some((seq, op)) if *seq == id.seq => Some(op),
+            _ => None,
+        }
+    }
+
     pub(super) fn get_mut(&mut self, id: OpId) -> Option<&mut Op<W>> {
         match self.table.get_mut(id.index) {
             Some((seq, op)) if *seq == id.seq => Some(op),
@@ -227,6 +234,14 @@ impl<W> Session<W> {
                 None => self.finish(r, Err(cause)),
             },
         }
+    }
+
+    /// Forgets the queued deadlines of batches that have ended (see [`Timers`]).
+    pub(super) fn prune_deadlines(&mut self) {
+        let ops = &self.ops;
+        self.timers.prune_deadlines(ops.len(), |id, at| {
+            ops.get(id).is_some_and(|op| op.deadline == Some(at))
+        });
     }
 
     /// Ends every open request of the op's batch with `Timeout`. Their bytes may still be on
