@@ -1,5 +1,5 @@
-//! The typed async API of coordination, written once over any [`Executor`]: the seed's
-//! `RedisCoordinator`, `RedisScheduleStore`, `RedisLeaseProvider` and `RedisDurability`.
+//! The typed async API of coordination, written once over any [`Executor`]: the
+//! [`Coordinator`], [`Schedules`], [`Leases`] and [`Durability`].
 //!
 //! Each method builds a plan from [`crate::coord`] and runs it; see `docs/coordination.md` for
 //! what each primitive promises.

@@ -68,7 +68,7 @@ impl ClientOptions {
         }
     }
 
-    /// Credentials for every node (the seed's `defaults`); a password in the URL also works.
+    /// Credentials for every node; a password in the URL also works.
     pub fn credentials(mut self, username: Option<&str>, password: &str) -> Self {
         self.username = username.map(str::to_owned);
         self.password = Some(password.to_owned());

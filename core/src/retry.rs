@@ -1,5 +1,5 @@
 //! What a reply means for routing: pure classification and backoff, written once for every
-//! driver (design.md section 6).
+//! driver (the table in `docs/architecture.md`, "Retries, as implemented").
 
 use std::time::Duration;
 
@@ -87,7 +87,7 @@ pub fn handshake(err: &ServerError, with_auth: bool) -> Handshake {
     }
 }
 
-/// How retryable replies and unreachable nodes are retried (the seed's `withClusterRetry`).
+/// How retryable replies and unreachable nodes are retried (`ClientOptions::cluster_retry`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Attempts after the first send, before giving up (default 10).

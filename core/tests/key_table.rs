@@ -3,7 +3,7 @@
 //! 1 KiB id and the empty string, with the slot of each key.
 //!
 //! The snapshots are the reviewed form of the layout contract (`docs/key-layout.md`); the
-//! explicit tests below pin the cluster keys to the table of design.md section 4 by hand.
+//! explicit tests below pin the keys of both layouts to that document's tables by hand.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fmt::Write as _;
@@ -195,9 +195,9 @@ fn cluster_bucket_indexes_and_legacy_patterns() {
     insta::assert_snapshot!("bucket_indexes_and_patterns", out);
 }
 
-/// The cluster keys of design.md section 4, written out by hand for a plain and a hostile id.
+/// The cluster keys of `docs/key-layout.md`, written out by hand for a plain and a hostile id.
 #[test]
-fn cluster_keys_match_design_section_4() {
+fn cluster_keys_match_the_documented_table() {
     let ks = Keyspace::new(Layout::Cluster, "bot").unwrap();
     let s = |k: Key| k.to_string();
     // Messages: p:{m:<chat>}:z and p:{m:<chat>}:i:<member>.
@@ -278,9 +278,9 @@ fn cluster_keys_match_design_section_4() {
     assert_eq!(CLUSTER_V1, "cluster:v1");
 }
 
-/// The legacy keys of design.md section 4, by hand.
+/// The legacy keys of `docs/key-layout.md`, by hand.
 #[test]
-fn legacy_keys_match_design_section_4() {
+fn legacy_keys_match_the_documented_table() {
     let ks = Keyspace::new(Layout::Legacy, "bot").unwrap();
     let s = |k: Key| k.to_string();
     assert_eq!(s(ks.message_log("c:1")), "bot:msgs:c:1");

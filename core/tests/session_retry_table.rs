@@ -1,4 +1,4 @@
-//! The retry table of design.md section 6, row by row, at the session: what each reply or
+//! The retry table of `docs/architecture.md` ("Retries, as implemented"), row by row, at the session: what each reply or
 //! outcome leads to, how many times the request is written, and whether the map is refreshed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -818,7 +818,7 @@ impl ExtraMaster {
                 }
                 Ok(())
             })?;
-            // A new node stays in the fail state for a while after it joined (design.md): a
+            // A new node stays in the fail state for a while after it joined: a
             // MIGRATE into it would get CLUSTERDOWN.
             poll_until(deadline, "the new master's cluster state is ok", || {
                 let info = AdminConn::connect(extra.addr())?.cmd(&["CLUSTER", "INFO"])?;

@@ -4,7 +4,7 @@
 //! - Plain replication: only calls in flight on the killed master fail, and only as "outcome
 //!   unknown"; everything else rides out the `CLUSTERDOWN` second and the promotion. An
 //!   acknowledged write may be missing afterwards only if the killed master acknowledged it
-//!   (asynchronous replication, the seed's "Limits"); fences, terms and tickets never go
+//!   (asynchronous replication, `docs/reliability.md`); fences, terms and tickets never go
 //!   backwards, except a number the killed master handed out that the promoted replica never
 //!   saw (the same loss).
 //! - `min-replicas-to-write 1` and `WAIT` on grants: no acknowledged grant is lost: the promoted

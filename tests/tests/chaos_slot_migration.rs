@@ -9,7 +9,7 @@
 //!    listing is exact.
 //!
 //! Multi-key scripts on a slot whose keys are split between two masters get `TRYAGAIN` until
-//! the move ends (design.md), so the client's retry budget (40 attempts, about 18 s) is set
+//! the move ends (Redis answers them while a slot's keys sit on two nodes), so the client's retry budget (40 attempts, about 18 s) is set
 //! above the time one migration takes here; the migration is paced by the load's progress.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

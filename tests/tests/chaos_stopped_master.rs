@@ -11,7 +11,7 @@
 //!   stopped master, a retryable reply that ran out, a timeout); calls on other masters succeed;
 //! - the stopped master's slots are served again within node timeout + promotion + the retry
 //!   budget, before the master is resumed;
-//! - every acknowledged write is stored afterwards, except one kind that design.md names as the
+//! - every acknowledged write is stored afterwards, except one kind that `docs/reliability.md` names as the
 //!   asynchronous-replication loss: a write to the stopped master's slots, still unanswered when
 //!   it resumed and acknowledged after (the stale master's late `OK`). The session reports such
 //!   an `OK` as `ReplyLost` once its map names the new master (a stalled connection refreshes
@@ -37,7 +37,8 @@ use botmesh_redis_tests::{both_drivers, eventually, ClusterOptions};
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const NODE_TIMEOUT: Duration = Duration::from_millis(1000);
-/// design.md: with a 1 s node timeout a dead master's replica is promoted 2-3 s after the fault.
+/// With a 1 s node timeout a dead master's replica is promoted 2-3 s after the fault (one
+/// timeout to flag it failing, then the replicas' election delay).
 const PROMOTION: Duration = Duration::from_secs(3);
 
 /// The most a client's retries wait: 10 ms doubling to 500 ms, times the largest jitter.

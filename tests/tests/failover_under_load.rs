@@ -6,7 +6,7 @@
 //! - `kill -9` of a master: only writes sent to it as it died may fail, and only as "outcome
 //!   unknown"; calls to its slots succeed again once its replica is promoted; every
 //!   write acknowledged by the surviving masters, or by the promoted one, is readable. (Writes
-//!   the killed master acknowledged may be lost: asynchronous replication, the seed's "Limits".)
+//!   the killed master acknowledged may be lost: asynchronous replication, `docs/reliability.md`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod driver_support;

@@ -1,7 +1,7 @@
 //! The routing session: the one state machine a driver talks to.
 //!
 //! It owns the slot map, one pipelined connection per node, the timers, and every routing and
-//! retry decision of design.md section 6. It performs no I/O: the driver feeds it events through
+//! retry decision (`docs/architecture.md`, "Retries, as implemented"). It performs no I/O: the driver feeds it events through
 //! the `handle_*` methods and carries out what [`Session::poll`] returns.
 //!
 //! # The driver contract

@@ -73,7 +73,7 @@ impl StoreOptions {
     }
 }
 
-/// The store of a bot's shared state (the seed's `RedisStore`), over an [`Executor`] such as
+/// The store of a bot's shared state, over an [`Executor`] such as
 /// `botmesh_redis_tokio::Client`. Cheap to clone: clones share the executor.
 ///
 /// Build it with [`Store::new`], call [`Store::start`] once, then use it from any task.

@@ -1,6 +1,6 @@
 //! Deleting a chat: its messages, in atomic chunks, then its record.
 //!
-//! The invariants (design.md section 5):
+//! The invariants (`docs/store.md` describes `delete_chat` for users):
 //!
 //! - messages go in chunks of at most [`MAX_PAGE`] (1000), each chunk one
 //!   script call, so each chunk is atomic;

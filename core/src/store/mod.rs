@@ -1,4 +1,4 @@
-//! The store's data operations (the seed's `RedisStore`): messages, chats and contacts,
+//! The store's data operations: messages, chats and contacts,
 //! checkpoints, user data, conversations, cursors, and the `start()` guard.
 //!
 //! Each operation is a [`Plan`](crate::plan::Plan) built by a function of a submodule, in either
