@@ -3,7 +3,7 @@
 //! the same keyspace as a raw-copy reference, in the same run.
 //!
 //! ```text
-//! cargo run --release -p botmesh-redis-tests --bin migrate-bench -- [--chats N] [--messages M]
+//! cargo run --release -p botmesh-redis-bench --bin migrate-bench -- [--chats N] [--messages M]
 //! ```
 //!
 //! The binary starts its own servers with the test harness: one single node (the source) and a

@@ -1,7 +1,7 @@
 //! Benchmark of issue 4: `botmesh-redis-tokio` against redis-rs's cluster-async client.
 //!
 //! ```text
-//! cargo run --release -p botmesh-redis-tests --bin bench -- [--runtime multi|current] [--quick]
+//! cargo run --release -p botmesh-redis-bench --bin bench -- [--runtime multi|current] [--quick]
 //!     [--only W1,W2,W3] [--client botmesh|redis-rs] [--w3-callers N] [--rounds N]
 //! ```
 //!
