@@ -1,15 +1,48 @@
-//! Benchmark of issue 4: `botmesh-redis-tokio` against redis-rs's cluster-async client.
+//! Benchmark of issue 4: `botmesh-redis-tokio` against the strongest Rust peers, redis-rs and
+//! fred, on a Redis Cluster and on a standalone server.
 //!
 //! ```text
-//! cargo run --release -p botmesh-redis-bench --bin bench -- [--runtime multi|current] [--quick]
-//!     [--only W1,W2,W3] [--client botmesh|redis-rs] [--w3-callers N] [--rounds N]
+//! cargo run --release -p botmesh-redis-bench --bin bench -- [--deployment cluster|standalone]
+//!     [--runtime multi|current|async-std] [--quick] [--only W1,W2,W3,S1,S2,S3] [--client LIST]
+//!     [--w3-callers N] [--rounds N] [--fred-pool N]
 //! ```
 //!
-//! The binary starts its own Redis Cluster with the test harness: 3 masters and **no replicas**,
-//! so that the numbers measure the clients, not replication. Both clients run in this one
-//! process, on one tokio runtime (`--runtime multi`: the multi-thread scheduler with one worker
-//! per core, the default; `--runtime current`: the current-thread scheduler), one after the
-//! other, against the same cluster.
+//! The binary starts its own servers with the test harness: with `--deployment cluster` (the
+//! default) a Redis Cluster of 3 masters and **no replicas**, so that the numbers measure the
+//! clients, not replication; with `--deployment standalone` one `redis-server` without cluster
+//! mode, same configuration. Every client runs in this one process, on one runtime
+//! (`--runtime multi`: tokio's multi-thread scheduler with one worker per core, the default;
+//! `--runtime current`: tokio's current-thread scheduler; `--runtime async-std`: no tokio at
+//! all, our async-std driver alone), one after the other, against the same servers.
+//!
+//! # Clients
+//!
+//! Each client is built once and shared by every caller (a clone each), the way a bot's tasks
+//! share one client:
+//!
+//! - `botmesh-tokio` (ours; `botmesh-async-std` on `--runtime async-std`): on the cluster
+//!   `ClientOptions::cluster` with the nodes as seeds, on the standalone server
+//!   `ClientOptions::url` with the node's URL.
+//! - `redis-rs` (redis 1.8): on the cluster its cluster-async connection
+//!   (`ClusterClient::get_async_connection`), on the standalone server its multiplexed
+//!   connection (`Client::get_multiplexed_async_connection`), which is what redis-rs offers
+//!   many concurrent callers of one node (its `ConnectionManager` is the same connection with
+//!   reconnection on top). Default settings.
+//! - `fred` (fred 10): one `fred::clients::Client` built by `Builder::from_config` with a
+//!   clustered or a centralized `ServerConfig`, fred's default performance and connection
+//!   settings except `TCP_NODELAY`, which fred's own README example turns on (ours sets it too).
+//! - `fred-pool`: a `fred::clients::Pool` of 2 such clients (`--fred-pool N` sets the size,
+//!   `--fred-pool 0` leaves the pool out), which sends each command to the next client in turn:
+//!   the form fred's own benchmark uses for many tasks. Measured against one client on this
+//!   2-core machine, neither won everywhere, so both run and the ratio line takes the better.
+//! - W3 only: `redis-rs-pipe`, `fred-pipe` and `fred-pool-pipe`, the peers' pipelined listing
+//!   (see W3).
+//!
+//! `--client` takes a comma-separated list of client names: `botmesh`, `redis-rs`,
+//! `redis-rs-pipe`, `fred`, `fred-pipe`, `fred-pool`, `fred-pool-pipe`; a name also selects
+//! the forms named after it (`fred` selects all four of fred's, `redis-rs` both of
+//! redis-rs's). Without it every client runs. On `--runtime async-std` only ours runs: both
+//! peers need tokio.
 //!
 //! # Workloads
 //!
@@ -17,30 +50,45 @@
 //!   item, keys `bench:{m:<chat>}:z` and `bench:{m:<chat>}:i:<id>`) over 10,000 chats with
 //!   200-byte payloads, 200,000 calls by 64 concurrent callers. Ours runs the
 //!   `store::save_message` plan; redis-rs invokes a `redis::Script` with the same Lua source,
-//!   keys and arguments. The script is loaded on every master beforehand (neither client pays
-//!   `NOSCRIPT`) and the cluster is flushed before each client's run, so both insert new data.
-//! - **W2**: `GET` of 100,000 existing keys (`bench:k:<n>`, no hash tag, so over all slots,
-//!   100-byte values, preloaded untimed), each once, by 64 concurrent callers.
+//!   keys and arguments; fred sends `EVALSHA` with the script's SHA-1
+//!   (`LuaInterface::evalsha`), same keys and arguments. The script is loaded on every master
+//!   (or the node) beforehand, so no client pays `NOSCRIPT`, and the data is flushed before each
+//!   client's run, so every client inserts new data. The keys keep their hash tags on the
+//!   standalone server, where they are harmless.
+//! - **W2**: `GET` of 100,000 existing keys (`bench:k:<n>`, no hash tag, so over all slots of
+//!   a cluster, 100-byte values, preloaded untimed), each once, by 64 concurrent callers.
 //! - **W3**: a 32-bucket listing: 32 `ZRANGE idx 0 -1` of 100-member sorted sets
 //!   (`bench:{ch:<b>}:idx`, b in 0..32, preloaded untimed) issued together; 2,000 listings by
-//!   64 concurrent callers (2,048 requests in flight at most). Ours runs one plan whose single
-//!   `Step::Send` holds the 32 requests; redis-rs joins 32 query futures (each on a clone of the
-//!   cluster connection) with `join_all`. One operation is one listing.
+//!   64 concurrent callers (2,048 requests in flight at most). One operation is one listing.
+//!   - ours runs one plan whose single `Step::Send` holds the 32 requests;
+//!   - `redis-rs` joins 32 query futures, each on a clone of the connection, with `join_all`;
+//!     `fred` and `fred-pool` join 32 `zrange` futures on the client or pool the same way;
+//!   - `redis-rs-pipe` sends one `redis::pipe()` of the 32 `ZRANGE`s, `fred-pipe` one
+//!     `Client::pipeline()` of them (`Pipeline::all`), `fred-pool-pipe` the same on the pool's
+//!     next client.
 //!
-//! `--rounds N` runs each of W1-W3 N times with both clients (ours first in even rounds,
-//! redis-rs first in odd ones) and ends each workload with a ratio line (see below). `--quick`
-//! runs a tenth of every count (a smoke test). `--only` and `--client` restrict the run (for
-//! profiling one side with `perf`). `--w3-callers N` changes W3's callers: at 64 (2,048
-//! requests in flight) redis-rs saturates, its per-node pipelines queue (bounded at 50 by
-//! default) and its p99 climbs to hundreds of milliseconds; a smaller N shows both clients
-//! unsaturated.
+//!   On the cluster `redis-rs-pipe` is left out: redis-rs's async cluster connection sends a
+//!   pipeline whole to the node of its first key's slot and refuses one whose keys hash to
+//!   several slots (`CROSSSLOT`, "Received crossed slots in pipeline"); the 32 keys hash to 32
+//!   slots. The bench sends such a pipeline once before W3 and says on stderr what redis-rs
+//!   answered (and runs the form, should a later redis-rs accept it). fred's pipeline routes
+//!   each command to its own node, so `fred-pipe` runs on both deployments.
+//!
+//! `--rounds N` runs each of W1-W3 N times with every client, in an order that rotates by
+//! round (round r starts with the client after the one that started round r - 1), so that no
+//! client always runs first or last on the servers; each workload ends with a ratio line (see
+//! below). `--quick` runs a tenth of every count (a smoke test). `--only` and `--client`
+//! restrict the run (for profiling one client with `perf`). `--w3-callers N` changes W3's
+//! callers: at 64 (2,048 requests in flight) redis-rs's joined form saturates, its per-node
+//! pipelines queue (bounded at 50 by default) and its p99 climbs to hundreds of milliseconds; a
+//! smaller N shows every client unsaturated.
 //!
 //! # What is printed
 //!
-//! One line per workload and client on stdout:
+//! One line per workload and client run on stdout:
 //!
 //! ```text
-//! W1 client=botmesh-tokio runtime=multi ops_per_s=... p50_us=... p99_us=... cpu_s_per_100k=...
+//! W1 client=botmesh-tokio deployment=cluster runtime=multi ops_per_s=... p50_us=... p99_us=... cpu_s_per_100k=...
 //! ```
 //!
 //! - `ops_per_s`: operations over the wall time from the first call to the last reply.
@@ -50,16 +98,22 @@
 //!   operations. It is read from `/proc/self/stat` (fields 14 `utime` and 15 `stime`, summed over
 //!   every thread of the process, in clock ticks of `getconf CLK_TCK`, 100 per second on Linux:
 //!   a 10 ms resolution). The Redis servers are other processes and are not counted; the bench's
-//!   own caller loops (key formatting, timing) are, equally for both clients.
+//!   own caller loops (key formatting, timing) are, equally for every client.
 //!
-//! After the rounds of a workload, one line compares the clients:
+//! After the rounds of a workload, one line compares ours with the best peer:
 //!
 //! ```text
-//! W1 ratio runtime=multi rounds=5 ops_per_s_x=1.12 (1.05-1.20) cpu_per_op_x=0.70 (0.66-0.74)
+//! W1 ratio deployment=cluster runtime=multi rounds=5 best_peer=fred ops_per_s_x=1.41 (1.30-1.52) cpu_per_op_x=0.55 (0.50-0.60)
 //! ```
 //!
-//! Each round gives a ratio (ours / redis-rs) of its two adjacent runs; the line shows their
-//! median and range.
+//! In each round the best peer is the peer's run (any form: `fred-pipe` is one) with the highest
+//! `ops_per_s`; the round's ratios are ours / that run, for throughput and for CPU per
+//! operation alike. The runs of a round are close in time and share the machine's state, so a
+//! ratio per round is fairer than a ratio of medians taken at different moments. The line shows
+//! the median and range of the rounds' ratios, and the best peer: its name when every round
+//! agrees, else each name with the count of rounds it was best in, most first
+//! (`best_peer=fred:4,redis-rs:1`). The goal of issue 4 is at least 1.3 for `ops_per_s_x` and at
+//! most 0.7 for `cpu_per_op_x`, on every workload, cluster and standalone.
 //!
 //! Progress and notes go to stderr, prefixed with `#`. After each line, a note on stderr gives
 //! the servers' side of the same run: the Redis processes' CPU (from `/proc/<pid>/stat`, per
@@ -71,16 +125,25 @@
 //!
 //! A call that fails is counted and reported on stderr after its workload; the line is printed
 //! all the same.
+//!
+//! S1-S3 measure the store's plans end to end, ours only (no peer has a store), in the layout a
+//! user of the deployment gets by default: the cluster layout on the cluster, the legacy one on
+//! the standalone server.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::future::Future;
 use std::io::Write;
+use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use botmesh_redis_async_std::AsyncStd;
 use botmesh_redis_runtime::{Client, Runtime};
-use botmesh_redis_tests::{parse_info, AdminConn, ClusterOptions, RedisCluster};
+// The harness (one use, so that pointing it at another crate is one line).
+use botmesh_redis_tests::{
+    parse_info, AdminConn, ClusterOptions, RedisCluster, ServerOptions, SingleNode,
+};
 use botmesh_redis_tokio::store::{MessageQuery, Store, StoreOptions};
 use botmesh_redis_tokio::Tokio;
 use botmesh_redis_tokio::{
@@ -88,6 +151,8 @@ use botmesh_redis_tokio::{
     Value,
 };
 use bytes::Bytes;
+use fred::interfaces::{ClientLike, KeysInterface, LuaInterface, SortedSetsInterface};
+use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 
 /// Concurrent callers of every workload.
@@ -101,6 +166,26 @@ const VALUE_LEN: usize = 100;
 /// W3: buckets of one listing, and members of each bucket's index.
 const BUCKETS: usize = 32;
 const MEMBERS: usize = 100;
+
+/// Names of the clients, as `--client` takes them and the lines print them (ours is named by
+/// its driver).
+const REDIS_RS: &str = "redis-rs";
+const REDIS_RS_PIPE: &str = "redis-rs-pipe";
+const FRED: &str = "fred";
+const FRED_PIPE: &str = "fred-pipe";
+const FRED_POOL: &str = "fred-pool";
+const FRED_POOL_PIPE: &str = "fred-pool-pipe";
+const CLIENT_NAMES: [&str; 7] = [
+    "botmesh",
+    REDIS_RS,
+    REDIS_RS_PIPE,
+    FRED,
+    FRED_PIPE,
+    FRED_POOL,
+    FRED_POOL_PIPE,
+];
+/// Clients of fred's pool by default (`--fred-pool`).
+const FRED_POOL_SIZE: usize = 2;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum RuntimeKind {
@@ -120,24 +205,45 @@ impl RuntimeKind {
     }
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Deployment {
+    /// 3 masters, no replicas.
+    Cluster,
+    /// One `redis-server` without cluster mode.
+    Standalone,
+}
+
+impl Deployment {
+    fn name(self) -> &'static str {
+        match self {
+            Deployment::Cluster => "cluster",
+            Deployment::Standalone => "standalone",
+        }
+    }
+}
+
 struct Args {
     runtime: RuntimeKind,
+    deployment: Deployment,
     quick: bool,
     only: Option<Vec<String>>,
-    client: Option<String>,
+    clients: Option<Vec<String>>,
     w3_callers: usize,
     rounds: usize,
+    fred_pool: usize,
 }
 
 impl Args {
     fn parse() -> Args {
         let mut args = Args {
             runtime: RuntimeKind::Multi,
+            deployment: Deployment::Cluster,
             quick: false,
             only: None,
-            client: None,
+            clients: None,
             w3_callers: CALLERS,
             rounds: 1,
+            fred_pool: FRED_POOL_SIZE,
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -152,19 +258,41 @@ impl Args {
                         )),
                     }
                 }
+                "--deployment" => {
+                    args.deployment = match it.next().as_deref() {
+                        Some("cluster") => Deployment::Cluster,
+                        Some("standalone") => Deployment::Standalone,
+                        other => usage(&format!(
+                            "--deployment wants cluster or standalone, got {other:?}"
+                        )),
+                    }
+                }
                 "--quick" => args.quick = true,
                 "--only" => {
                     let list = it.next().unwrap_or_else(|| usage("--only wants W1,W2,W3"));
                     args.only = Some(list.split(',').map(|w| w.trim().to_uppercase()).collect());
                 }
-                "--client" => match it.next().as_deref() {
-                    Some(c @ ("botmesh" | "redis-rs")) => args.client = Some(c.to_owned()),
-                    other => usage(&format!(
-                        "--client wants botmesh or redis-rs, got {other:?}"
-                    )),
-                },
+                "--client" => {
+                    let list = it
+                        .next()
+                        .unwrap_or_else(|| usage("--client wants a list of clients"));
+                    let list: Vec<String> = list.split(',').map(|c| c.trim().to_owned()).collect();
+                    if let Some(bad) = list.iter().find(|c| !CLIENT_NAMES.contains(&c.as_str())) {
+                        usage(&format!(
+                            "--client wants some of {}, got {bad:?}",
+                            CLIENT_NAMES.join(", ")
+                        ));
+                    }
+                    args.clients = Some(list);
+                }
                 "--rounds" => args.rounds = positive(it.next(), "--rounds"),
                 "--w3-callers" => args.w3_callers = positive(it.next(), "--w3-callers"),
+                "--fred-pool" => {
+                    args.fred_pool = match it.next().and_then(|n| n.parse().ok()) {
+                        Some(n) if n != 1 => n,
+                        _ => usage("--fred-pool wants 0 (no pool) or a size of 2 or more"),
+                    }
+                }
                 "-h" | "--help" => usage(""),
                 other => usage(&format!("unknown argument {other:?}")),
             }
@@ -178,8 +306,16 @@ impl Args {
             .is_none_or(|only| only.iter().any(|w| w == workload))
     }
 
+    /// Whether `client` (a name of `CLIENT_NAMES`) runs: named, or a client it is a form of
+    /// named (`fred` selects `fred-pipe`, `fred-pool` and `fred-pool-pipe`).
     fn runs_client(&self, client: &str) -> bool {
-        self.client.as_deref().is_none_or(|c| c == client)
+        self.clients.as_ref().is_none_or(|list| {
+            list.iter().any(|c| {
+                client
+                    .strip_prefix(c.as_str())
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
+            })
+        })
     }
 
     /// `n`, or a tenth of it with `--quick`.
@@ -205,10 +341,107 @@ fn usage(problem: &str) -> ! {
         eprintln!("bench: {problem}");
     }
     eprintln!(
-        "usage: bench [--runtime multi|current|async-std] [--quick] [--only W1,W2,W3] \
-         [--client botmesh|redis-rs] [--w3-callers N] [--rounds N]"
+        "usage: bench [--deployment cluster|standalone] [--runtime multi|current|async-std] \
+         [--quick] [--only W1,W2,W3,S1,S2,S3] [--client botmesh,redis-rs,redis-rs-pipe,fred,\
+         fred-pipe,fred-pool,fred-pool-pipe] [--w3-callers N] [--rounds N] [--fred-pool N]"
     );
     std::process::exit(2)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The servers
+// ---------------------------------------------------------------------------------------------
+
+/// The servers of the run, started by the harness and stopped when dropped.
+enum Servers {
+    Cluster(RedisCluster),
+    Standalone(SingleNode),
+}
+
+impl Servers {
+    fn start(deployment: Deployment) -> Servers {
+        match deployment {
+            Deployment::Cluster => Servers::Cluster(RedisCluster::start(
+                ClusterOptions::new().masters(3).replicas_per_master(0),
+            )),
+            Deployment::Standalone => Servers::Standalone(SingleNode::start(ServerOptions::new())),
+        }
+    }
+
+    fn deployment(&self) -> Deployment {
+        match self {
+            Servers::Cluster(_) => Deployment::Cluster,
+            Servers::Standalone(_) => Deployment::Standalone,
+        }
+    }
+
+    /// Client addresses of every node.
+    fn nodes(&self) -> Vec<SocketAddr> {
+        match self {
+            Servers::Cluster(cluster) => cluster.nodes(),
+            Servers::Standalone(node) => vec![node.addr()],
+        }
+    }
+
+    /// Process ids of every node.
+    fn pids(&self) -> Vec<String> {
+        match self {
+            Servers::Cluster(cluster) => cluster
+                .nodes()
+                .into_iter()
+                .map(|addr| {
+                    cluster
+                        .server(addr)
+                        .expect("a node of the cluster")
+                        .pid()
+                        .to_string()
+                })
+                .collect(),
+            Servers::Standalone(node) => vec![node.server().pid().to_string()],
+        }
+    }
+
+    /// Admin connections to the nodes that hold data: the masters, or the node.
+    fn data_nodes(&self) -> Vec<AdminConn> {
+        match self {
+            Servers::Cluster(cluster) => cluster
+                .masters()
+                .expect("masters")
+                .into_iter()
+                .map(|master| cluster.conn(master).expect("a master's admin connection"))
+                .collect(),
+            Servers::Standalone(node) => vec![node.conn().expect("the node's admin connection")],
+        }
+    }
+
+    /// Empties every node.
+    fn flush(&self) {
+        for mut node in self.data_nodes() {
+            node.cmd(&["FLUSHALL"]).expect("FLUSHALL");
+        }
+    }
+
+    /// Loads `script` on every node that holds data, so that no client pays `NOSCRIPT` while
+    /// measured; yields the SHA-1 digest the servers answered.
+    fn load_script(&self, source: &str) -> String {
+        let mut digest = String::new();
+        for mut node in self.data_nodes() {
+            let reply = node.cmd(&["SCRIPT", "LOAD", source]).expect("SCRIPT LOAD");
+            digest = reply
+                .as_str()
+                .expect("SCRIPT LOAD answers the digest")
+                .to_owned();
+        }
+        digest
+    }
+
+    /// Our client's options for these servers.
+    fn our_options(&self) -> ClientOptions {
+        match self {
+            Servers::Cluster(cluster) => ClientOptions::cluster(cluster.seeds()),
+            Servers::Standalone(node) => ClientOptions::url(node.url()),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -240,7 +473,7 @@ fn cpu_seconds_of(pid: &str, ticks_per_s: f64) -> f64 {
     (ticks(11) + ticks(12)) as f64 / ticks_per_s
 }
 
-/// Where CPU time is read: this process, and the cluster's servers.
+/// Where CPU time is read: this process, and the servers.
 struct Probe {
     ticks_per_s: f64,
     servers: Vec<String>,
@@ -257,22 +490,11 @@ struct ServerCounts {
 }
 
 impl Probe {
-    fn new(cluster: &RedisCluster) -> Probe {
-        let servers = cluster
-            .nodes()
-            .into_iter()
-            .map(|addr| {
-                cluster
-                    .server(addr)
-                    .expect("a node of the cluster")
-                    .pid()
-                    .to_string()
-            })
-            .collect();
+    fn new(servers: &Servers) -> Probe {
         Probe {
             ticks_per_s: clock_ticks(),
-            servers,
-            nodes: cluster.nodes(),
+            servers: servers.pids(),
+            nodes: servers.nodes(),
         }
     }
 
@@ -420,116 +642,141 @@ struct Figures {
     cpu_per_100k: f64,
 }
 
-/// One workload's rounds: each round runs both clients, one after the other.
-#[derive(Default)]
-struct Rounds {
-    ours: Vec<Figures>,
-    theirs: Vec<Figures>,
-}
-
-impl Rounds {
-    /// Prints the median of the per-round ratios (ours / redis-rs) and their range. The two runs
-    /// of a round are adjacent in time and share the machine's state, so each round's ratio is
-    /// fairer than a ratio of two medians taken at different moments.
-    fn summarize(&self, workload: &str, runtime: RuntimeKind) {
-        let pairs = || self.ours.iter().zip(&self.theirs);
-        let speed: Vec<f64> = pairs().map(|(o, t)| o.ops_per_s / t.ops_per_s).collect();
-        let cpu: Vec<f64> = pairs()
-            .map(|(o, t)| o.cpu_per_100k / t.cpu_per_100k)
-            .collect();
-        let (Some(speed), Some(cpu)) = (Spread::of(speed), Spread::of(cpu)) else {
-            return;
-        };
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(
-            out,
-            "{workload} ratio runtime={} rounds={} ops_per_s_x={:.2} ({:.2}-{:.2}) \
-             cpu_per_op_x={:.2} ({:.2}-{:.2})",
-            runtime.name(),
-            self.ours.len().min(self.theirs.len()),
-            speed.median,
-            speed.min,
-            speed.max,
-            cpu.median,
-            cpu.min,
-            cpu.max,
-        );
-        let _ = out.flush();
-    }
-}
-
 /// What every comparison shares.
 struct Bench<'a> {
     runtime: RuntimeKind,
+    deployment: Deployment,
     rounds: usize,
     probe: &'a Probe,
-    /// Our client's name in the lines.
-    ours_name: &'a str,
 }
 
-/// One workload run by both clients, round after round.
+/// A run of one workload by one client, measured; boxed so that clients whose workers differ
+/// in type sit in one list.
+type RunFn<'a> = Box<dyn Fn() -> Pin<Box<dyn Future<Output = Measured> + 'a>> + 'a>;
+
+/// One client in a workload's comparison.
+struct Contender<'a> {
+    /// Its name in the lines.
+    name: String,
+    /// A peer, or ours.
+    peer: bool,
+    run: RunFn<'a>,
+}
+
+/// One workload run by several clients, round after round.
 struct Compared<'a> {
     workload: &'static str,
     total: usize,
     callers: usize,
-    /// Run before each client's run (W1 empties the cluster).
+    /// Run before each client's run (W1 empties the servers).
     before_each: &'a dyn Fn(),
 }
 
-impl Compared<'_> {
-    /// Runs the rounds (a client given as `None` is skipped), prints a line per run and the
-    /// ratio line.
-    async fn run<A: Worker, B: Worker>(
+impl<'a> Compared<'a> {
+    /// A contender whose callers each get a worker from `make`.
+    fn contender<W: Worker>(
         &self,
-        bench: &Bench<'_>,
-        mut ours: Option<impl FnMut() -> A>,
-        mut theirs: Option<impl FnMut() -> B>,
-    ) {
-        let (rt, probe) = (bench.runtime, bench.probe);
-        let mut rounds = Rounds::default();
+        bench: &Bench<'a>,
+        name: &str,
+        peer: bool,
+        make: impl Fn() -> W + 'a,
+    ) -> Contender<'a> {
+        let (rt, total, callers, probe) = (bench.runtime, self.total, self.callers, bench.probe);
+        // Each run gets its own handle on `make`, so that the run's future owns what it uses.
+        let make = std::rc::Rc::new(make);
+        Contender {
+            name: name.to_owned(),
+            peer,
+            run: Box::new(move || {
+                let make = make.clone();
+                Box::pin(drive(rt, total, callers, probe, move || make()))
+            }),
+        }
+    }
+
+    /// Runs the rounds, prints a line per run and the ratio line.
+    async fn run(&self, bench: &Bench<'_>, contenders: Vec<Contender<'_>>) {
+        let count = contenders.len();
+        let mut rounds = Vec::with_capacity(bench.rounds);
         for round in 0..bench.rounds {
-            for side in Side::order(round) {
-                let (make_ours, make_theirs) = match side {
-                    Side::Ours => (ours.as_mut(), None),
-                    Side::Theirs => (None, theirs.as_mut()),
-                };
-                if let Some(make) = make_ours {
-                    (self.before_each)();
-                    let m = drive(rt, self.total, self.callers, probe, make).await;
-                    rounds
-                        .ours
-                        .push(report(self.workload, bench.ours_name, rt, &m));
-                }
-                if let Some(make) = make_theirs {
-                    (self.before_each)();
-                    let m = drive(rt, self.total, self.callers, probe, make).await;
-                    rounds
-                        .theirs
-                        .push(report(self.workload, "redis-rs", rt, &m));
-                }
+            // The order rotates by one client per round: with two clients, who goes first
+            // alternates; with more, each is first, second, ... in turn, so that none always runs
+            // on the warmest (or most fragmented) servers.
+            let mut figures = vec![None; count];
+            for k in 0..count {
+                let i = (round + k) % count;
+                let contender = &contenders[i];
+                (self.before_each)();
+                let m = (contender.run)().await;
+                figures[i] = Some(report(bench, self.workload, &contender.name, &m));
             }
+            rounds.push(figures);
         }
-        rounds.summarize(self.workload, rt);
+        summarize(bench, self.workload, &contenders, &rounds);
     }
 }
 
-/// The two clients of a round.
-#[derive(Clone, Copy)]
-enum Side {
-    Ours,
-    Theirs,
-}
-
-impl Side {
-    /// Who runs first alternates, so that neither client always runs on a warmer (or more
-    /// fragmented) server.
-    fn order(round: usize) -> [Side; 2] {
-        if round.is_multiple_of(2) {
-            [Side::Ours, Side::Theirs]
-        } else {
-            [Side::Theirs, Side::Ours]
+/// Prints the ratio line of a workload: each round's ours / best peer, their median and range.
+fn summarize(
+    bench: &Bench<'_>,
+    workload: &str,
+    contenders: &[Contender<'_>],
+    rounds: &[Vec<Option<Figures>>],
+) {
+    let Some(ours) = contenders.iter().position(|c| !c.peer) else {
+        return;
+    };
+    let mut speed = Vec::new();
+    let mut cpu = Vec::new();
+    // How many rounds each peer was the best of, in the order of first being best.
+    let mut best_counts: Vec<(&str, usize)> = Vec::new();
+    for figures in rounds {
+        let Some(our) = figures[ours] else { continue };
+        let best = contenders
+            .iter()
+            .zip(figures)
+            .filter(|(c, _)| c.peer)
+            .filter_map(|(c, f)| f.map(|f| (c.name.as_str(), f)))
+            .max_by(|a, b| a.1.ops_per_s.total_cmp(&b.1.ops_per_s));
+        let Some((name, best)) = best else { continue };
+        speed.push(our.ops_per_s / best.ops_per_s);
+        cpu.push(our.cpu_per_100k / best.cpu_per_100k);
+        match best_counts.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, count)) => *count += 1,
+            None => best_counts.push((name, 1)),
         }
     }
+    let compared = speed.len();
+    let (Some(speed), Some(cpu)) = (Spread::of(speed), Spread::of(cpu)) else {
+        return;
+    };
+    let best_peer = match best_counts.as_slice() {
+        [(name, _)] => (*name).to_owned(),
+        _ => {
+            // Most rounds first; a stable sort keeps ties in the order they were first best.
+            best_counts.sort_by_key(|(_, count)| std::cmp::Reverse(*count));
+            let names: Vec<String> = best_counts
+                .iter()
+                .map(|(name, count)| format!("{name}:{count}"))
+                .collect();
+            names.join(",")
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "{workload} ratio deployment={} runtime={} rounds={compared} best_peer={best_peer} \
+         ops_per_s_x={:.2} ({:.2}-{:.2}) cpu_per_op_x={:.2} ({:.2}-{:.2})",
+        bench.deployment.name(),
+        bench.runtime.name(),
+        speed.median,
+        speed.min,
+        speed.max,
+        cpu.median,
+        cpu.min,
+        cpu.max,
+    );
+    let _ = out.flush();
 }
 
 /// Median and range of some figures.
@@ -556,16 +803,17 @@ impl Spread {
     }
 }
 
-fn report(workload: &str, client: &str, runtime: RuntimeKind, m: &Measured) -> Figures {
+fn report(bench: &Bench<'_>, workload: &str, client: &str, m: &Measured) -> Figures {
     let ops_per_s = m.ops as f64 / m.wall.as_secs_f64();
     let cpu_per_100k = m.cpu_s * 100_000.0 / m.ops as f64;
     // A closed stdout (`bench | head -1`) must not panic: a panic keeps the servers' folders.
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "{workload} client={client} runtime={} ops_per_s={ops_per_s:.0} p50_us={:.1} \
-         p99_us={:.1} cpu_s_per_100k={cpu_per_100k:.3}",
-        runtime.name(),
+        "{workload} client={client} deployment={} runtime={} ops_per_s={ops_per_s:.0} \
+         p50_us={:.1} p99_us={:.1} cpu_s_per_100k={cpu_per_100k:.3}",
+        bench.deployment.name(),
+        bench.runtime.name(),
         m.percentile_us(50),
         m.percentile_us(99),
     );
@@ -816,9 +1064,49 @@ impl<R: Runtime> Worker for StoreListChats<R> {
 // Workers: redis-rs
 // ---------------------------------------------------------------------------------------------
 
+/// redis-rs's connection on either deployment. One type for both lets each worker be written
+/// once; the calls go straight through (each returns the inner connection's own boxed
+/// future), so the wrapper adds no allocation.
+#[derive(Clone)]
+enum RedisConn {
+    Cluster(ClusterConnection),
+    Standalone(MultiplexedConnection),
+}
+
+impl redis::aio::ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            RedisConn::Cluster(conn) => conn.req_packed_command(cmd),
+            RedisConn::Standalone(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            RedisConn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            RedisConn::Standalone(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RedisConn::Cluster(conn) => conn.get_db(),
+            RedisConn::Standalone(conn) => conn.get_db(),
+        }
+    }
+}
+
 /// W1 with redis-rs: `redis::Script` with the same source, keys and arguments.
 struct SaveRedis {
-    conn: ClusterConnection,
+    conn: RedisConn,
     script: Arc<redis::Script>,
     ks: Keyspace,
     payload: Bytes,
@@ -849,7 +1137,7 @@ impl Worker for SaveRedis {
 
 /// W2 with redis-rs: one `GET`.
 struct GetRedis {
-    conn: ClusterConnection,
+    conn: RedisConn,
 }
 
 impl Worker for GetRedis {
@@ -867,9 +1155,24 @@ impl Worker for GetRedis {
     }
 }
 
+/// Members counted over the replies of one listing, or what was wrong.
+fn count_redis_members(replies: impl IntoIterator<Item = redis::Value>) -> Result<(), String> {
+    let mut members = 0;
+    for reply in replies {
+        match reply {
+            redis::Value::Array(items) => members += items.len(),
+            other => return Err(format!("ZRANGE: unexpected {other:?}")),
+        }
+    }
+    match members {
+        m if m == BUCKETS * MEMBERS => Ok(()),
+        m => Err(format!("listing: {m} members")),
+    }
+}
+
 /// W3 with redis-rs: 32 `ZRANGE` futures, each on a clone of the connection, joined.
 struct ListRedis {
-    conn: ClusterConnection,
+    conn: RedisConn,
     keys: Arc<Vec<String>>,
 }
 
@@ -884,23 +1187,42 @@ impl Worker for ListRedis {
                 reply
             }
         });
-        let mut members = 0;
-        for reply in futures_util::future::join_all(calls).await {
-            match reply.map_err(describe)? {
-                redis::Value::Array(items) => members += items.len(),
-                other => return Err(format!("ZRANGE: unexpected {other:?}")),
-            }
-        }
-        match members {
-            m if m == BUCKETS * MEMBERS => Ok(()),
-            m => Err(format!("listing: {m} members")),
-        }
+        let replies: Result<Vec<redis::Value>, _> = futures_util::future::join_all(calls)
+            .await
+            .into_iter()
+            .collect();
+        count_redis_members(replies.map_err(describe)?)
+    }
+}
+
+/// The pipeline of one listing: 32 `ZRANGE`s.
+fn listing_pipe(keys: &[String]) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    for key in keys {
+        pipe.cmd("ZRANGE").arg(key.as_str()).arg(0).arg(-1);
+    }
+    pipe
+}
+
+/// W3 with redis-rs's pipeline: one `redis::pipe()` of the 32 `ZRANGE`s.
+struct ListRedisPipe {
+    conn: RedisConn,
+    keys: Arc<Vec<String>>,
+}
+
+impl Worker for ListRedisPipe {
+    async fn op(&mut self, _n: usize) -> Result<(), String> {
+        let replies: Vec<redis::Value> = listing_pipe(&self.keys)
+            .query_async(&mut self.conn)
+            .await
+            .map_err(describe)?;
+        count_redis_members(replies)
     }
 }
 
 /// A worker that does nothing but `GET` of keys that do not exist: opens every connection.
 struct WarmRedis {
-    conn: ClusterConnection,
+    conn: RedisConn,
 }
 
 impl Worker for WarmRedis {
@@ -915,27 +1237,254 @@ impl Worker for WarmRedis {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Workers: fred
+// ---------------------------------------------------------------------------------------------
+
+/// fred's client: one `Client` (`fred`), or a `Pool` of them (`fred-pool`). The methods are the
+/// calls of W1-W3, each straight through to fred's own.
+#[derive(Clone)]
+enum FredConn {
+    One(fred::clients::Client),
+    Pool(fred::clients::Pool),
+}
+
+type FredResult<T> = Result<T, fred::error::Error>;
+
+impl FredConn {
+    /// Builds and connects fred's client for these servers.
+    async fn connect(servers: &Servers, pool: usize) -> FredConn {
+        use fred::types::config::{Config, ServerConfig, TcpConfig};
+        let host = |addr: SocketAddr| (addr.ip().to_string(), addr.port());
+        let server = match servers {
+            Servers::Cluster(_) => {
+                ServerConfig::new_clustered(servers.nodes().into_iter().map(host).collect())
+            }
+            Servers::Standalone(node) => {
+                let (ip, port) = host(node.addr());
+                ServerConfig::new_centralized(ip, port)
+            }
+        };
+        let mut builder = fred::types::Builder::from_config(Config {
+            server,
+            ..Config::default()
+        });
+        // fred leaves TCP_NODELAY to the OS (off) unless told; its README's example turns it
+        // on, as ours does.
+        builder.with_connection_config(|connection| {
+            connection.tcp = TcpConfig {
+                nodelay: Some(true),
+                ..TcpConfig::default()
+            };
+        });
+        let conn = if pool > 1 {
+            FredConn::Pool(builder.build_pool(pool).expect("a fred pool"))
+        } else {
+            FredConn::One(builder.build().expect("a fred client"))
+        };
+        // The connection tasks run on the runtime until `quit`; their handles are not needed.
+        match &conn {
+            FredConn::One(client) => drop(client.init().await.expect("fred connects")),
+            FredConn::Pool(pool) => drop(pool.init().await.expect("fred's pool connects")),
+        }
+        conn
+    }
+
+    async fn evalsha(
+        &self,
+        sha: fred::bytes_utils::Str,
+        keys: [fred::types::Key; 2],
+        args: [fred::types::Value; 3],
+    ) -> FredResult<i64> {
+        match self {
+            FredConn::One(client) => client.evalsha(sha, keys.to_vec(), args).await,
+            FredConn::Pool(pool) => pool.evalsha(sha, keys.to_vec(), args).await,
+        }
+    }
+
+    async fn get(&self, key: String) -> FredResult<Option<Bytes>> {
+        match self {
+            FredConn::One(client) => client.get(key).await,
+            FredConn::Pool(pool) => pool.get(key).await,
+        }
+    }
+
+    /// `ZRANGE key 0 -1`.
+    async fn zrange_all(&self, key: fred::types::Key) -> FredResult<fred::types::Value> {
+        match self {
+            FredConn::One(client) => {
+                client
+                    .zrange(key, 0_i64, -1_i64, None, false, None, false)
+                    .await
+            }
+            FredConn::Pool(pool) => {
+                pool.zrange(key, 0_i64, -1_i64, None, false, None, false)
+                    .await
+            }
+        }
+    }
+
+    /// A pipeline on the client, or on the pool's next client.
+    fn pipeline(&self) -> fred::clients::Pipeline<fred::clients::Client> {
+        match self {
+            FredConn::One(client) => client.pipeline(),
+            FredConn::Pool(pool) => pool.next().pipeline(),
+        }
+    }
+
+    async fn quit(&self) {
+        let quit = match self {
+            FredConn::One(client) => client.quit().await,
+            FredConn::Pool(pool) => pool.quit().await,
+        };
+        if let Err(e) = quit {
+            eprintln!("# fred: QUIT failed: {e}");
+        }
+    }
+}
+
+/// W1 with fred: `EVALSHA` of the same script, keys and arguments.
+struct SaveFred {
+    conn: FredConn,
+    sha: fred::bytes_utils::Str,
+    ks: Keyspace,
+    payload: Bytes,
+}
+
+impl Worker for SaveFred {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        use fred::types::{Key as FredKey, Value as FredValue};
+        let chat = format!("c{}", n % CHATS);
+        let id = format!("m{n}");
+        let log = self.ks.message_log(&chat);
+        let item = self.ks.message_item(&chat, &id);
+        let added = self
+            .conn
+            .evalsha(
+                self.sha.clone(),
+                [
+                    FredKey::from(log.as_bytes()),
+                    FredKey::from(item.as_bytes()),
+                ],
+                [
+                    FredValue::from(id.as_str()),
+                    FredValue::Integer(n as i64),
+                    FredValue::Bytes(self.payload.clone()),
+                ],
+            )
+            .await
+            .map_err(describe)?;
+        match added {
+            1 => Ok(()),
+            other => Err(format!("message {id}: script returned {other}")),
+        }
+    }
+}
+
+/// W2 with fred: one `GET`.
+struct GetFred {
+    conn: FredConn,
+}
+
+impl Worker for GetFred {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        let key = format!("bench:k:{n}");
+        match self.conn.get(key).await.map_err(describe)? {
+            Some(v) if v.len() == VALUE_LEN => Ok(()),
+            other => Err(format!("GET bench:k:{n}: unexpected {other:?}")),
+        }
+    }
+}
+
+/// Members counted over the replies of one listing, or what was wrong.
+fn count_fred_members(replies: impl IntoIterator<Item = fred::types::Value>) -> Result<(), String> {
+    let mut members = 0;
+    for reply in replies {
+        match reply {
+            fred::types::Value::Array(items) => members += items.len(),
+            other => return Err(format!("ZRANGE: unexpected {other:?}")),
+        }
+    }
+    match members {
+        m if m == BUCKETS * MEMBERS => Ok(()),
+        m => Err(format!("listing: {m} members")),
+    }
+}
+
+/// W3 with fred: 32 `zrange` futures on the client, joined.
+struct ListFred {
+    conn: FredConn,
+    keys: Arc<Vec<fred::types::Key>>,
+}
+
+impl Worker for ListFred {
+    async fn op(&mut self, _n: usize) -> Result<(), String> {
+        let calls = self
+            .keys
+            .iter()
+            .map(|key| self.conn.zrange_all(key.clone()));
+        let replies: Result<Vec<fred::types::Value>, _> = futures_util::future::join_all(calls)
+            .await
+            .into_iter()
+            .collect();
+        count_fred_members(replies.map_err(describe)?)
+    }
+}
+
+/// W3 with fred's pipeline: the 32 `ZRANGE`s queued on one `Pipeline`, sent with `all`.
+struct ListFredPipe {
+    conn: FredConn,
+    keys: Arc<Vec<fred::types::Key>>,
+}
+
+impl Worker for ListFredPipe {
+    async fn op(&mut self, _n: usize) -> Result<(), String> {
+        let pipeline = self.conn.pipeline();
+        for key in self.keys.iter() {
+            // Queues the command in memory; nothing is sent yet.
+            let () = pipeline
+                .zrange(key.clone(), 0_i64, -1_i64, None, false, None, false)
+                .await
+                .map_err(describe)?;
+        }
+        match pipeline.all().await.map_err(describe)? {
+            fred::types::Value::Array(replies) => count_fred_members(replies),
+            other => Err(format!("pipeline: unexpected {other:?}")),
+        }
+    }
+}
+
+/// A worker that does nothing but `GET` of keys that do not exist: opens every connection.
+struct WarmFred {
+    conn: FredConn,
+}
+
+impl Worker for WarmFred {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        self.conn
+            .get(format!("bench:warm:{n}"))
+            .await
+            .map(drop)
+            .map_err(describe)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The run
 // ---------------------------------------------------------------------------------------------
 
-fn flush(cluster: &RedisCluster) {
-    cluster.flush_all().expect("FLUSHALL on every master");
-}
-
-/// Loads `script` on every master, so that neither client pays `NOSCRIPT` while measured.
-fn load_script(cluster: &RedisCluster, source: &str) {
-    for master in cluster.masters().expect("masters") {
-        cluster
-            .conn(master)
-            .and_then(|mut c| c.cmd(&["SCRIPT", "LOAD", source]))
-            .expect("SCRIPT LOAD");
-    }
+/// The peers' connections, each present when one of its forms runs.
+struct Peers {
+    redis: Option<RedisConn>,
+    /// fred's one client.
+    fred: Option<FredConn>,
+    /// fred's pool.
+    fred_pool: Option<FredConn>,
 }
 
 async fn warm_up<R: Runtime>(
     rt: RuntimeKind,
     ours: Option<&Client<R>>,
-    theirs: Option<&ClusterConnection>,
+    peers: &Peers,
     probe: &Probe,
 ) {
     const WARM: usize = 5_000;
@@ -954,54 +1503,54 @@ async fn warm_up<R: Runtime>(
         .await;
         assert_eq!(m.errors, 0, "warm-up failed: {:?}", m.first_error);
     }
-    if let Some(conn) = theirs {
+    if let Some(conn) = &peers.redis {
         let m = drive(rt, WARM, CALLERS, probe, || WarmRedis {
             conn: conn.clone(),
         })
         .await;
-        assert_eq!(m.errors, 0, "warm-up failed: {:?}", m.first_error);
+        assert_eq!(m.errors, 0, "redis-rs warm-up failed: {:?}", m.first_error);
+    }
+    for conn in [&peers.fred, &peers.fred_pool].into_iter().flatten() {
+        let m = drive(rt, WARM, CALLERS, probe, || WarmFred { conn: conn.clone() }).await;
+        assert_eq!(m.errors, 0, "fred warm-up failed: {:?}", m.first_error);
     }
 }
 
-/// Runs the workloads with our client on runtime `R` (named `name` in the lines) and, when
-/// `theirs` is given, with redis-rs.
-async fn run<R: Runtime>(
-    args: Args,
-    cluster: RedisCluster,
-    name: &str,
-    theirs: Option<ClusterConnection>,
-) {
+/// Runs the workloads with our client on runtime `R` (named `name` in the lines) and with the
+/// peers given.
+async fn run<R: Runtime>(args: Args, servers: Servers, name: &str, peers: Peers) {
     let rt = args.runtime;
-    let probe = &Probe::new(&cluster);
+    let probe = &Probe::new(&servers);
     let bench = Bench {
         runtime: rt,
+        deployment: servers.deployment(),
         rounds: args.rounds,
         probe,
-        ours_name: name,
     };
-    let seeds = cluster.seeds();
-    let ours = Client::<R>::connect(ClientOptions::cluster(seeds.clone()))
+    let ours = Client::<R>::connect(servers.our_options())
         .await
         .expect("botmesh client connects");
     let run_ours = args.runs_client("botmesh");
-    let run_theirs = args.runs_client("redis-rs") && theirs.is_some();
-    let theirs = theirs.as_ref();
-    warm_up(
-        rt,
-        run_ours.then_some(&ours),
-        theirs.filter(|_| run_theirs),
-        probe,
-    )
-    .await;
+    // A peer's form runs when selected and its connection is there.
+    let redis = |form: &str| peers.redis.as_ref().filter(|_| args.runs_client(form));
+    let fred = |form: &str| {
+        match form.starts_with(FRED_POOL) {
+            true => peers.fred_pool.as_ref(),
+            false => peers.fred.as_ref(),
+        }
+        .filter(|_| args.runs_client(form))
+    };
+    warm_up(rt, run_ours.then_some(&ours), &peers, probe).await;
     let ks = Keyspace::new(Layout::Cluster, "bench").expect("keyspace");
     let payload = Bytes::from(vec![b'p'; PAYLOAD_LEN]);
 
     if args.runs("W1") {
         let total = args.scaled(200_000);
-        load_script(&cluster, botmesh_redis_core::scripts::SAVE_MESSAGE.source());
-        let script = Arc::new(redis::Script::new(
-            botmesh_redis_core::scripts::SAVE_MESSAGE.source(),
-        ));
+        let source = botmesh_redis_core::scripts::SAVE_MESSAGE.source();
+        // fred is given the digest as the servers computed it (redis-rs's `Script` and our
+        // client compute the same one themselves).
+        let sha = fred::bytes_utils::Str::from(servers.load_script(source));
+        let script = Arc::new(redis::Script::new(source));
         eprintln!(
             "# W1: save_message over {CHATS} chats, {PAYLOAD_LEN}-byte payloads, \
              {total} calls, {CALLERS} callers"
@@ -1010,28 +1559,40 @@ async fn run<R: Runtime>(
             workload: "W1",
             total,
             callers: CALLERS,
-            // Both clients insert new data.
-            before_each: &|| flush(&cluster),
+            // Every client inserts new data.
+            before_each: &|| servers.flush(),
         };
-        let theirs_worker = theirs.filter(|_| run_theirs).map(|conn| {
-            || SaveRedis {
+        let mut contenders = Vec::new();
+        if run_ours {
+            contenders.push(compared.contender(&bench, name, false, || SaveOurs {
+                client: ours.clone(),
+                ks: ks.clone(),
+                payload: payload.clone(),
+            }));
+        }
+        if let Some(conn) = redis(REDIS_RS) {
+            contenders.push(compared.contender(&bench, REDIS_RS, true, || SaveRedis {
                 conn: conn.clone(),
                 script: script.clone(),
                 ks: ks.clone(),
                 payload: payload.clone(),
-            }
-        });
-        let ours_worker = run_ours.then_some(|| SaveOurs {
-            client: ours.clone(),
-            ks: ks.clone(),
-            payload: payload.clone(),
-        });
-        compared.run(&bench, ours_worker, theirs_worker).await;
+            }));
+        }
+        for form in [FRED, FRED_POOL] {
+            let Some(conn) = fred(form) else { continue };
+            contenders.push(compared.contender(&bench, form, true, || SaveFred {
+                conn: conn.clone(),
+                sha: sha.clone(),
+                ks: ks.clone(),
+                payload: payload.clone(),
+            }));
+        }
+        compared.run(&bench, contenders).await;
     }
 
     if args.runs("W2") {
         let total = args.scaled(100_000);
-        flush(&cluster);
+        servers.flush();
         let value = Bytes::from(vec![b'v'; VALUE_LEN]);
         let set = Arc::new(move |n: usize| {
             Request::cmd(Access::Write, "SET")
@@ -1046,26 +1607,36 @@ async fn run<R: Runtime>(
         })
         .await;
         assert_eq!(loaded.errors, 0, "W2 preload: {:?}", loaded.first_error);
-        eprintln!("# W2: GET of {total} existing keys over all slots, {CALLERS} callers");
+        eprintln!("# W2: GET of {total} existing keys, {CALLERS} callers");
         let compared = Compared {
             workload: "W2",
             total,
             callers: CALLERS,
             before_each: &|| {},
         };
-        let theirs_worker = theirs
-            .filter(|_| run_theirs)
-            .map(|conn| || GetRedis { conn: conn.clone() });
-        let ours_worker = run_ours.then_some(|| GetOurs {
-            client: ours.clone(),
-        });
-        compared.run(&bench, ours_worker, theirs_worker).await;
+        let mut contenders = Vec::new();
+        if run_ours {
+            contenders.push(compared.contender(&bench, name, false, || GetOurs {
+                client: ours.clone(),
+            }));
+        }
+        if let Some(conn) = redis(REDIS_RS) {
+            contenders.push(
+                compared.contender(&bench, REDIS_RS, true, || GetRedis { conn: conn.clone() }),
+            );
+        }
+        for form in [FRED, FRED_POOL] {
+            let Some(conn) = fred(form) else { continue };
+            contenders
+                .push(compared.contender(&bench, form, true, || GetFred { conn: conn.clone() }));
+        }
+        compared.run(&bench, contenders).await;
     }
 
     if args.runs("W3") {
         let total = args.scaled(2_000);
         let callers = args.w3_callers;
-        flush(&cluster);
+        servers.flush();
         let names: Vec<String> = (0..BUCKETS)
             .map(|b| format!("bench:{{ch:{b}}}:idx"))
             .collect();
@@ -1089,46 +1660,88 @@ async fn run<R: Runtime>(
             "# W3: {total} listings of {BUCKETS} x ZRANGE 0 -1 ({MEMBERS} members each), \
              {callers} callers"
         );
+        let fred_keys: Arc<Vec<fred::types::Key>> =
+            Arc::new(names.iter().map(fred::types::Key::from).collect());
         let names = Arc::new(names);
+        // redis-rs's pipeline runs only where redis-rs accepts the listing's pipeline: tried
+        // once, and the answer said.
+        let mut redis_pipe = redis(REDIS_RS_PIPE);
+        if let Some(conn) = redis_pipe {
+            let tried: Result<Vec<redis::Value>, _> =
+                listing_pipe(&names).query_async(&mut conn.clone()).await;
+            if let Err(e) = tried.map_err(describe).and_then(count_redis_members) {
+                eprintln!(
+                    "# W3: {REDIS_RS_PIPE} left out on this deployment: redis-rs refused the \
+                     listing's pipeline of {BUCKETS} ZRANGEs over {BUCKETS} slots: {e}"
+                );
+                redis_pipe = None;
+            }
+        }
         let compared = Compared {
             workload: "W3",
             total,
             callers,
             before_each: &|| {},
         };
-        let theirs_worker = theirs.filter(|_| run_theirs).map(|conn| {
-            || ListRedis {
+        let mut contenders = Vec::new();
+        if run_ours {
+            contenders.push(compared.contender(&bench, name, false, || ListOurs {
+                client: ours.clone(),
+                keys: keys.clone(),
+            }));
+        }
+        if let Some(conn) = redis(REDIS_RS) {
+            contenders.push(compared.contender(&bench, REDIS_RS, true, || ListRedis {
                 conn: conn.clone(),
                 keys: names.clone(),
+            }));
+        }
+        if let Some(conn) = redis_pipe {
+            contenders.push(
+                compared.contender(&bench, REDIS_RS_PIPE, true, || ListRedisPipe {
+                    conn: conn.clone(),
+                    keys: names.clone(),
+                }),
+            );
+        }
+        for (joined, piped) in [(FRED, FRED_PIPE), (FRED_POOL, FRED_POOL_PIPE)] {
+            if let Some(conn) = fred(joined) {
+                contenders.push(compared.contender(&bench, joined, true, || ListFred {
+                    conn: conn.clone(),
+                    keys: fred_keys.clone(),
+                }));
             }
-        });
-        let ours_worker = run_ours.then_some(|| ListOurs {
-            client: ours.clone(),
-            keys: keys.clone(),
-        });
-        compared.run(&bench, ours_worker, theirs_worker).await;
+            if let Some(conn) = fred(piped) {
+                contenders.push(compared.contender(&bench, piped, true, || ListFredPipe {
+                    conn: conn.clone(),
+                    keys: fred_keys.clone(),
+                }));
+            }
+        }
+        compared.run(&bench, contenders).await;
     }
 
-    // Store-level workloads (ours only: they measure the store's plans end to end).
+    // Store-level workloads (ours only: they measure the store's plans end to end), in the
+    // layout a user of the deployment gets by default.
     let store = Store::new(
         ours.clone(),
-        StoreOptions::new("bench-store").cluster_client(true),
+        StoreOptions::new("bench-store").cluster_client(bench.deployment == Deployment::Cluster),
     )
     .expect("store");
     if args.runs("S1") {
         let total = args.scaled(100_000);
-        flush(&cluster);
+        servers.flush();
         eprintln!("# S1: Store::save_message over {CHATS} chats, {PAYLOAD_LEN}-byte payloads");
         let m = drive(rt, total, CALLERS, probe, || StoreSave {
             store: store.clone(),
             payload: payload.clone(),
         })
         .await;
-        report("S1", name, rt, &m);
+        report(&bench, "S1", name, &m);
     }
     if args.runs("S2") {
         let total = args.scaled(20_000);
-        flush(&cluster);
+        servers.flush();
         let loaded = drive(rt, S2_CHATS * S2_MESSAGES, CALLERS, probe, || StoreLoad {
             store: store.clone(),
             payload: payload.clone(),
@@ -1143,11 +1756,11 @@ async fn run<R: Runtime>(
             store: store.clone(),
         })
         .await;
-        report("S2", name, rt, &m);
+        report(&bench, "S2", name, &m);
     }
     if args.runs("S3") {
         let total = args.scaled(5_000);
-        flush(&cluster);
+        servers.flush();
         let loaded = drive(rt, S3_CHATS, CALLERS, probe, || StoreUpsertChat {
             store: store.clone(),
         })
@@ -1160,27 +1773,48 @@ async fn run<R: Runtime>(
             store: store.clone(),
         })
         .await;
-        report("S3", name, rt, &m);
+        report(&bench, "S3", name, &m);
     }
 
     ours.close().await;
+    for fred in [&peers.fred, &peers.fred_pool].into_iter().flatten() {
+        fred.quit().await;
+    }
 }
 
-/// The redis-rs cluster connection of the comparison.
-async fn redis_rs(cluster: &RedisCluster) -> ClusterConnection {
-    redis::cluster::ClusterClient::new(cluster.seeds().iter().map(|s| format!("redis://{s}")))
-        .expect("redis-rs cluster client")
-        .get_async_connection()
-        .await
-        .expect("redis-rs cluster connection")
+/// redis-rs's connection for the servers: its cluster-async connection on the cluster, its
+/// multiplexed connection on the standalone server.
+async fn redis_rs(servers: &Servers) -> RedisConn {
+    match servers {
+        Servers::Cluster(cluster) => RedisConn::Cluster(
+            redis::cluster::ClusterClient::new(
+                cluster.seeds().iter().map(|s| format!("redis://{s}")),
+            )
+            .expect("redis-rs cluster client")
+            .get_async_connection()
+            .await
+            .expect("redis-rs cluster connection"),
+        ),
+        Servers::Standalone(node) => RedisConn::Standalone(
+            redis::Client::open(node.url())
+                .expect("redis-rs client")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("redis-rs multiplexed connection"),
+        ),
+    }
 }
 
 fn main() {
     let args = Args::parse();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     eprintln!(
-        "# cluster: 3 masters, no replicas (measures the clients, not replication); \
-         runtime={}; {cores} cores; {}",
+        "# {}; runtime={}; {cores} cores; {}",
+        match args.deployment {
+            Deployment::Cluster =>
+                "cluster: 3 masters, no replicas (measures the clients, not replication)",
+            Deployment::Standalone => "standalone: one redis-server, no cluster mode",
+        },
         args.runtime.name(),
         if args.quick {
             "quick (1/10)"
@@ -1188,11 +1822,16 @@ fn main() {
             "full size"
         }
     );
-    let cluster = RedisCluster::start(ClusterOptions::new().masters(3).replicas_per_master(0));
+    let servers = Servers::start(args.deployment);
     let runtime = match args.runtime {
         RuntimeKind::AsyncStd => {
-            // redis-rs needs tokio: this runtime measures the async-std driver alone.
-            let run = run::<AsyncStd>(args, cluster, "botmesh-async-std", None);
+            // Both peers need tokio: this runtime measures the async-std driver alone.
+            let peers = Peers {
+                redis: None,
+                fred: None,
+                fred_pool: None,
+            };
+            let run = run::<AsyncStd>(args, servers, "botmesh-async-std", peers);
             return async_global_executor::block_on(run);
         }
         RuntimeKind::Multi => tokio::runtime::Builder::new_multi_thread()
@@ -1204,7 +1843,29 @@ fn main() {
     }
     .expect("a tokio runtime");
     runtime.block_on(async {
-        let theirs = redis_rs(&cluster).await;
-        run::<Tokio>(args, cluster, "botmesh-tokio", Some(theirs)).await
+        let redis = if args.runs_client(REDIS_RS) || args.runs_client(REDIS_RS_PIPE) {
+            Some(redis_rs(&servers).await)
+        } else {
+            None
+        };
+        let fred = if args.runs_client(FRED) || args.runs_client(FRED_PIPE) {
+            Some(FredConn::connect(&servers, 1).await)
+        } else {
+            None
+        };
+        let fred_pool = if args.fred_pool > 1
+            && (args.runs_client(FRED_POOL) || args.runs_client(FRED_POOL_PIPE))
+        {
+            eprintln!("# fred-pool: a Pool of {} Clients", args.fred_pool);
+            Some(FredConn::connect(&servers, args.fred_pool).await)
+        } else {
+            None
+        };
+        let peers = Peers {
+            redis,
+            fred,
+            fred_pool,
+        };
+        run::<Tokio>(args, servers, "botmesh-tokio", peers).await
     });
 }
