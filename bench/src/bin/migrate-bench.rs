@@ -3,7 +3,7 @@
 //! the same keyspace as a raw-copy reference, in the same run.
 //!
 //! ```text
-//! cargo run --release -p botmesh-redis-tests --bin migrate-bench -- [--chats N] [--messages M]
+//! cargo run --release -p botmesh-redis-bench --bin migrate-bench -- [--chats N] [--messages M]
 //! ```
 //!
 //! The binary starts its own servers with the test harness: one single node (the source) and a
@@ -31,7 +31,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use botmesh_redis_core::migrate::{migrate_to_cluster_layout, MarkerOutcome, MigrateOptions};
-use botmesh_redis_tests::{
+use botmesh_redis_harness::{
     parse_info, AdminConn, ClusterOptions, RedisCluster, ServerOptions, SingleNode,
 };
 use botmesh_redis_tokio::{Client, ClientOptions};

@@ -1,0 +1,1871 @@
+//! Benchmark of issue 4: `botmesh-redis-tokio` against the strongest Rust peers, redis-rs and
+//! fred, on a Redis Cluster and on a standalone server.
+//!
+//! ```text
+//! cargo run --release -p botmesh-redis-bench --bin bench -- [--deployment cluster|standalone]
+//!     [--runtime multi|current|async-std] [--quick] [--only W1,W2,W3,S1,S2,S3] [--client LIST]
+//!     [--w3-callers N] [--rounds N] [--fred-pool N]
+//! ```
+//!
+//! The binary starts its own servers with the test harness: with `--deployment cluster` (the
+//! default) a Redis Cluster of 3 masters and **no replicas**, so that the numbers measure the
+//! clients, not replication; with `--deployment standalone` one `redis-server` without cluster
+//! mode, same configuration. Every client runs in this one process, on one runtime
+//! (`--runtime multi`: tokio's multi-thread scheduler with one worker per core, the default;
+//! `--runtime current`: tokio's current-thread scheduler; `--runtime async-std`: no tokio at
+//! all, our async-std driver alone), one after the other, against the same servers.
+//!
+//! # Clients
+//!
+//! Each client is built once and shared by every caller (a clone each), the way a bot's tasks
+//! share one client:
+//!
+//! - `botmesh-tokio` (ours; `botmesh-async-std` on `--runtime async-std`): on the cluster
+//!   `ClientOptions::cluster` with the nodes as seeds, on the standalone server
+//!   `ClientOptions::url` with the node's URL.
+//! - `redis-rs` (redis 1.8): on the cluster its cluster-async connection
+//!   (`ClusterClient::get_async_connection`), on the standalone server its multiplexed
+//!   connection (`Client::get_multiplexed_async_connection`), which is what redis-rs offers
+//!   many concurrent callers of one node (its `ConnectionManager` is the same connection with
+//!   reconnection on top). Default settings.
+//! - `fred` (fred 10): one `fred::clients::Client` built by `Builder::from_config` with a
+//!   clustered or a centralized `ServerConfig`, fred's default performance and connection
+//!   settings except `TCP_NODELAY`, which fred's own README example turns on (ours sets it too).
+//! - `fred-pool`: a `fred::clients::Pool` of 2 such clients (`--fred-pool N` sets the size,
+//!   `--fred-pool 0` leaves the pool out), which sends each command to the next client in turn:
+//!   the form fred's own benchmark uses for many tasks. Measured against one client on this
+//!   2-core machine, neither won everywhere, so both run and the ratio line takes the better.
+//! - W3 only: `redis-rs-pipe`, `fred-pipe` and `fred-pool-pipe`, the peers' pipelined listing
+//!   (see W3).
+//!
+//! `--client` takes a comma-separated list of client names: `botmesh`, `redis-rs`,
+//! `redis-rs-pipe`, `fred`, `fred-pipe`, `fred-pool`, `fred-pool-pipe`; a name also selects
+//! the forms named after it (`fred` selects all four of fred's, `redis-rs` both of
+//! redis-rs's). Without it every client runs. On `--runtime async-std` only ours runs: both
+//! peers need tokio.
+//!
+//! # Workloads
+//!
+//! - **W1**: the two-key script call `save_message` (`ZADD` of the chat's log and `SET` of the
+//!   item, keys `bench:{m:<chat>}:z` and `bench:{m:<chat>}:i:<id>`) over 10,000 chats with
+//!   200-byte payloads, 200,000 calls by 64 concurrent callers. Ours runs the
+//!   `store::save_message` plan; redis-rs invokes a `redis::Script` with the same Lua source,
+//!   keys and arguments; fred sends `EVALSHA` with the script's SHA-1
+//!   (`LuaInterface::evalsha`), same keys and arguments. The script is loaded on every master
+//!   (or the node) beforehand, so no client pays `NOSCRIPT`, and the data is flushed before each
+//!   client's run, so every client inserts new data. The keys keep their hash tags on the
+//!   standalone server, where they are harmless.
+//! - **W2**: `GET` of 100,000 existing keys (`bench:k:<n>`, no hash tag, so over all slots of
+//!   a cluster, 100-byte values, preloaded untimed), each once, by 64 concurrent callers.
+//! - **W3**: a 32-bucket listing: 32 `ZRANGE idx 0 -1` of 100-member sorted sets
+//!   (`bench:{ch:<b>}:idx`, b in 0..32, preloaded untimed) issued together; 2,000 listings by
+//!   64 concurrent callers (2,048 requests in flight at most). One operation is one listing.
+//!   - ours runs one plan whose single `Step::Send` holds the 32 requests;
+//!   - `redis-rs` joins 32 query futures, each on a clone of the connection, with `join_all`;
+//!     `fred` and `fred-pool` join 32 `zrange` futures on the client or pool the same way;
+//!   - `redis-rs-pipe` sends one `redis::pipe()` of the 32 `ZRANGE`s, `fred-pipe` one
+//!     `Client::pipeline()` of them (`Pipeline::all`), `fred-pool-pipe` the same on the pool's
+//!     next client.
+//!
+//!   On the cluster `redis-rs-pipe` is left out: redis-rs's async cluster connection sends a
+//!   pipeline whole to the node of its first key's slot and refuses one whose keys hash to
+//!   several slots (`CROSSSLOT`, "Received crossed slots in pipeline"); the 32 keys hash to 32
+//!   slots. The bench sends such a pipeline once before W3 and says on stderr what redis-rs
+//!   answered (and runs the form, should a later redis-rs accept it). fred's pipeline routes
+//!   each command to its own node, so `fred-pipe` runs on both deployments.
+//!
+//! `--rounds N` runs each of W1-W3 N times with every client, in an order that rotates by
+//! round (round r starts with the client after the one that started round r - 1), so that no
+//! client always runs first or last on the servers; each workload ends with a ratio line (see
+//! below). `--quick` runs a tenth of every count (a smoke test). `--only` and `--client`
+//! restrict the run (for profiling one client with `perf`). `--w3-callers N` changes W3's
+//! callers: at 64 (2,048 requests in flight) redis-rs's joined form saturates, its per-node
+//! pipelines queue (bounded at 50 by default) and its p99 climbs to hundreds of milliseconds; a
+//! smaller N shows every client unsaturated.
+//!
+//! # What is printed
+//!
+//! One line per workload and client run on stdout:
+//!
+//! ```text
+//! W1 client=botmesh-tokio deployment=cluster runtime=multi ops_per_s=... p50_us=... p99_us=... cpu_s_per_100k=...
+//! ```
+//!
+//! - `ops_per_s`: operations over the wall time from the first call to the last reply.
+//! - `p50_us`, `p99_us`: percentiles of the per-call latencies (every call is timed with
+//!   `Instant` around its `.await`; all timings are sorted).
+//! - `cpu_s_per_100k`: the process's user + system CPU time over the workload, scaled to 100,000
+//!   operations. It is read from `/proc/self/stat` (fields 14 `utime` and 15 `stime`, summed over
+//!   every thread of the process, in clock ticks of `getconf CLK_TCK`, 100 per second on Linux:
+//!   a 10 ms resolution). The Redis servers are other processes and are not counted; the bench's
+//!   own caller loops (key formatting, timing) are, equally for every client.
+//!
+//! After the rounds of a workload, one line compares ours with the best peer:
+//!
+//! ```text
+//! W1 ratio deployment=cluster runtime=multi rounds=5 best_peer=fred ops_per_s_x=1.41 (1.30-1.52) cpu_per_op_x=0.55 (0.50-0.60)
+//! ```
+//!
+//! In each round the best peer is the peer's run (any form: `fred-pipe` is one) with the highest
+//! `ops_per_s`; the round's ratios are ours / that run, for throughput and for CPU per
+//! operation alike. The runs of a round are close in time and share the machine's state, so a
+//! ratio per round is fairer than a ratio of medians taken at different moments. The line shows
+//! the median and range of the rounds' ratios, and the best peer: its name when every round
+//! agrees, else each name with the count of rounds it was best in, most first
+//! (`best_peer=fred:4,redis-rs:1`). The goal of issue 4 is at least 1.3 for `ops_per_s_x` and at
+//! most 0.7 for `cpu_per_op_x`, on every workload, cluster and standalone.
+//!
+//! Progress and notes go to stderr, prefixed with `#`. After each line, a note on stderr gives
+//! the servers' side of the same run: the Redis processes' CPU (from `/proc/<pid>/stat`, per
+//! 100,000 operations) and their read and write events per operation (`total_reads_processed`
+//! and `total_writes_processed` of `INFO stats`; a read event per 12 operations means the
+//! servers found 12 commands per read, that is, the client's batches). On a machine where the
+//! servers and the client share the cores, the servers' CPU bounds the throughput of any
+//! client.
+//!
+//! A call that fails is counted and reported on stderr after its workload; the line is printed
+//! all the same.
+//!
+//! S1-S3 measure the store's plans end to end, ours only (no peer has a store), in the layout a
+//! user of the deployment gets by default: the cluster layout on the cluster, the legacy one on
+//! the standalone server.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::future::Future;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use botmesh_redis_async_std::AsyncStd;
+use botmesh_redis_runtime::{Client, Runtime};
+// The real-server harness.
+use botmesh_redis_harness::{
+    parse_info, AdminConn, ClusterOptions, RedisCluster, ServerOptions, SingleNode,
+};
+use botmesh_redis_tokio::store::{MessageQuery, Store, StoreOptions};
+use botmesh_redis_tokio::Tokio;
+use botmesh_redis_tokio::{
+    store, Access, ClientOptions, Executor, Key, Keyspace, Layout, Plan, Reply, Request, Step,
+    Value,
+};
+use bytes::Bytes;
+use fred::interfaces::{ClientLike, KeysInterface, LuaInterface, SortedSetsInterface};
+use redis::aio::MultiplexedConnection;
+use redis::cluster_async::ClusterConnection;
+
+/// Concurrent callers of every workload.
+const CALLERS: usize = 64;
+/// W1: chats the messages are spread over.
+const CHATS: usize = 10_000;
+/// W1: payload size.
+const PAYLOAD_LEN: usize = 200;
+/// W2: value size of the preloaded keys.
+const VALUE_LEN: usize = 100;
+/// W3: buckets of one listing, and members of each bucket's index.
+const BUCKETS: usize = 32;
+const MEMBERS: usize = 100;
+
+/// Names of the clients, as `--client` takes them and the lines print them (ours is named by
+/// its driver).
+const REDIS_RS: &str = "redis-rs";
+const REDIS_RS_PIPE: &str = "redis-rs-pipe";
+const FRED: &str = "fred";
+const FRED_PIPE: &str = "fred-pipe";
+const FRED_POOL: &str = "fred-pool";
+const FRED_POOL_PIPE: &str = "fred-pool-pipe";
+const CLIENT_NAMES: [&str; 7] = [
+    "botmesh",
+    REDIS_RS,
+    REDIS_RS_PIPE,
+    FRED,
+    FRED_PIPE,
+    FRED_POOL,
+    FRED_POOL_PIPE,
+];
+/// Clients of fred's pool by default (`--fred-pool`).
+const FRED_POOL_SIZE: usize = 2;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum RuntimeKind {
+    Multi,
+    Current,
+    /// No tokio at all: callers on async-global-executor, the async-std driver only.
+    AsyncStd,
+}
+
+impl RuntimeKind {
+    fn name(self) -> &'static str {
+        match self {
+            RuntimeKind::Multi => "multi",
+            RuntimeKind::Current => "current",
+            RuntimeKind::AsyncStd => "async-std",
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Deployment {
+    /// 3 masters, no replicas.
+    Cluster,
+    /// One `redis-server` without cluster mode.
+    Standalone,
+}
+
+impl Deployment {
+    fn name(self) -> &'static str {
+        match self {
+            Deployment::Cluster => "cluster",
+            Deployment::Standalone => "standalone",
+        }
+    }
+}
+
+struct Args {
+    runtime: RuntimeKind,
+    deployment: Deployment,
+    quick: bool,
+    only: Option<Vec<String>>,
+    clients: Option<Vec<String>>,
+    w3_callers: usize,
+    rounds: usize,
+    fred_pool: usize,
+}
+
+impl Args {
+    fn parse() -> Args {
+        let mut args = Args {
+            runtime: RuntimeKind::Multi,
+            deployment: Deployment::Cluster,
+            quick: false,
+            only: None,
+            clients: None,
+            w3_callers: CALLERS,
+            rounds: 1,
+            fred_pool: FRED_POOL_SIZE,
+        };
+        let mut it = std::env::args().skip(1);
+        while let Some(arg) = it.next() {
+            match arg.as_str() {
+                "--runtime" => {
+                    args.runtime = match it.next().as_deref() {
+                        Some("multi") => RuntimeKind::Multi,
+                        Some("current") => RuntimeKind::Current,
+                        Some("async-std") => RuntimeKind::AsyncStd,
+                        other => usage(&format!(
+                            "--runtime wants multi, current or async-std, got {other:?}"
+                        )),
+                    }
+                }
+                "--deployment" => {
+                    args.deployment = match it.next().as_deref() {
+                        Some("cluster") => Deployment::Cluster,
+                        Some("standalone") => Deployment::Standalone,
+                        other => usage(&format!(
+                            "--deployment wants cluster or standalone, got {other:?}"
+                        )),
+                    }
+                }
+                "--quick" => args.quick = true,
+                "--only" => {
+                    let list = it.next().unwrap_or_else(|| usage("--only wants W1,W2,W3"));
+                    args.only = Some(list.split(',').map(|w| w.trim().to_uppercase()).collect());
+                }
+                "--client" => {
+                    let list = it
+                        .next()
+                        .unwrap_or_else(|| usage("--client wants a list of clients"));
+                    let list: Vec<String> = list.split(',').map(|c| c.trim().to_owned()).collect();
+                    if let Some(bad) = list.iter().find(|c| !CLIENT_NAMES.contains(&c.as_str())) {
+                        usage(&format!(
+                            "--client wants some of {}, got {bad:?}",
+                            CLIENT_NAMES.join(", ")
+                        ));
+                    }
+                    args.clients = Some(list);
+                }
+                "--rounds" => args.rounds = positive(it.next(), "--rounds"),
+                "--w3-callers" => args.w3_callers = positive(it.next(), "--w3-callers"),
+                "--fred-pool" => {
+                    args.fred_pool = match it.next().and_then(|n| n.parse().ok()) {
+                        Some(n) if n != 1 => n,
+                        _ => usage("--fred-pool wants 0 (no pool) or a size of 2 or more"),
+                    }
+                }
+                "-h" | "--help" => usage(""),
+                other => usage(&format!("unknown argument {other:?}")),
+            }
+        }
+        args
+    }
+
+    fn runs(&self, workload: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|w| w == workload))
+    }
+
+    /// Whether `client` (a name of `CLIENT_NAMES`) runs: named, or a client it is a form of
+    /// named (`fred` selects `fred-pipe`, `fred-pool` and `fred-pool-pipe`).
+    fn runs_client(&self, client: &str) -> bool {
+        self.clients.as_ref().is_none_or(|list| {
+            list.iter().any(|c| {
+                client
+                    .strip_prefix(c.as_str())
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
+            })
+        })
+    }
+
+    /// `n`, or a tenth of it with `--quick`.
+    fn scaled(&self, n: usize) -> usize {
+        if self.quick {
+            n / 10
+        } else {
+            n
+        }
+    }
+}
+
+/// The positive number that follows `flag`, or the usage and exit.
+fn positive(value: Option<String>, flag: &str) -> usize {
+    value
+        .and_then(|n| n.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| usage(&format!("{flag} wants a positive number")))
+}
+
+fn usage(problem: &str) -> ! {
+    if !problem.is_empty() {
+        eprintln!("bench: {problem}");
+    }
+    eprintln!(
+        "usage: bench [--deployment cluster|standalone] [--runtime multi|current|async-std] \
+         [--quick] [--only W1,W2,W3,S1,S2,S3] [--client botmesh,redis-rs,redis-rs-pipe,fred,\
+         fred-pipe,fred-pool,fred-pool-pipe] [--w3-callers N] [--rounds N] [--fred-pool N]"
+    );
+    std::process::exit(2)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The servers
+// ---------------------------------------------------------------------------------------------
+
+/// The servers of the run, started by the harness and stopped when dropped.
+enum Servers {
+    Cluster(RedisCluster),
+    Standalone(SingleNode),
+}
+
+impl Servers {
+    fn start(deployment: Deployment) -> Servers {
+        match deployment {
+            Deployment::Cluster => Servers::Cluster(RedisCluster::start(
+                ClusterOptions::new().masters(3).replicas_per_master(0),
+            )),
+            Deployment::Standalone => Servers::Standalone(SingleNode::start(ServerOptions::new())),
+        }
+    }
+
+    fn deployment(&self) -> Deployment {
+        match self {
+            Servers::Cluster(_) => Deployment::Cluster,
+            Servers::Standalone(_) => Deployment::Standalone,
+        }
+    }
+
+    /// Client addresses of every node.
+    fn nodes(&self) -> Vec<SocketAddr> {
+        match self {
+            Servers::Cluster(cluster) => cluster.nodes(),
+            Servers::Standalone(node) => vec![node.addr()],
+        }
+    }
+
+    /// Process ids of every node.
+    fn pids(&self) -> Vec<String> {
+        match self {
+            Servers::Cluster(cluster) => cluster
+                .nodes()
+                .into_iter()
+                .map(|addr| {
+                    cluster
+                        .server(addr)
+                        .expect("a node of the cluster")
+                        .pid()
+                        .to_string()
+                })
+                .collect(),
+            Servers::Standalone(node) => vec![node.server().pid().to_string()],
+        }
+    }
+
+    /// Admin connections to the nodes that hold data: the masters, or the node.
+    fn data_nodes(&self) -> Vec<AdminConn> {
+        match self {
+            Servers::Cluster(cluster) => cluster
+                .masters()
+                .expect("masters")
+                .into_iter()
+                .map(|master| cluster.conn(master).expect("a master's admin connection"))
+                .collect(),
+            Servers::Standalone(node) => vec![node.conn().expect("the node's admin connection")],
+        }
+    }
+
+    /// Empties every node.
+    fn flush(&self) {
+        for mut node in self.data_nodes() {
+            node.cmd(&["FLUSHALL"]).expect("FLUSHALL");
+        }
+    }
+
+    /// Loads `script` on every node that holds data, so that no client pays `NOSCRIPT` while
+    /// measured; yields the SHA-1 digest the servers answered.
+    fn load_script(&self, source: &str) -> String {
+        let mut digest = String::new();
+        for mut node in self.data_nodes() {
+            let reply = node.cmd(&["SCRIPT", "LOAD", source]).expect("SCRIPT LOAD");
+            digest = reply
+                .as_str()
+                .expect("SCRIPT LOAD answers the digest")
+                .to_owned();
+        }
+        digest
+    }
+
+    /// Our client's options for these servers.
+    fn our_options(&self) -> ClientOptions {
+        match self {
+            Servers::Cluster(cluster) => ClientOptions::cluster(cluster.seeds()),
+            Servers::Standalone(node) => ClientOptions::url(node.url()),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measuring
+// ---------------------------------------------------------------------------------------------
+
+/// Clock ticks per second of `/proc/self/stat` (`getconf CLK_TCK`; 100 when that fails).
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|&t| t > 0.0)
+        .unwrap_or(100.0)
+}
+
+/// User + system CPU seconds of process `pid` (`"self"` for this one) so far, every thread,
+/// live or ended.
+fn cpu_seconds_of(pid: &str, ticks_per_s: f64) -> f64 {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
+    // The command name (field 2) is in parentheses and may hold spaces: count from the last ')'.
+    let rest = &stat[stat.rfind(')').expect("malformed /proc/<pid>/stat") + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3, so field 14 (utime) is index 11 and field 15 (stime) index 12.
+    let ticks = |i: usize| fields[i].parse::<u64>().expect("a tick count");
+    (ticks(11) + ticks(12)) as f64 / ticks_per_s
+}
+
+/// Where CPU time is read: this process, and the servers.
+struct Probe {
+    ticks_per_s: f64,
+    servers: Vec<String>,
+    nodes: Vec<std::net::SocketAddr>,
+}
+
+/// The servers' own counters, summed over the nodes.
+#[derive(Clone, Copy, Default)]
+struct ServerCounts {
+    /// Read events of the servers' event loops (`total_reads_processed`).
+    reads: u64,
+    /// Write events (`total_writes_processed`).
+    writes: u64,
+}
+
+impl Probe {
+    fn new(servers: &Servers) -> Probe {
+        Probe {
+            ticks_per_s: clock_ticks(),
+            servers: servers.pids(),
+            nodes: servers.nodes(),
+        }
+    }
+
+    /// `INFO stats` counters of every node, summed.
+    fn counts(&self) -> ServerCounts {
+        let mut sum = ServerCounts::default();
+        for &addr in &self.nodes {
+            let info = AdminConn::connect(addr)
+                .and_then(|mut c| c.cmd(&["INFO", "stats"]))
+                .expect("INFO stats");
+            let info = parse_info(info.as_str().expect("INFO is a bulk string"));
+            let count = |name: &str| {
+                info.get(name)
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            sum.reads += count("total_reads_processed");
+            sum.writes += count("total_writes_processed");
+        }
+        sum
+    }
+
+    /// CPU seconds so far: (this process, all servers together).
+    fn cpu(&self) -> (f64, f64) {
+        let servers = self
+            .servers
+            .iter()
+            .map(|pid| cpu_seconds_of(pid, self.ticks_per_s))
+            .sum();
+        (cpu_seconds_of("self", self.ticks_per_s), servers)
+    }
+}
+
+/// One client's operation, run by one caller; every caller owns its worker.
+trait Worker: Send + 'static {
+    /// Runs operation `n`; an error is described.
+    fn op(&mut self, n: usize) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+struct Measured {
+    ops: usize,
+    wall: Duration,
+    cpu_s: f64,
+    /// CPU of the Redis servers over the same time.
+    server_cpu_s: f64,
+    /// The servers' read and write events over the same time.
+    server_reads: u64,
+    server_writes: u64,
+    /// Per-call latencies in nanoseconds, sorted.
+    latencies: Vec<u64>,
+    errors: usize,
+    first_error: Option<String>,
+}
+
+impl Measured {
+    fn percentile_us(&self, p: usize) -> f64 {
+        if self.latencies.is_empty() {
+            return 0.0;
+        }
+        let i = (self.latencies.len() - 1) * p / 100;
+        self.latencies[i] as f64 / 1000.0
+    }
+}
+
+/// Spawns a caller on the benchmark's runtime; the handle yields its output.
+fn spawn<T: Send + 'static>(
+    rt: RuntimeKind,
+    task: impl Future<Output = T> + Send + 'static,
+) -> std::pin::Pin<Box<dyn Future<Output = T> + Send>> {
+    match rt {
+        RuntimeKind::AsyncStd => Box::pin(async_global_executor::spawn(task)),
+        RuntimeKind::Multi | RuntimeKind::Current => {
+            let handle = tokio::spawn(task);
+            Box::pin(async move { handle.await.expect("a caller task panicked") })
+        }
+    }
+}
+
+/// Runs operations `0..total` on `callers` concurrent tasks (caller `i` runs `i`,
+/// `i + callers`, ...), each with its own worker, and measures them.
+async fn drive<W: Worker>(
+    rt: RuntimeKind,
+    total: usize,
+    callers: usize,
+    probe: &Probe,
+    mut make: impl FnMut() -> W,
+) -> Measured {
+    let workers: Vec<W> = (0..callers).map(|_| make()).collect();
+    let counts_before = probe.counts();
+    let cpu_before = probe.cpu();
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(callers);
+    for (first, mut worker) in workers.into_iter().enumerate() {
+        tasks.push(spawn(rt, async move {
+            let mut latencies = Vec::with_capacity(total / callers + 1);
+            let mut errors = 0;
+            let mut first_error = None;
+            let mut n = first;
+            while n < total {
+                let t = Instant::now();
+                let result = worker.op(n).await;
+                latencies.push(t.elapsed().as_nanos() as u64);
+                if let Err(e) = result {
+                    errors += 1;
+                    first_error.get_or_insert(e);
+                }
+                n += callers;
+            }
+            (latencies, errors, first_error)
+        }));
+    }
+    let mut results = Vec::with_capacity(callers);
+    for task in tasks {
+        results.push(task.await);
+    }
+    let wall = start.elapsed();
+    let cpu_after = probe.cpu();
+    let counts_after = probe.counts();
+    let mut measured = Measured {
+        ops: total,
+        wall,
+        cpu_s: cpu_after.0 - cpu_before.0,
+        server_cpu_s: cpu_after.1 - cpu_before.1,
+        server_reads: counts_after.reads - counts_before.reads,
+        server_writes: counts_after.writes - counts_before.writes,
+        latencies: Vec::with_capacity(total),
+        errors: 0,
+        first_error: None,
+    };
+    for (latencies, errors, first_error) in results {
+        measured.latencies.extend(latencies);
+        measured.errors += errors;
+        if measured.first_error.is_none() {
+            measured.first_error = first_error;
+        }
+    }
+    measured.latencies.sort_unstable();
+    measured
+}
+
+/// The figures a comparison is about.
+#[derive(Clone, Copy)]
+struct Figures {
+    ops_per_s: f64,
+    cpu_per_100k: f64,
+}
+
+/// What every comparison shares.
+struct Bench<'a> {
+    runtime: RuntimeKind,
+    deployment: Deployment,
+    rounds: usize,
+    probe: &'a Probe,
+}
+
+/// A run of one workload by one client, measured; boxed so that clients whose workers differ
+/// in type sit in one list.
+type RunFn<'a> = Box<dyn Fn() -> Pin<Box<dyn Future<Output = Measured> + 'a>> + 'a>;
+
+/// One client in a workload's comparison.
+struct Contender<'a> {
+    /// Its name in the lines.
+    name: String,
+    /// A peer, or ours.
+    peer: bool,
+    run: RunFn<'a>,
+}
+
+/// One workload run by several clients, round after round.
+struct Compared<'a> {
+    workload: &'static str,
+    total: usize,
+    callers: usize,
+    /// Run before each client's run (W1 empties the servers).
+    before_each: &'a dyn Fn(),
+}
+
+impl<'a> Compared<'a> {
+    /// A contender whose callers each get a worker from `make`.
+    fn contender<W: Worker>(
+        &self,
+        bench: &Bench<'a>,
+        name: &str,
+        peer: bool,
+        make: impl Fn() -> W + 'a,
+    ) -> Contender<'a> {
+        let (rt, total, callers, probe) = (bench.runtime, self.total, self.callers, bench.probe);
+        // Each run gets its own handle on `make`, so that the run's future owns what it uses.
+        let make = std::rc::Rc::new(make);
+        Contender {
+            name: name.to_owned(),
+            peer,
+            run: Box::new(move || {
+                let make = make.clone();
+                Box::pin(drive(rt, total, callers, probe, move || make()))
+            }),
+        }
+    }
+
+    /// Runs the rounds, prints a line per run and the ratio line.
+    async fn run(&self, bench: &Bench<'_>, contenders: Vec<Contender<'_>>) {
+        let count = contenders.len();
+        let mut rounds = Vec::with_capacity(bench.rounds);
+        for round in 0..bench.rounds {
+            // The order rotates by one client per round: with two clients, who goes first
+            // alternates; with more, each is first, second, ... in turn, so that none always runs
+            // on the warmest (or most fragmented) servers.
+            let mut figures = vec![None; count];
+            for k in 0..count {
+                let i = (round + k) % count;
+                let contender = &contenders[i];
+                (self.before_each)();
+                let m = (contender.run)().await;
+                figures[i] = Some(report(bench, self.workload, &contender.name, &m));
+            }
+            rounds.push(figures);
+        }
+        summarize(bench, self.workload, &contenders, &rounds);
+    }
+}
+
+/// Prints the ratio line of a workload: each round's ours / best peer, their median and range.
+fn summarize(
+    bench: &Bench<'_>,
+    workload: &str,
+    contenders: &[Contender<'_>],
+    rounds: &[Vec<Option<Figures>>],
+) {
+    let Some(ours) = contenders.iter().position(|c| !c.peer) else {
+        return;
+    };
+    let mut speed = Vec::new();
+    let mut cpu = Vec::new();
+    // How many rounds each peer was the best of, in the order of first being best.
+    let mut best_counts: Vec<(&str, usize)> = Vec::new();
+    for figures in rounds {
+        let Some(our) = figures[ours] else { continue };
+        let best = contenders
+            .iter()
+            .zip(figures)
+            .filter(|(c, _)| c.peer)
+            .filter_map(|(c, f)| f.map(|f| (c.name.as_str(), f)))
+            .max_by(|a, b| a.1.ops_per_s.total_cmp(&b.1.ops_per_s));
+        let Some((name, best)) = best else { continue };
+        speed.push(our.ops_per_s / best.ops_per_s);
+        cpu.push(our.cpu_per_100k / best.cpu_per_100k);
+        match best_counts.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, count)) => *count += 1,
+            None => best_counts.push((name, 1)),
+        }
+    }
+    let compared = speed.len();
+    let (Some(speed), Some(cpu)) = (Spread::of(speed), Spread::of(cpu)) else {
+        return;
+    };
+    let best_peer = match best_counts.as_slice() {
+        [(name, _)] => (*name).to_owned(),
+        _ => {
+            // Most rounds first; a stable sort keeps ties in the order they were first best.
+            best_counts.sort_by_key(|(_, count)| std::cmp::Reverse(*count));
+            let names: Vec<String> = best_counts
+                .iter()
+                .map(|(name, count)| format!("{name}:{count}"))
+                .collect();
+            names.join(",")
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "{workload} ratio deployment={} runtime={} rounds={compared} best_peer={best_peer} \
+         ops_per_s_x={:.2} ({:.2}-{:.2}) cpu_per_op_x={:.2} ({:.2}-{:.2})",
+        bench.deployment.name(),
+        bench.runtime.name(),
+        speed.median,
+        speed.min,
+        speed.max,
+        cpu.median,
+        cpu.min,
+        cpu.max,
+    );
+    let _ = out.flush();
+}
+
+/// Median and range of some figures.
+struct Spread {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Spread {
+    fn of(mut values: Vec<f64>) -> Option<Spread> {
+        values.sort_by(f64::total_cmp);
+        let n = values.len();
+        let median = match n {
+            0 => return None,
+            n if n % 2 == 1 => values[n / 2],
+            n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+        };
+        Some(Spread {
+            median,
+            min: values[0],
+            max: values[n - 1],
+        })
+    }
+}
+
+fn report(bench: &Bench<'_>, workload: &str, client: &str, m: &Measured) -> Figures {
+    let ops_per_s = m.ops as f64 / m.wall.as_secs_f64();
+    let cpu_per_100k = m.cpu_s * 100_000.0 / m.ops as f64;
+    // A closed stdout (`bench | head -1`) must not panic: a panic keeps the servers' folders.
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "{workload} client={client} deployment={} runtime={} ops_per_s={ops_per_s:.0} \
+         p50_us={:.1} p99_us={:.1} cpu_s_per_100k={cpu_per_100k:.3}",
+        bench.deployment.name(),
+        bench.runtime.name(),
+        m.percentile_us(50),
+        m.percentile_us(99),
+    );
+    let _ = out.flush();
+    if m.errors > 0 {
+        eprintln!(
+            "# {workload} client={client}: {} of {} calls FAILED; first: {}",
+            m.errors,
+            m.ops,
+            m.first_error.as_deref().unwrap_or("?")
+        );
+    }
+    eprintln!(
+        "#   ({workload} {client}: {} ops in {:.2} s wall, {:.2} s client cpu, {:.2} s server cpu, \
+         {:.3} server cpu s per 100k, {:.2} server reads and {:.2} writes per op)",
+        m.ops,
+        m.wall.as_secs_f64(),
+        m.cpu_s,
+        m.server_cpu_s,
+        m.server_cpu_s * 100_000.0 / m.ops as f64,
+        m.server_reads as f64 / m.ops as f64,
+        m.server_writes as f64 / m.ops as f64,
+    );
+    Figures {
+        ops_per_s,
+        cpu_per_100k,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workers: botmesh
+// ---------------------------------------------------------------------------------------------
+
+fn describe(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// W1 with our client: the `save_message` plan.
+struct SaveOurs<R: Runtime> {
+    client: Client<R>,
+    ks: Keyspace,
+    payload: Bytes,
+}
+
+impl<R: Runtime> Worker for SaveOurs<R> {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        let chat = format!("c{}", n % CHATS);
+        let id = format!("m{n}");
+        let plan = store::save_message(&self.ks, &chat, &id, n as i64, self.payload.clone())
+            .map_err(describe)?;
+        match self.client.run(plan).await.map_err(describe)? {
+            true => Ok(()),
+            false => Err(format!("message {id} was not new")),
+        }
+    }
+}
+
+/// W2 with our client: one `GET`.
+struct GetOurs<R: Runtime> {
+    client: Client<R>,
+}
+
+impl<R: Runtime> Worker for GetOurs<R> {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        let key = Key::new(format!("bench:k:{n}"));
+        let get = Request::cmd(Access::Read, "GET")
+            .key(&key)
+            .build()
+            .map_err(describe)?;
+        match self.client.call(get).await.map_err(describe)? {
+            Value::Bulk(b) if b.len() == VALUE_LEN => Ok(()),
+            other => Err(format!("GET {key}: unexpected {other:?}")),
+        }
+    }
+}
+
+/// W3 with our client: one plan, one batch of 32 `ZRANGE`s; yields the members counted.
+struct Listing {
+    keys: Arc<Vec<Key>>,
+}
+
+impl Plan for Listing {
+    type Output = usize;
+
+    fn start(&mut self) -> Step<usize> {
+        let batch: Result<Vec<Request>, _> = self
+            .keys
+            .iter()
+            .map(|key| {
+                Request::cmd(Access::Read, "ZRANGE")
+                    .key(key)
+                    .arg(Bytes::from_static(b"0"))
+                    .arg(Bytes::from_static(b"-1"))
+                    .build()
+            })
+            .collect();
+        match batch {
+            Ok(batch) => Step::Send(batch),
+            Err(e) => Step::Done(Err(e)),
+        }
+    }
+
+    fn resume(&mut self, replies: Vec<Reply>) -> Step<usize> {
+        let mut members = 0;
+        for reply in replies {
+            match reply {
+                Ok(Value::Array(items)) => members += items.len(),
+                Ok(_) => {}
+                Err(e) => return Step::Done(Err(e)),
+            }
+        }
+        Step::Done(Ok(members))
+    }
+}
+
+struct ListOurs<R: Runtime> {
+    client: Client<R>,
+    keys: Arc<Vec<Key>>,
+}
+
+impl<R: Runtime> Worker for ListOurs<R> {
+    async fn op(&mut self, _n: usize) -> Result<(), String> {
+        let plan = Listing {
+            keys: self.keys.clone(),
+        };
+        match self.client.run(plan).await.map_err(describe)? {
+            members if members == BUCKETS * MEMBERS => Ok(()),
+            members => Err(format!("listing: {members} members")),
+        }
+    }
+}
+
+/// Untimed loading with our client: one request per operation.
+struct Load<R: Runtime, F> {
+    client: Client<R>,
+    request: Arc<F>,
+}
+
+impl<R: Runtime, F: Fn(usize) -> Request + Send + Sync + 'static> Worker for Load<R, F> {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        let request = (self.request)(n);
+        self.client.call(request).await.map(drop).map_err(describe)
+    }
+}
+
+/// S2: chats and messages per chat of the preloaded history.
+const S2_CHATS: usize = 200;
+const S2_MESSAGES: usize = 100;
+/// S3: chats stored.
+const S3_CHATS: usize = 10_000;
+
+/// S1: the store's `save_message`.
+struct StoreSave<R: Runtime> {
+    store: Store<Client<R>>,
+    payload: Bytes,
+}
+
+impl<R: Runtime> Worker for StoreSave<R> {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        let chat = format!("c{}", n % CHATS);
+        let saved = self
+            .store
+            .save_message(&chat, &format!("m{n}"), n as i64, self.payload.clone())
+            .await
+            .map_err(describe)?;
+        saved
+            .then_some(())
+            .ok_or_else(|| format!("message {n} was not new"))
+    }
+}
+
+/// S2 preload: message `n` of chat `n % S2_CHATS`.
+struct StoreLoad<R: Runtime> {
+    store: Store<Client<R>>,
+    payload: Bytes,
+}
+
+impl<R: Runtime> Worker for StoreLoad<R> {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        let chat = format!("c{}", n % S2_CHATS);
+        self.store
+            .save_message(&chat, &format!("m{n:06}"), n as i64, self.payload.clone())
+            .await
+            .map(drop)
+            .map_err(describe)
+    }
+}
+
+/// S2: the first page of 50 messages of one chat.
+struct StoreListMessages<R: Runtime> {
+    store: Store<Client<R>>,
+}
+
+impl<R: Runtime> Worker for StoreListMessages<R> {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        let chat = format!("c{}", n % S2_CHATS);
+        let page = self
+            .store
+            .list_messages(&chat, &MessageQuery::new().limit(50))
+            .await
+            .map_err(describe)?;
+        match page.messages.len() {
+            50 => Ok(()),
+            other => Err(format!("{chat}: a page of {other}")),
+        }
+    }
+}
+
+/// S3 preload: chat record `n`.
+struct StoreUpsertChat<R: Runtime> {
+    store: Store<Client<R>>,
+}
+
+impl<R: Runtime> Worker for StoreUpsertChat<R> {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        self.store
+            .upsert_chat(
+                &format!("chat-{n:05}"),
+                Bytes::from_static(b"{\"name\":\"a chat\"}"),
+            )
+            .await
+            .map_err(describe)
+    }
+}
+
+/// S3: a page of 50 chats after a place spread over the ids.
+struct StoreListChats<R: Runtime> {
+    store: Store<Client<R>>,
+}
+
+impl<R: Runtime> Worker for StoreListChats<R> {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        // Pages start all over the id space, never in the last 50.
+        let after = format!("chat-{:05}", (n * 7919) % (S3_CHATS - 50));
+        let page = self
+            .store
+            .list_chats(Some(&after), 50)
+            .await
+            .map_err(describe)?;
+        match page.records.len() {
+            50 => Ok(()),
+            other => Err(format!("after {after}: a page of {other}")),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workers: redis-rs
+// ---------------------------------------------------------------------------------------------
+
+/// redis-rs's connection on either deployment. One type for both lets each worker be written
+/// once; the calls go straight through (each returns the inner connection's own boxed
+/// future), so the wrapper adds no allocation.
+#[derive(Clone)]
+enum RedisConn {
+    Cluster(ClusterConnection),
+    Standalone(MultiplexedConnection),
+}
+
+impl redis::aio::ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            RedisConn::Cluster(conn) => conn.req_packed_command(cmd),
+            RedisConn::Standalone(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            RedisConn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            RedisConn::Standalone(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RedisConn::Cluster(conn) => conn.get_db(),
+            RedisConn::Standalone(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// W1 with redis-rs: `redis::Script` with the same source, keys and arguments.
+struct SaveRedis {
+    conn: RedisConn,
+    script: Arc<redis::Script>,
+    ks: Keyspace,
+    payload: Bytes,
+}
+
+impl Worker for SaveRedis {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        let chat = format!("c{}", n % CHATS);
+        let id = format!("m{n}");
+        let log = self.ks.message_log(&chat);
+        let item = self.ks.message_item(&chat, &id);
+        let added: i64 = self
+            .script
+            .key(log.as_bytes())
+            .key(item.as_bytes())
+            .arg(id.as_str())
+            .arg(n as i64)
+            .arg(&self.payload[..])
+            .invoke_async(&mut self.conn)
+            .await
+            .map_err(describe)?;
+        match added {
+            1 => Ok(()),
+            other => Err(format!("message {id}: script returned {other}")),
+        }
+    }
+}
+
+/// W2 with redis-rs: one `GET`.
+struct GetRedis {
+    conn: RedisConn,
+}
+
+impl Worker for GetRedis {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        let key = format!("bench:k:{n}");
+        let value: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut self.conn)
+            .await
+            .map_err(describe)?;
+        match value {
+            Some(v) if v.len() == VALUE_LEN => Ok(()),
+            other => Err(format!("GET {key}: unexpected {other:?}")),
+        }
+    }
+}
+
+/// Members counted over the replies of one listing, or what was wrong.
+fn count_redis_members(replies: impl IntoIterator<Item = redis::Value>) -> Result<(), String> {
+    let mut members = 0;
+    for reply in replies {
+        match reply {
+            redis::Value::Array(items) => members += items.len(),
+            other => return Err(format!("ZRANGE: unexpected {other:?}")),
+        }
+    }
+    match members {
+        m if m == BUCKETS * MEMBERS => Ok(()),
+        m => Err(format!("listing: {m} members")),
+    }
+}
+
+/// W3 with redis-rs: 32 `ZRANGE` futures, each on a clone of the connection, joined.
+struct ListRedis {
+    conn: RedisConn,
+    keys: Arc<Vec<String>>,
+}
+
+impl Worker for ListRedis {
+    async fn op(&mut self, _n: usize) -> Result<(), String> {
+        let calls = self.keys.iter().map(|key| {
+            let mut conn = self.conn.clone();
+            let mut cmd = redis::cmd("ZRANGE");
+            cmd.arg(key.as_str()).arg(0).arg(-1);
+            async move {
+                let reply: redis::RedisResult<redis::Value> = cmd.query_async(&mut conn).await;
+                reply
+            }
+        });
+        let replies: Result<Vec<redis::Value>, _> = futures_util::future::join_all(calls)
+            .await
+            .into_iter()
+            .collect();
+        count_redis_members(replies.map_err(describe)?)
+    }
+}
+
+/// The pipeline of one listing: 32 `ZRANGE`s.
+fn listing_pipe(keys: &[String]) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    for key in keys {
+        pipe.cmd("ZRANGE").arg(key.as_str()).arg(0).arg(-1);
+    }
+    pipe
+}
+
+/// W3 with redis-rs's pipeline: one `redis::pipe()` of the 32 `ZRANGE`s.
+struct ListRedisPipe {
+    conn: RedisConn,
+    keys: Arc<Vec<String>>,
+}
+
+impl Worker for ListRedisPipe {
+    async fn op(&mut self, _n: usize) -> Result<(), String> {
+        let replies: Vec<redis::Value> = listing_pipe(&self.keys)
+            .query_async(&mut self.conn)
+            .await
+            .map_err(describe)?;
+        count_redis_members(replies)
+    }
+}
+
+/// A worker that does nothing but `GET` of keys that do not exist: opens every connection.
+struct WarmRedis {
+    conn: RedisConn,
+}
+
+impl Worker for WarmRedis {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        let _: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(format!("bench:warm:{n}"))
+            .query_async(&mut self.conn)
+            .await
+            .map_err(describe)?;
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workers: fred
+// ---------------------------------------------------------------------------------------------
+
+/// fred's client: one `Client` (`fred`), or a `Pool` of them (`fred-pool`). The methods are the
+/// calls of W1-W3, each straight through to fred's own.
+#[derive(Clone)]
+enum FredConn {
+    One(fred::clients::Client),
+    Pool(fred::clients::Pool),
+}
+
+type FredResult<T> = Result<T, fred::error::Error>;
+
+impl FredConn {
+    /// Builds and connects fred's client for these servers.
+    async fn connect(servers: &Servers, pool: usize) -> FredConn {
+        use fred::types::config::{Config, ServerConfig, TcpConfig};
+        let host = |addr: SocketAddr| (addr.ip().to_string(), addr.port());
+        let server = match servers {
+            Servers::Cluster(_) => {
+                ServerConfig::new_clustered(servers.nodes().into_iter().map(host).collect())
+            }
+            Servers::Standalone(node) => {
+                let (ip, port) = host(node.addr());
+                ServerConfig::new_centralized(ip, port)
+            }
+        };
+        let mut builder = fred::types::Builder::from_config(Config {
+            server,
+            ..Config::default()
+        });
+        // fred leaves TCP_NODELAY to the OS (off) unless told; its README's example turns it
+        // on, as ours does.
+        builder.with_connection_config(|connection| {
+            connection.tcp = TcpConfig {
+                nodelay: Some(true),
+                ..TcpConfig::default()
+            };
+        });
+        let conn = if pool > 1 {
+            FredConn::Pool(builder.build_pool(pool).expect("a fred pool"))
+        } else {
+            FredConn::One(builder.build().expect("a fred client"))
+        };
+        // The connection tasks run on the runtime until `quit`; their handles are not needed.
+        match &conn {
+            FredConn::One(client) => drop(client.init().await.expect("fred connects")),
+            FredConn::Pool(pool) => drop(pool.init().await.expect("fred's pool connects")),
+        }
+        conn
+    }
+
+    async fn evalsha(
+        &self,
+        sha: fred::bytes_utils::Str,
+        keys: [fred::types::Key; 2],
+        args: [fred::types::Value; 3],
+    ) -> FredResult<i64> {
+        match self {
+            FredConn::One(client) => client.evalsha(sha, keys.to_vec(), args).await,
+            FredConn::Pool(pool) => pool.evalsha(sha, keys.to_vec(), args).await,
+        }
+    }
+
+    async fn get(&self, key: String) -> FredResult<Option<Bytes>> {
+        match self {
+            FredConn::One(client) => client.get(key).await,
+            FredConn::Pool(pool) => pool.get(key).await,
+        }
+    }
+
+    /// `ZRANGE key 0 -1`.
+    async fn zrange_all(&self, key: fred::types::Key) -> FredResult<fred::types::Value> {
+        match self {
+            FredConn::One(client) => {
+                client
+                    .zrange(key, 0_i64, -1_i64, None, false, None, false)
+                    .await
+            }
+            FredConn::Pool(pool) => {
+                pool.zrange(key, 0_i64, -1_i64, None, false, None, false)
+                    .await
+            }
+        }
+    }
+
+    /// A pipeline on the client, or on the pool's next client.
+    fn pipeline(&self) -> fred::clients::Pipeline<fred::clients::Client> {
+        match self {
+            FredConn::One(client) => client.pipeline(),
+            FredConn::Pool(pool) => pool.next().pipeline(),
+        }
+    }
+
+    async fn quit(&self) {
+        let quit = match self {
+            FredConn::One(client) => client.quit().await,
+            FredConn::Pool(pool) => pool.quit().await,
+        };
+        if let Err(e) = quit {
+            eprintln!("# fred: QUIT failed: {e}");
+        }
+    }
+}
+
+/// W1 with fred: `EVALSHA` of the same script, keys and arguments.
+struct SaveFred {
+    conn: FredConn,
+    sha: fred::bytes_utils::Str,
+    ks: Keyspace,
+    payload: Bytes,
+}
+
+impl Worker for SaveFred {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        use fred::types::{Key as FredKey, Value as FredValue};
+        let chat = format!("c{}", n % CHATS);
+        let id = format!("m{n}");
+        let log = self.ks.message_log(&chat);
+        let item = self.ks.message_item(&chat, &id);
+        let added = self
+            .conn
+            .evalsha(
+                self.sha.clone(),
+                [
+                    FredKey::from(log.as_bytes()),
+                    FredKey::from(item.as_bytes()),
+                ],
+                [
+                    FredValue::from(id.as_str()),
+                    FredValue::Integer(n as i64),
+                    FredValue::Bytes(self.payload.clone()),
+                ],
+            )
+            .await
+            .map_err(describe)?;
+        match added {
+            1 => Ok(()),
+            other => Err(format!("message {id}: script returned {other}")),
+        }
+    }
+}
+
+/// W2 with fred: one `GET`.
+struct GetFred {
+    conn: FredConn,
+}
+
+impl Worker for GetFred {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        let key = format!("bench:k:{n}");
+        match self.conn.get(key).await.map_err(describe)? {
+            Some(v) if v.len() == VALUE_LEN => Ok(()),
+            other => Err(format!("GET bench:k:{n}: unexpected {other:?}")),
+        }
+    }
+}
+
+/// Members counted over the replies of one listing, or what was wrong.
+fn count_fred_members(replies: impl IntoIterator<Item = fred::types::Value>) -> Result<(), String> {
+    let mut members = 0;
+    for reply in replies {
+        match reply {
+            fred::types::Value::Array(items) => members += items.len(),
+            other => return Err(format!("ZRANGE: unexpected {other:?}")),
+        }
+    }
+    match members {
+        m if m == BUCKETS * MEMBERS => Ok(()),
+        m => Err(format!("listing: {m} members")),
+    }
+}
+
+/// W3 with fred: 32 `zrange` futures on the client, joined.
+struct ListFred {
+    conn: FredConn,
+    keys: Arc<Vec<fred::types::Key>>,
+}
+
+impl Worker for ListFred {
+    async fn op(&mut self, _n: usize) -> Result<(), String> {
+        let calls = self
+            .keys
+            .iter()
+            .map(|key| self.conn.zrange_all(key.clone()));
+        let replies: Result<Vec<fred::types::Value>, _> = futures_util::future::join_all(calls)
+            .await
+            .into_iter()
+            .collect();
+        count_fred_members(replies.map_err(describe)?)
+    }
+}
+
+/// W3 with fred's pipeline: the 32 `ZRANGE`s queued on one `Pipeline`, sent with `all`.
+struct ListFredPipe {
+    conn: FredConn,
+    keys: Arc<Vec<fred::types::Key>>,
+}
+
+impl Worker for ListFredPipe {
+    async fn op(&mut self, _n: usize) -> Result<(), String> {
+        let pipeline = self.conn.pipeline();
+        for key in self.keys.iter() {
+            // Queues the command in memory; nothing is sent yet.
+            let () = pipeline
+                .zrange(key.clone(), 0_i64, -1_i64, None, false, None, false)
+                .await
+                .map_err(describe)?;
+        }
+        match pipeline.all().await.map_err(describe)? {
+            fred::types::Value::Array(replies) => count_fred_members(replies),
+            other => Err(format!("pipeline: unexpected {other:?}")),
+        }
+    }
+}
+
+/// A worker that does nothing but `GET` of keys that do not exist: opens every connection.
+struct WarmFred {
+    conn: FredConn,
+}
+
+impl Worker for WarmFred {
+    async fn op(&mut self, n: usize) -> Result<(), String> {
+        self.conn
+            .get(format!("bench:warm:{n}"))
+            .await
+            .map(drop)
+            .map_err(describe)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run
+// ---------------------------------------------------------------------------------------------
+
+/// The peers' connections, each present when one of its forms runs.
+struct Peers {
+    redis: Option<RedisConn>,
+    /// fred's one client.
+    fred: Option<FredConn>,
+    /// fred's pool.
+    fred_pool: Option<FredConn>,
+}
+
+async fn warm_up<R: Runtime>(
+    rt: RuntimeKind,
+    ours: Option<&Client<R>>,
+    peers: &Peers,
+    probe: &Probe,
+) {
+    const WARM: usize = 5_000;
+    if let Some(client) = ours {
+        let get = |n: usize| {
+            Request::cmd(Access::Read, "GET")
+                .key(&Key::new(format!("bench:warm:{n}")))
+                .build()
+                .expect("GET")
+        };
+        let get = Arc::new(get);
+        let m = drive(rt, WARM, CALLERS, probe, || Load {
+            client: client.clone(),
+            request: get.clone(),
+        })
+        .await;
+        assert_eq!(m.errors, 0, "warm-up failed: {:?}", m.first_error);
+    }
+    if let Some(conn) = &peers.redis {
+        let m = drive(rt, WARM, CALLERS, probe, || WarmRedis {
+            conn: conn.clone(),
+        })
+        .await;
+        assert_eq!(m.errors, 0, "redis-rs warm-up failed: {:?}", m.first_error);
+    }
+    for conn in [&peers.fred, &peers.fred_pool].into_iter().flatten() {
+        let m = drive(rt, WARM, CALLERS, probe, || WarmFred { conn: conn.clone() }).await;
+        assert_eq!(m.errors, 0, "fred warm-up failed: {:?}", m.first_error);
+    }
+}
+
+/// Runs the workloads with our client on runtime `R` (named `name` in the lines) and with the
+/// peers given.
+async fn run<R: Runtime>(args: Args, servers: Servers, name: &str, peers: Peers) {
+    let rt = args.runtime;
+    let probe = &Probe::new(&servers);
+    let bench = Bench {
+        runtime: rt,
+        deployment: servers.deployment(),
+        rounds: args.rounds,
+        probe,
+    };
+    let ours = Client::<R>::connect(servers.our_options())
+        .await
+        .expect("botmesh client connects");
+    let run_ours = args.runs_client("botmesh");
+    // A peer's form runs when selected and its connection is there.
+    let redis = |form: &str| peers.redis.as_ref().filter(|_| args.runs_client(form));
+    let fred = |form: &str| {
+        match form.starts_with(FRED_POOL) {
+            true => peers.fred_pool.as_ref(),
+            false => peers.fred.as_ref(),
+        }
+        .filter(|_| args.runs_client(form))
+    };
+    warm_up(rt, run_ours.then_some(&ours), &peers, probe).await;
+    let ks = Keyspace::new(Layout::Cluster, "bench").expect("keyspace");
+    let payload = Bytes::from(vec![b'p'; PAYLOAD_LEN]);
+
+    if args.runs("W1") {
+        let total = args.scaled(200_000);
+        let source = botmesh_redis_core::scripts::SAVE_MESSAGE.source();
+        // fred is given the digest as the servers computed it (redis-rs's `Script` and our
+        // client compute the same one themselves).
+        let sha = fred::bytes_utils::Str::from(servers.load_script(source));
+        let script = Arc::new(redis::Script::new(source));
+        eprintln!(
+            "# W1: save_message over {CHATS} chats, {PAYLOAD_LEN}-byte payloads, \
+             {total} calls, {CALLERS} callers"
+        );
+        let compared = Compared {
+            workload: "W1",
+            total,
+            callers: CALLERS,
+            // Every client inserts new data.
+            before_each: &|| servers.flush(),
+        };
+        let mut contenders = Vec::new();
+        if run_ours {
+            contenders.push(compared.contender(&bench, name, false, || SaveOurs {
+                client: ours.clone(),
+                ks: ks.clone(),
+                payload: payload.clone(),
+            }));
+        }
+        if let Some(conn) = redis(REDIS_RS) {
+            contenders.push(compared.contender(&bench, REDIS_RS, true, || SaveRedis {
+                conn: conn.clone(),
+                script: script.clone(),
+                ks: ks.clone(),
+                payload: payload.clone(),
+            }));
+        }
+        for form in [FRED, FRED_POOL] {
+            let Some(conn) = fred(form) else { continue };
+            contenders.push(compared.contender(&bench, form, true, || SaveFred {
+                conn: conn.clone(),
+                sha: sha.clone(),
+                ks: ks.clone(),
+                payload: payload.clone(),
+            }));
+        }
+        compared.run(&bench, contenders).await;
+    }
+
+    if args.runs("W2") {
+        let total = args.scaled(100_000);
+        servers.flush();
+        let value = Bytes::from(vec![b'v'; VALUE_LEN]);
+        let set = Arc::new(move |n: usize| {
+            Request::cmd(Access::Write, "SET")
+                .key(&Key::new(format!("bench:k:{n}")))
+                .arg(value.clone())
+                .build()
+                .expect("SET")
+        });
+        let loaded = drive(rt, total, CALLERS, probe, || Load {
+            client: ours.clone(),
+            request: set.clone(),
+        })
+        .await;
+        assert_eq!(loaded.errors, 0, "W2 preload: {:?}", loaded.first_error);
+        eprintln!("# W2: GET of {total} existing keys, {CALLERS} callers");
+        let compared = Compared {
+            workload: "W2",
+            total,
+            callers: CALLERS,
+            before_each: &|| {},
+        };
+        let mut contenders = Vec::new();
+        if run_ours {
+            contenders.push(compared.contender(&bench, name, false, || GetOurs {
+                client: ours.clone(),
+            }));
+        }
+        if let Some(conn) = redis(REDIS_RS) {
+            contenders.push(
+                compared.contender(&bench, REDIS_RS, true, || GetRedis { conn: conn.clone() }),
+            );
+        }
+        for form in [FRED, FRED_POOL] {
+            let Some(conn) = fred(form) else { continue };
+            contenders
+                .push(compared.contender(&bench, form, true, || GetFred { conn: conn.clone() }));
+        }
+        compared.run(&bench, contenders).await;
+    }
+
+    if args.runs("W3") {
+        let total = args.scaled(2_000);
+        let callers = args.w3_callers;
+        servers.flush();
+        let names: Vec<String> = (0..BUCKETS)
+            .map(|b| format!("bench:{{ch:{b}}}:idx"))
+            .collect();
+        let keys: Vec<Key> = names.iter().map(|n| Key::new(n.clone())).collect();
+        let keys = Arc::new(keys);
+        let index_keys = keys.clone();
+        let zadd = Arc::new(move |b: usize| {
+            let mut cmd = Request::cmd(Access::Write, "ZADD").key(&index_keys[b]);
+            for j in 0..MEMBERS {
+                cmd = cmd.arg(j as u64).arg(format!("member-{j:04}"));
+            }
+            cmd.build().expect("ZADD")
+        });
+        let loaded = drive(rt, BUCKETS, BUCKETS, probe, || Load {
+            client: ours.clone(),
+            request: zadd.clone(),
+        })
+        .await;
+        assert_eq!(loaded.errors, 0, "W3 preload: {:?}", loaded.first_error);
+        eprintln!(
+            "# W3: {total} listings of {BUCKETS} x ZRANGE 0 -1 ({MEMBERS} members each), \
+             {callers} callers"
+        );
+        let fred_keys: Arc<Vec<fred::types::Key>> =
+            Arc::new(names.iter().map(fred::types::Key::from).collect());
+        let names = Arc::new(names);
+        // redis-rs's pipeline runs only where redis-rs accepts the listing's pipeline: tried
+        // once, and the answer said.
+        let mut redis_pipe = redis(REDIS_RS_PIPE);
+        if let Some(conn) = redis_pipe {
+            let tried: Result<Vec<redis::Value>, _> =
+                listing_pipe(&names).query_async(&mut conn.clone()).await;
+            if let Err(e) = tried.map_err(describe).and_then(count_redis_members) {
+                eprintln!(
+                    "# W3: {REDIS_RS_PIPE} left out on this deployment: redis-rs refused the \
+                     listing's pipeline of {BUCKETS} ZRANGEs over {BUCKETS} slots: {e}"
+                );
+                redis_pipe = None;
+            }
+        }
+        let compared = Compared {
+            workload: "W3",
+            total,
+            callers,
+            before_each: &|| {},
+        };
+        let mut contenders = Vec::new();
+        if run_ours {
+            contenders.push(compared.contender(&bench, name, false, || ListOurs {
+                client: ours.clone(),
+                keys: keys.clone(),
+            }));
+        }
+        if let Some(conn) = redis(REDIS_RS) {
+            contenders.push(compared.contender(&bench, REDIS_RS, true, || ListRedis {
+                conn: conn.clone(),
+                keys: names.clone(),
+            }));
+        }
+        if let Some(conn) = redis_pipe {
+            contenders.push(
+                compared.contender(&bench, REDIS_RS_PIPE, true, || ListRedisPipe {
+                    conn: conn.clone(),
+                    keys: names.clone(),
+                }),
+            );
+        }
+        for (joined, piped) in [(FRED, FRED_PIPE), (FRED_POOL, FRED_POOL_PIPE)] {
+            if let Some(conn) = fred(joined) {
+                contenders.push(compared.contender(&bench, joined, true, || ListFred {
+                    conn: conn.clone(),
+                    keys: fred_keys.clone(),
+                }));
+            }
+            if let Some(conn) = fred(piped) {
+                contenders.push(compared.contender(&bench, piped, true, || ListFredPipe {
+                    conn: conn.clone(),
+                    keys: fred_keys.clone(),
+                }));
+            }
+        }
+        compared.run(&bench, contenders).await;
+    }
+
+    // Store-level workloads (ours only: they measure the store's plans end to end), in the
+    // layout a user of the deployment gets by default.
+    let store = Store::new(
+        ours.clone(),
+        StoreOptions::new("bench-store").cluster_client(bench.deployment == Deployment::Cluster),
+    )
+    .expect("store");
+    if args.runs("S1") {
+        let total = args.scaled(100_000);
+        servers.flush();
+        eprintln!("# S1: Store::save_message over {CHATS} chats, {PAYLOAD_LEN}-byte payloads");
+        let m = drive(rt, total, CALLERS, probe, || StoreSave {
+            store: store.clone(),
+            payload: payload.clone(),
+        })
+        .await;
+        report(&bench, "S1", name, &m);
+    }
+    if args.runs("S2") {
+        let total = args.scaled(20_000);
+        servers.flush();
+        let loaded = drive(rt, S2_CHATS * S2_MESSAGES, CALLERS, probe, || StoreLoad {
+            store: store.clone(),
+            payload: payload.clone(),
+        })
+        .await;
+        assert_eq!(loaded.errors, 0, "S2 preload: {:?}", loaded.first_error);
+        eprintln!(
+            "# S2: Store::list_messages, first page of 50, of {S2_CHATS} chats holding \
+             {S2_MESSAGES} messages each"
+        );
+        let m = drive(rt, total, CALLERS, probe, || StoreListMessages {
+            store: store.clone(),
+        })
+        .await;
+        report(&bench, "S2", name, &m);
+    }
+    if args.runs("S3") {
+        let total = args.scaled(5_000);
+        servers.flush();
+        let loaded = drive(rt, S3_CHATS, CALLERS, probe, || StoreUpsertChat {
+            store: store.clone(),
+        })
+        .await;
+        assert_eq!(loaded.errors, 0, "S3 preload: {:?}", loaded.first_error);
+        eprintln!(
+            "# S3: Store::list_chats, a page of 50 from a random place, over {S3_CHATS} chats"
+        );
+        let m = drive(rt, total, CALLERS, probe, || StoreListChats {
+            store: store.clone(),
+        })
+        .await;
+        report(&bench, "S3", name, &m);
+    }
+
+    ours.close().await;
+    for fred in [&peers.fred, &peers.fred_pool].into_iter().flatten() {
+        fred.quit().await;
+    }
+}
+
+/// redis-rs's connection for the servers: its cluster-async connection on the cluster, its
+/// multiplexed connection on the standalone server.
+async fn redis_rs(servers: &Servers) -> RedisConn {
+    match servers {
+        Servers::Cluster(cluster) => RedisConn::Cluster(
+            redis::cluster::ClusterClient::new(
+                cluster.seeds().iter().map(|s| format!("redis://{s}")),
+            )
+            .expect("redis-rs cluster client")
+            .get_async_connection()
+            .await
+            .expect("redis-rs cluster connection"),
+        ),
+        Servers::Standalone(node) => RedisConn::Standalone(
+            redis::Client::open(node.url())
+                .expect("redis-rs client")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("redis-rs multiplexed connection"),
+        ),
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    eprintln!(
+        "# {}; runtime={}; {cores} cores; {}",
+        match args.deployment {
+            Deployment::Cluster =>
+                "cluster: 3 masters, no replicas (measures the clients, not replication)",
+            Deployment::Standalone => "standalone: one redis-server, no cluster mode",
+        },
+        args.runtime.name(),
+        if args.quick {
+            "quick (1/10)"
+        } else {
+            "full size"
+        }
+    );
+    let servers = Servers::start(args.deployment);
+    let runtime = match args.runtime {
+        RuntimeKind::AsyncStd => {
+            // Both peers need tokio: this runtime measures the async-std driver alone.
+            let peers = Peers {
+                redis: None,
+                fred: None,
+                fred_pool: None,
+            };
+            let run = run::<AsyncStd>(args, servers, "botmesh-async-std", peers);
+            return async_global_executor::block_on(run);
+        }
+        RuntimeKind::Multi => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
+        RuntimeKind::Current => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+    }
+    .expect("a tokio runtime");
+    runtime.block_on(async {
+        let redis = if args.runs_client(REDIS_RS) || args.runs_client(REDIS_RS_PIPE) {
+            Some(redis_rs(&servers).await)
+        } else {
+            None
+        };
+        let fred = if args.runs_client(FRED) || args.runs_client(FRED_PIPE) {
+            Some(FredConn::connect(&servers, 1).await)
+        } else {
+            None
+        };
+        let fred_pool = if args.fred_pool > 1
+            && (args.runs_client(FRED_POOL) || args.runs_client(FRED_POOL_PIPE))
+        {
+            eprintln!("# fred-pool: a Pool of {} Clients", args.fred_pool);
+            Some(FredConn::connect(&servers, args.fred_pool).await)
+        } else {
+            None
+        };
+        let peers = Peers {
+            redis,
+            fred,
+            fred_pool,
+        };
+        run::<Tokio>(args, servers, "botmesh-tokio", peers).await
+    });
+}
