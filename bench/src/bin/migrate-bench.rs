@@ -1,4 +1,4 @@
-//! Benchmark of the migration (issue 12): a legacy keyspace of at least a million keys on one
+//! Benchmark of the migration between layouts: a legacy keyspace of at least a million keys on one
 //! node migrated into a 3-master Redis Cluster, against `redis-cli --cluster import` copying
 //! the same keyspace as a raw-copy reference, in the same run.
 //!
