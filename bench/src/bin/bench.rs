@@ -112,8 +112,8 @@
 //! ratio per round is fairer than a ratio of medians taken at different moments. The line shows
 //! the median and range of the rounds' ratios, and the best peer: its name when every round
 //! agrees, else each name with the count of rounds it was best in, most first
-//! (`best_peer=fred:4,redis-rs:1`). Our goal (`docs/performance.md`) is at least 1.3 for `ops_per_s_x` and at
-//! most 0.7 for `cpu_per_op_x`, on every workload, cluster and standalone.
+//! (`best_peer=fred:4,redis-rs:1`). Our goal (`docs/performance.md`) is at least 1.3 for
+//! `ops_per_s_x` and at most 0.7 for `cpu_per_op_x`, on every workload, cluster and standalone.
 //!
 //! Progress and notes go to stderr, prefixed with `#`. After each line, a note on stderr gives
 //! the servers' side of the same run: the Redis processes' CPU (from `/proc/<pid>/stat`, per
