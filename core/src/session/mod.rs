@@ -1,8 +1,9 @@
 //! The routing session: the one state machine a driver talks to.
 //!
 //! It owns the slot map, one pipelined connection per node, the timers, and every routing and
-//! retry decision (`docs/architecture.md`, "Retries, as implemented"). It performs no I/O: the driver feeds it events through
-//! the `handle_*` methods and carries out what [`Session::poll`] returns.
+//! retry decision (`docs/architecture.md`, "Retries, as implemented"). It performs no I/O: the
+//! driver feeds it events through the `handle_*` methods and carries out what
+//! [`Session::poll`] returns.
 //!
 //! # The driver contract
 //!
@@ -37,6 +38,77 @@
 //! the connections' states and buffers, and every deadline, including the connect timeout
 //! (a connect that takes too long ends as an [`Output::Close`]; the driver needs no timer of
 //! its own).
+//!
+//! # A driver in a few lines
+//!
+//! A blocking driver for one node that runs one plan: every output is carried out, every
+//! outcome comes back as an input. (`botmesh-redis-runtime` is the real one: it waits on every
+//! socket and on the deadline at once, and runs many plans.)
+//!
+//! ```no_run
+//! use std::collections::BTreeMap;
+//! use std::io::{ErrorKind, Read, Write};
+//! use std::net::TcpStream;
+//! use std::time::Instant;
+//!
+//! use botmesh_redis_core::session::{Config, Output, Session};
+//! use botmesh_redis_core::{plan, Access, NodeAddr, Request};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let node = NodeAddr::new("127.0.0.1", 6379);
+//! // The waiter can be anything the driver needs back with the result: here, a name.
+//! let mut session: Session<&str> = Session::new(Config::single(node), Instant::now());
+//! let ping = Request::cmd(Access::Read, "PING").build()?;
+//! session.submit(Instant::now(), "ping", plan::single(ping, Ok));
+//! let mut sockets: BTreeMap<_, TcpStream> = BTreeMap::new();
+//! loop {
+//!     match session.poll() {
+//!         Output::Connect { conn, dial, .. } => {
+//!             match TcpStream::connect((dial.host.as_str(), dial.port)) {
+//!                 Ok(socket) => {
+//!                     sockets.insert(conn, socket);
+//!                     session.handle_connected(Instant::now(), conn);
+//!                 }
+//!                 Err(e) => session.handle_connect_failed(Instant::now(), conn, &e.to_string()),
+//!             }
+//!         }
+//!         Output::Transmit { conn, bytes } => {
+//!             if let Some(socket) = sockets.get_mut(&conn) {
+//!                 if let Err(e) = socket.write_all(&bytes) {
+//!                     session.handle_closed(Instant::now(), conn, &e.to_string());
+//!                 }
+//!             }
+//!         }
+//!         Output::Close { conn } => {
+//!             sockets.remove(&conn);
+//!         }
+//!         Output::Complete { waiter, result } => {
+//!             let reply: botmesh_redis_core::Value = result.into_result()?;
+//!             println!("{waiter}: {reply:?}");
+//!             return Ok(());
+//!         }
+//!         Output::Wait { until, .. } => {
+//!             // Read until the deadline; then tell the session the time has come.
+//!             let Some((&conn, socket)) = sockets.iter_mut().next() else {
+//!                 session.handle_timeout(until.unwrap_or_else(Instant::now));
+//!                 continue;
+//!             };
+//!             let left = until.map(|t| t.saturating_duration_since(Instant::now()));
+//!             socket.set_read_timeout(left.filter(|d| !d.is_zero()))?;
+//!             let mut buf = [0u8; 16 * 1024];
+//!             match socket.read(&mut buf) {
+//!                 Ok(0) => session.handle_closed(Instant::now(), conn, "closed by the server"),
+//!                 Ok(n) => session.handle_read(Instant::now(), conn, &buf[..n]),
+//!                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+//!                     session.handle_timeout(Instant::now())
+//!                 }
+//!                 Err(e) => session.handle_closed(Instant::now(), conn, &e.to_string()),
+//!             }
+//!         }
+//!     }
+//! }
+//! # }
+//! ```
 //!
 //! # A request's life
 //!
