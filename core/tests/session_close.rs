@@ -90,3 +90,79 @@ fn a_closed_session_ignores_late_events_and_stays_idle() {
     session.close(later);
     assert!(matches!(session.poll(), Output::Wait { until: None, .. }));
 }
+
+/// Drives a single-node session until its connection is ready (the handshake answered), and
+/// returns the connection.
+fn ready_single(session: &mut Session<Token>, now: std::time::Instant) -> ConnId {
+    let conn = match session.poll() {
+        Output::Connect { conn, .. } => conn,
+        other => panic!("{other:?}"),
+    };
+    while !matches!(session.poll(), Output::Wait { .. }) {}
+    session.handle_connected(now, conn);
+    while !matches!(session.poll(), Output::Wait { .. }) {}
+    session.handle_read(now, conn, b"+PONG\r\n");
+    conn
+}
+
+/// Drains after `close` and returns the one plan's result.
+fn closed_result(session: &mut Session<Token>) -> Result<Vec<Reply>, Error> {
+    let mut result = None;
+    loop {
+        match session.poll() {
+            Output::Complete { result: r, .. } => result = Some(r.into_result::<Vec<Reply>>()),
+            Output::Wait { .. } => break,
+            _ => {}
+        }
+    }
+    result.expect("the plan completed")
+}
+
+#[test]
+fn a_granted_write_whose_wait_is_not_written_yet_is_reply_lost_at_close() {
+    let now = start();
+    let node = botmesh_redis_core::topology::NodeAddr::new("h", 1);
+    let mut session = Session::new(Config::single(node.clone()), now);
+    session.submit(
+        now,
+        Token(1),
+        Batch::new(vec![set("k", "v").then_wait(1, 100)]),
+    );
+    let conn = ready_single(&mut session, now);
+    while !matches!(session.poll(), Output::Wait { .. }) {}
+    // The grant is answered; the client closes before the next drain writes the WAIT.
+    let t = now + Duration::from_millis(1);
+    session.handle_read(t, conn, b"+OK\r\n");
+    session.close(t);
+    assert_eq!(
+        closed_result(&mut session),
+        Err(Error::ReplyLost {
+            addr: node,
+            reason: "the client was closed before the reply came".into(),
+        }),
+        "the SET ran: Closed would say it did not"
+    );
+}
+
+#[test]
+fn a_write_lost_with_its_connection_is_not_hidden_by_a_later_close() {
+    let now = start();
+    let node = botmesh_redis_core::topology::NodeAddr::new("h", 1);
+    let mut session = Session::new(Config::single(node.clone()), now);
+    session.submit(now, Token(1), Batch::new(vec![set("k", "v"), get("j")]));
+    let conn = ready_single(&mut session, now);
+    while !matches!(session.poll(), Output::Wait { .. }) {}
+    // The connection dies with both unanswered: the SET ends ReplyLost, the GET backs off;
+    // then the client closes.
+    let t = now + Duration::from_millis(1);
+    session.handle_closed(t, conn, "connection reset by peer");
+    while !matches!(session.poll(), Output::Wait { .. }) {}
+    session.close(t);
+    assert_eq!(
+        closed_result(&mut session),
+        Err(Error::ReplyLost {
+            addr: node,
+            reason: "connection reset by peer".into(),
+        })
+    );
+}

@@ -98,6 +98,7 @@ impl<W> Session<W> {
         if c.state != ConnState::Ready {
             return None;
         }
+        let node = c.node;
         let was_idle = c.in_flight.is_empty();
         let buf = &mut self.write_buf;
         // Drained in place: the outbox keeps its capacity for the next batch.
@@ -119,7 +120,7 @@ impl<W> Session<W> {
                         c.in_flight.push_back((Pending::Asking, now));
                     }
                     state.request.encode(state.with_source, buf);
-                    state.sent = true;
+                    state.sent_on = Some(node);
                     c.in_flight
                         .push_back((Pending::Request { req, asking }, now));
                 }

@@ -90,7 +90,11 @@
 //!         Output::Wait { until, .. } => {
 //!             // Read until the deadline; then tell the session the time has come.
 //!             let Some((&conn, socket)) = sockets.iter_mut().next() else {
-//!                 session.handle_timeout(until.unwrap_or_else(Instant::now));
+//!                 // Nothing to read (a node in connect backoff): sleep until the deadline.
+//!                 if let Some(until) = until {
+//!                     std::thread::sleep(until.saturating_duration_since(Instant::now()));
+//!                 }
+//!                 session.handle_timeout(Instant::now());
 //!                 continue;
 //!             };
 //!             let left = until.map(|t| t.saturating_duration_since(Instant::now()));
@@ -153,7 +157,7 @@
 //! | `conns.rs` | one connection per node: state, outbox, replies in flight, read buffer, connect backoff, deadlines, and what a lost connection means for its requests |
 //! | `replies.rs` | a reply matched to its dispatch, and what it means (redirections, retries, the end) |
 //! | `refresh.rs` | the topology refresh: rounds, backoff, applying a map |
-//! | `timers.rs` | the timers, one armed instant per timer by kind, and what firing one does |
+//! | `timers.rs` | the timers by kind (batch deadlines in a queue in firing order, the rest in a table by instant), and what firing one does |
 
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -217,7 +221,8 @@ pub enum Output<W> {
         /// The bytes.
         bytes: Bytes,
     },
-    /// Close the connection; report nothing more for it.
+    /// Close the connection: stop its tasks and drop its socket. Events of it that still
+    /// arrive may be reported; the session ignores them.
     Close {
         /// The connection.
         conn: ConnId,
@@ -547,16 +552,8 @@ impl<W> Session<W> {
             return;
         }
         self.closed = true;
-        // Where each request awaiting its reply was written: a write's outcome is unknown at
-        // that node.
-        let mut written_to: BTreeMap<u64, NodeId> = BTreeMap::new();
-        for (&conn, c) in &self.conns {
+        for &conn in self.conns.keys() {
             self.outputs.push_back(Output::Close { conn });
-            for (pending, _) in &c.in_flight {
-                if let Pending::Request { req, .. } | Pending::Wait { req } = pending {
-                    written_to.insert(req.attempt, c.node);
-                }
-            }
         }
         self.conns.clear();
         self.node_conn.clear();
@@ -566,20 +563,20 @@ impl<W> Session<W> {
         self.to_dispatch.clear();
         self.to_advance.clear();
         for op in self.ops.take_all() {
-            let unknown = op
-                .reqs
-                .iter()
-                .filter(|r| r.reply.is_none() && r.sent && r.request.access() == Access::Write)
-                .find_map(|r| written_to.get(&r.attempt));
-            let error = match unknown {
-                Some(&node) => Error::ReplyLost {
-                    addr: self.nodes[node].clone(),
-                    reason: "the client was closed before the reply came".into(),
-                },
-                // A sent write unanswered is always on a connection: one lost with its
-                // connection has ended as ReplyLost already.
-                None => Error::Closed,
-            };
+            // The plan ends with an outcome-unknown error when a write of its batch may have
+            // run: one sent and unanswered (or granted, its WAIT unanswered), or one that
+            // already ended so (lost with its connection) while the rest of the batch waited.
+            let unknown = op.reqs.iter().find_map(|r| match (&r.reply, r.sent_on) {
+                (None, Some(node)) if r.request.access() == Access::Write => {
+                    Some(Error::ReplyLost {
+                        addr: self.nodes[node].clone(),
+                        reason: "the client was closed before the reply came".into(),
+                    })
+                }
+                (Some(Err(e)), _) if e.outcome_unknown() => Some(e.clone()),
+                _ => None,
+            });
+            let error = unknown.unwrap_or(Error::Closed);
             self.outputs.push_back(Output::Complete {
                 waiter: op.waiter,
                 result: op.plan.fail(error),

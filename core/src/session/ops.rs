@@ -97,8 +97,9 @@ pub(super) struct ReqState {
     pub(super) ask: Option<NodeId>,
     pub(super) pinned: Option<NodeId>,
     pub(super) with_source: bool,
-    /// Handed to the driver and not answered: a write in this state may have run.
-    pub(super) sent: bool,
+    /// The node it was handed to the driver for, while unanswered (or while the `WAIT`
+    /// written after its grant is): a write in this state may have run there.
+    pub(super) sent_on: Option<NodeId>,
     /// The request's own value while the `WAIT` written after it is unanswered.
     pub(super) granted: Option<Value>,
     /// The slot map's generation when the request was routed: a write answered after the map
@@ -148,7 +149,7 @@ impl<W> Session<W> {
                             ask: None,
                             pinned: None,
                             with_source: false,
-                            sent: false,
+                            sent_on: None,
                             granted: None,
                             map_gen: 0,
                         })
@@ -207,7 +208,7 @@ impl<W> Session<W> {
             return;
         };
         state.reply = Some(reply);
-        state.sent = false;
+        state.sent_on = None;
         let Some(op) = self.ops.get_mut(r.op) else {
             return;
         };
@@ -223,7 +224,7 @@ impl<W> Session<W> {
         let Some(state) = self.req_mut(r) else {
             return;
         };
-        state.sent = false;
+        state.sent_on = None;
         state.retries = state.retries.saturating_add(1);
         let failed = state.retries;
         let jitter = self.jitter.next_factor();
@@ -262,7 +263,10 @@ impl<W> Session<W> {
                     idx,
                     attempt: s.attempt,
                 };
-                (r, s.sent && s.request.access() == Access::Write)
+                (
+                    r,
+                    s.sent_on.is_some() && s.request.access() == Access::Write,
+                )
             })
             .collect();
         for (r, outcome_unknown) in open {

@@ -143,7 +143,7 @@ impl<W> Session<W> {
         let Some(state) = self.req_mut(r) else {
             return;
         };
-        state.sent = false;
+        state.sent_on = None;
         let decision = match classify(&error, &host) {
             Decision::Moved { .. } | Decision::Ask { .. } if !cluster => Decision::Final,
             d => d,

@@ -1,5 +1,4 @@
-//! The session's timers: one armed instant per timer, by kind, and what each does when it
-//! fires.
+//! The session's timers, by kind, and what each does when it fires.
 
 use super::*;
 
