@@ -58,6 +58,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod codec;
 pub mod coord;
 pub mod coordinator;
 pub mod error;
