@@ -2,7 +2,7 @@
 //!
 //! The store keeps chats, contacts, checkpoints, user data and conversations as opaque bytes.
 //! [`Store::typed`] pairs a store with a codec, and the resulting [`Typed`] writes and reads
-//! those records as the user's own type. The codec is the user's choice: [`Json`] (feature
+//! those records as the user's own type. The codec is the user's choice: `Json` (feature
 //! `json`) for any `serde` type, or an implementation of [`Codec`] for another format.
 //!
 //! ```no_run

@@ -149,7 +149,7 @@ impl<E: Executor> Store<E> {
 
     /// This store, writing and reading chats, contacts, checkpoints, user data and
     /// conversations as values of the user's types through `codec`, such as
-    /// [`codec::Json`](crate::codec::Json) (feature `json`). Nothing is sent; the store is
+    /// `codec::Json` (feature `json`). Nothing is sent; the store is
     /// cloned, which is cheap. See [`Typed`] and [`crate::codec`].
     ///
     /// ```no_run
