@@ -158,6 +158,16 @@ pub enum Error {
         /// Its value.
         value: String,
     },
+    /// A typed record could not be encoded (nothing was sent) or a stored one could not be
+    /// decoded (the read ran; the value is left as it is), by the [`Codec`](crate::codec::Codec)
+    /// of [`Store::typed`](crate::store::Store::typed).
+    #[error("{what}: {detail}")]
+    Codec {
+        /// What failed, with the record's name: e.g. `decoding chat "c1"`.
+        what: String,
+        /// The codec's reason.
+        detail: String,
+    },
     /// The client was closed before the request completed.
     #[error("the client is closed")]
     Closed,

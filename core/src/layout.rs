@@ -36,6 +36,76 @@ impl fmt::Display for Layout {
     }
 }
 
+/// Reads a layout as written in configuration: `legacy`, `cluster`, or `cluster:v1` (the value
+/// of the layout marker, [`CLUSTER_V1`], which names the cluster layout too). Case-sensitive,
+/// like the marker, and without trimming: a config file's `"Cluster "` is a mistake to report,
+/// not to guess at.
+///
+/// ```
+/// use botmesh_redis_core::Layout;
+///
+/// assert_eq!("cluster".parse(), Ok(Layout::Cluster));
+/// assert_eq!("cluster:v1".parse(), Ok(Layout::Cluster));
+/// assert_eq!("legacy".parse::<Layout>().map(|l| l.to_string()).as_deref(), Ok("legacy"));
+/// assert!("Cluster".parse::<Layout>().is_err());
+/// ```
+impl std::str::FromStr for Layout {
+    type Err = ParseLayoutError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "legacy" => Ok(Layout::Legacy),
+            "cluster" | CLUSTER_V1 => Ok(Layout::Cluster),
+            other => Err(ParseLayoutError {
+                text: other.to_owned(),
+            }),
+        }
+    }
+}
+
+/// A layout name that is none of `legacy`, `cluster` or `cluster:v1` ([`Layout`]'s `FromStr`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown key layout {text:?}: the layouts are \"legacy\" and \"cluster\" (also written \
+     \"cluster:v1\"), in lower case"
+)]
+pub struct ParseLayoutError {
+    text: String,
+}
+
+impl ParseLayoutError {
+    /// The refused text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+// The layout is written as its name, so a config file says `layout = "cluster"`; reading goes
+// through `FromStr`, so the marker's `cluster:v1` is accepted too.
+#[cfg(feature = "serde")]
+impl serde::Serialize for Layout {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for Layout {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Name;
+        impl serde::de::Visitor<'_> for Name {
+            type Value = Layout;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key layout: \"legacy\", \"cluster\" or \"cluster:v1\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Layout, E> {
+                v.parse().map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_str(Name)
+    }
+}
+
 /// A configuration mistake in a prefix or a name, found before anything is sent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -388,6 +458,35 @@ impl Keyspace {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn layout_names_round_trip() {
+        for layout in [Layout::Legacy, Layout::Cluster] {
+            assert_eq!(layout.to_string().parse::<Layout>(), Ok(layout));
+            assert_eq!(layout.name().parse::<Layout>(), Ok(layout));
+        }
+        assert_eq!(CLUSTER_V1.parse::<Layout>(), Ok(Layout::Cluster));
+    }
+
+    #[test]
+    fn layout_names_are_exact() {
+        for text in [
+            "",
+            "Cluster",
+            "LEGACY",
+            " cluster",
+            "cluster ",
+            "cluster:v2",
+            "v1",
+        ] {
+            let err = text.parse::<Layout>().unwrap_err();
+            assert_eq!(err.text(), text);
+            let message = err.to_string();
+            assert!(message.contains(&format!("{text:?}")), "{message}");
+            assert!(message.contains("\"legacy\""), "{message}");
+            assert!(message.contains("\"cluster:v1\""), "{message}");
+        }
+    }
 
     #[test]
     fn cluster_keys_share_their_group_slot() {

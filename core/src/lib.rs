@@ -27,7 +27,8 @@
 //!
 //! The typed API, written once over any [`Executor`] ([`executor`]):
 //!
-//! - [`store`]: the store's operations and their plans;
+//! - [`store`]: the store's operations and their plans; [`codec`]: typed records, a user's
+//!   own struct stored through a [`codec::Codec`] (`Store::typed`);
 //! - [`coord`] (plans) and [`coordinator`] (the async API): locks with fences, per-chat turns,
 //!   leaderships, heartbeats, schedules, leases, the durable inbox/outbox;
 //! - [`migrate`]: inspection, the migration between the layouts and the rollback.
@@ -55,9 +56,24 @@
 //!
 //! Everything above the driver is in this crate and is tested without a network: plans with
 //! scripted replies and snapshots, properties with `proptest`.
+//!
+//! ## Features
+//!
+//! None is on by default; the drivers forward `serde` and `json` under the same names.
+//!
+//! - `serde`: `Serialize`/`Deserialize` for [`Layout`] (as its name: `"legacy"`, `"cluster"`;
+//!   `"cluster:v1"` also reads), and the config structs `options::ClientConfig`,
+//!   `options::StoreConfig` and `options::TurnConfig`, so options come from a config file
+//!   (`docs/store.md`).
+//! - `json`: `serde`, plus `codec::Json`, which stores typed records as JSON with `serde_json`.
+//! - `testing`: the `testing` module: a simulated cluster and scripted runners, for
+//!   deterministic tests of sessions and plans.
+//! - `fuzzing`: `testing`, plus `arbitrary::Arbitrary` for its random inputs and faults (the
+//!   fuzz targets in `fuzz/`).
 #![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod codec;
 pub mod coord;
 pub mod coordinator;
 pub mod error;

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::codec::Typed;
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::layout::{Keyspace, Layout, RecordKind};
@@ -144,6 +145,36 @@ impl<E: Executor> Store<E> {
     /// The executor.
     pub fn executor(&self) -> &E {
         &self.executor
+    }
+
+    /// This store, writing and reading chats, contacts, checkpoints, user data and
+    /// conversations as values of the user's types through `codec`, such as
+    /// `codec::Json` (feature `json`). Nothing is sent; the store is
+    /// cloned, which is cheap. See [`Typed`] and [`crate::codec`].
+    ///
+    /// ```no_run
+    /// # #[cfg(feature = "json")]
+    /// # mod example {
+    /// use botmesh_redis_core::codec::Json;
+    /// use botmesh_redis_core::store::Store;
+    /// use botmesh_redis_core::{Error, Executor};
+    ///
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Prefs {
+    ///     lang: String,
+    /// }
+    ///
+    /// async fn demo<E: Executor>(store: &Store<E>, user: &str) -> Result<(), Error> {
+    ///     let typed = store.typed(Json);
+    ///     typed.set_user_data(user, "prefs", "all", &Prefs { lang: "pt-BR".into() }, None).await?;
+    ///     let prefs: Option<Prefs> = typed.get_user_data(user, "prefs", "all").await?;
+    ///     assert_eq!(prefs.map(|p| p.lang).as_deref(), Some("pt-BR"));
+    ///     Ok(())
+    /// }
+    /// # }
+    /// ```
+    pub fn typed<C>(&self, codec: C) -> Typed<E, C> {
+        Typed::new(self.clone(), codec)
     }
 
     /// The `start()` guard; call it once before using the store.

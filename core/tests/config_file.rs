@@ -1,0 +1,183 @@
+//! Options read from a config file (feature `serde`): `Layout` by name, and the config structs
+//! of `options` turned into the real options, in TOML and JSON, with their refusals.
+#![cfg(feature = "serde")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use botmesh_redis_core::options::{ClientConfig, StoreConfig, TurnConfig};
+use botmesh_redis_core::session::{Auth, Endpoints};
+use botmesh_redis_core::{Error, Layout, NodeAddr};
+use serde::Deserialize;
+
+/// How a bot would nest the library's sections in its own config.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BotConfig {
+    redis: ClientConfig,
+    store: StoreConfig,
+    #[serde(default)]
+    turns: TurnConfig,
+}
+
+const BOT_TOML: &str = r#"
+# The bot's Redis Cluster.
+[redis]
+nodes = ["redis://10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"]
+username = "bot"
+password = "s3cret"
+connect_timeout_ms = 1500
+request_timeout_ms = 8000
+retry_attempts = 5
+
+[store]
+prefix = "mybot"
+layout = "cluster:v1"
+
+[turns]
+ttl_ms = 20000
+wait_timeout_ms = 30000
+"#;
+
+#[test]
+fn a_realistic_toml_file() {
+    let bot: BotConfig = toml::from_str(BOT_TOML).unwrap();
+
+    let config = bot.redis.into_options().unwrap().to_config(7).unwrap();
+    match &config.endpoints {
+        Endpoints::Cluster(roots) => assert_eq!(roots.len(), 3),
+        other => panic!("not a cluster: {other:?}"),
+    }
+    assert_eq!(
+        config.auth,
+        Some(Auth {
+            username: Some("bot".into()),
+            password: "s3cret".into()
+        })
+    );
+    assert_eq!(config.connect_timeout, Duration::from_millis(1500));
+    assert_eq!(config.request_timeout, Duration::from_secs(8));
+    assert_eq!(config.retry.attempts, 5);
+    // Left out: the defaults.
+    let defaults = botmesh_redis_core::ClientOptions::cluster(["h:1"])
+        .to_config(7)
+        .unwrap();
+    assert_eq!(config.retry.base, defaults.retry.base);
+    assert_eq!(config.response_timeout, defaults.response_timeout);
+    assert_eq!(config.refresh_interval, defaults.refresh_interval);
+
+    let store = bot.store.into_options().cluster_client(true);
+    assert_eq!(store.resolved_layout(), Layout::Cluster);
+
+    let turns = bot.turns.into_options().unwrap();
+    assert_eq!(turns.ttl, Duration::from_secs(20));
+    assert_eq!(turns.wait_timeout, Duration::from_secs(30));
+    assert_eq!(turns.poll_interval, Duration::from_millis(50));
+}
+
+#[test]
+fn a_json_file_for_one_node() {
+    let json = r#"{
+        "redis": { "url": "redis://:pw@127.0.0.1:6379", "response_timeout_ms": 2500 },
+        "store": { "prefix": "bot", "allow_legacy_data": true }
+    }"#;
+    let bot: BotConfig = serde_json::from_str(json).unwrap();
+    assert_eq!(bot.turns, TurnConfig::default());
+    let config = bot.redis.into_options().unwrap().to_config(1).unwrap();
+    assert_eq!(
+        config.endpoints,
+        Endpoints::Single(NodeAddr::new("127.0.0.1", 6379))
+    );
+    assert_eq!(config.auth.unwrap().password, "pw");
+    assert_eq!(config.response_timeout, Duration::from_millis(2500));
+    let store = bot.store.into_options();
+    assert_eq!(store.resolved_layout(), Layout::Legacy);
+}
+
+#[test]
+fn layouts_read_by_name() {
+    for (text, layout) in [
+        ("\"legacy\"", Layout::Legacy),
+        ("\"cluster\"", Layout::Cluster),
+        ("\"cluster:v1\"", Layout::Cluster),
+    ] {
+        assert_eq!(serde_json::from_str::<Layout>(text).unwrap(), layout);
+    }
+    for layout in [Layout::Legacy, Layout::Cluster] {
+        let written = serde_json::to_string(&layout).unwrap();
+        assert_eq!(written, format!("\"{}\"", layout.name()));
+        assert_eq!(serde_json::from_str::<Layout>(&written).unwrap(), layout);
+    }
+    let err = serde_json::from_str::<Layout>("\"Cluster\"").unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("\"Cluster\""), "{message}");
+    assert!(message.contains("\"legacy\""), "{message}");
+    assert!(serde_json::from_str::<Layout>("1").is_err());
+}
+
+#[test]
+fn store_config_writes_back() {
+    let config: StoreConfig = toml::from_str("prefix = \"bot\"\nlayout = \"cluster\"\n").unwrap();
+    let written = toml::to_string(&config).unwrap();
+    assert_eq!(toml::from_str::<StoreConfig>(&written).unwrap(), config);
+    // Without a layout, none is written, so the default still follows the client.
+    let written = toml::to_string(&StoreConfig::new("bot")).unwrap();
+    assert!(!written.contains("layout"), "{written}");
+}
+
+#[test]
+fn unknown_fields_are_refused() {
+    let err = toml::from_str::<ClientConfig>("url = \"h:1\"\nconect_timeout_ms = 10\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("conect_timeout_ms"), "{err}");
+    assert!(toml::from_str::<StoreConfig>("prefix = \"p\"\nlayuot = \"legacy\"\n").is_err());
+    assert!(toml::from_str::<TurnConfig>("ttl = 5\n").is_err());
+    // The prefix has no default.
+    assert!(toml::from_str::<StoreConfig>("layout = \"legacy\"\n").is_err());
+    // A bad layout names the accepted ones.
+    let err = toml::from_str::<StoreConfig>("prefix = \"p\"\nlayout = \"cluster-v1\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("\"cluster:v1\""), "{err}");
+}
+
+fn refused(toml_text: &str) -> String {
+    let config: ClientConfig = toml::from_str(toml_text).unwrap();
+    match config.into_options() {
+        Err(Error::Config(message)) => message,
+        other => panic!("not refused: {other:?}"),
+    }
+}
+
+#[test]
+fn client_configs_that_are_refused() {
+    assert!(refused("url = \"h:1\"\nnodes = [\"h:2\"]\n").contains("not both"));
+    assert!(refused("").contains("neither"));
+    assert!(refused("nodes = []\n").contains("neither"));
+    assert!(refused("url = \"h:1\"\nusername = \"u\"\n").contains("without `password`"));
+    assert!(refused("url = \"h:1\"\nconnect_timeout_ms = 0\n").contains("connect_timeout_ms"));
+    assert!(refused("url = \"h:1\"\nretry_base_ms = 0\n").contains("retry_base_ms"));
+    assert!(refused("nodes = [\"h:1\", \"http://h:2\"]\n").contains("unsupported scheme"));
+    assert!(refused("url = \"redis://h:1/3\"\n").contains("database 0"));
+}
+
+#[test]
+fn turn_configs_that_are_refused() {
+    let short: TurnConfig = toml::from_str("idle_lifetime_ms = 1000\n").unwrap();
+    assert!(matches!(short.into_options(), Err(Error::Config(_))));
+    let zero: TurnConfig = toml::from_str("poll_interval_ms = 0\n").unwrap();
+    match zero.into_options() {
+        Err(Error::Config(message)) => assert!(message.contains("poll_interval_ms"), "{message}"),
+        other => panic!("not refused: {other:?}"),
+    }
+}
+
+#[test]
+fn debug_hides_the_password() {
+    let config: ClientConfig =
+        toml::from_str("url = \"redis://u:hunter2@h:1\"\npassword = \"hunter2\"\n").unwrap();
+    let shown = format!("{config:?}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(shown.contains("<redacted>"), "{shown}");
+}
