@@ -552,7 +552,9 @@ mod tests {
         assert!(verdict(Layout::Legacy, ok(), &report(Some("cluster:v1"), 0, &[])).passes);
         let refused = verdict(
             Layout::Legacy,
-            Err(Error::Config("legacy on a cluster".into())),
+            Err(Error::Config(
+                botmesh_redis_tokio::ConfigError::LegacyLayoutOnCluster { component: "store" },
+            )),
             &report(None, 0, &[]),
         );
         assert_eq!(

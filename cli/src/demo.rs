@@ -122,10 +122,10 @@ async fn replica(options: &ClientOptions, prefix: &str, n: usize) -> Result<Repl
         client.clone(),
         ks.clone(),
         format!("replica-{n}-{}", std::process::id()),
-    );
+    )?;
     Ok(Replica {
         outbox: Durability::new(client.clone(), ks.clone(), OUTBOX)?,
-        schedules: Schedules::new(client.clone(), ks),
+        schedules: Schedules::new(client.clone(), ks)?,
         store,
         coord,
         client,

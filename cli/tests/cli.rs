@@ -122,7 +122,7 @@ fn seed_legacy(prefix: &str) {
             .set_conversation("chat-1", "state".into(), None)
             .await
             .unwrap();
-        let coordinator = Coordinator::new(client.clone(), store.keyspace().clone(), "r1");
+        let coordinator = Coordinator::new(client.clone(), store.keyspace().clone(), "r1").unwrap();
         assert_eq!(
             coordinator
                 .lock("job", "o", Duration::from_secs(60))
@@ -131,6 +131,7 @@ fn seed_legacy(prefix: &str) {
             Some(1)
         );
         Schedules::new(client.clone(), store.keyspace().clone())
+            .unwrap()
             .put("s1", 7, "h", "every day".into())
             .await
             .unwrap();

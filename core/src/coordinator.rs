@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use crate::coord::{self, Acked, Begun, Claimed, Schedule, TurnGrant, TurnGuard, TurnOptions};
 use crate::error::Error;
-use crate::executor::Executor;
+use crate::executor::{check_layout, Executor};
 use crate::layout::Keyspace;
 
 /// The request ids of turn takes, process-wide.
@@ -33,14 +33,21 @@ impl<E: Executor> Coordinator<E> {
     /// example host name, process id and start time). Turns rely on this replica's heartbeat:
     /// call [`Coordinator::heartbeat`] regularly, from before the first turn (a replica without
     /// a live heartbeat is treated as dead, and its turns are skipped).
-    pub fn new(exec: E, ks: Keyspace, replica: impl Into<String>) -> Self {
-        Coordinator {
+    ///
+    /// Fails with [`ConfigError::LegacyLayoutOnCluster`](crate::ConfigError) for a
+    /// legacy-layout keyspace on a cluster executor. [`Store::coordinator`] builds one with
+    /// the store's keyspace.
+    ///
+    /// [`Store::coordinator`]: crate::store::Store::coordinator
+    pub fn new(exec: E, ks: Keyspace, replica: impl Into<String>) -> Result<Self, Error> {
+        check_layout(&exec, &ks, "coordinator")?;
+        Ok(Coordinator {
             exec,
             ks,
             replica: Arc::from(replica.into()),
             turns: TurnOptions::default(),
             wait_replicas: None,
-        }
+        })
     }
 
     /// How turns are waited for and held, and how long an idle chat's queue is kept. Every turn
@@ -234,9 +241,11 @@ pub struct Schedules<E> {
 }
 
 impl<E: Executor> Schedules<E> {
-    /// Schedules in `ks`.
-    pub fn new(exec: E, ks: Keyspace) -> Self {
-        Schedules { exec, ks }
+    /// Schedules in `ks`; fails for a legacy-layout keyspace on a cluster executor (see
+    /// [`Coordinator::new`]).
+    pub fn new(exec: E, ks: Keyspace) -> Result<Self, Error> {
+        check_layout(&exec, &ks, "schedules")?;
+        Ok(Schedules { exec, ks })
     }
 
     /// Writes schedule `id` with fencing token `token`, owned by `holder` (the lease holder or
@@ -276,13 +285,15 @@ pub struct Leases<E> {
 }
 
 impl<E: Executor> Leases<E> {
-    /// Leases in `ks`.
-    pub fn new(exec: E, ks: Keyspace) -> Self {
-        Leases {
+    /// Leases in `ks`; fails for a legacy-layout keyspace on a cluster executor (see
+    /// [`Coordinator::new`]).
+    pub fn new(exec: E, ks: Keyspace) -> Result<Self, Error> {
+        check_layout(&exec, &ks, "leases")?;
+        Ok(Leases {
             exec,
             ks,
             wait_replicas: None,
-        }
+        })
     }
 
     /// Grants are reported only once `replicas` replicas acknowledged them (`WAIT`, at most
@@ -344,8 +355,10 @@ pub struct Durability<E> {
 }
 
 impl<E: Executor> Durability<E> {
-    /// The table `table` in `ks`; its name may not be empty or contain braces.
+    /// The table `table` in `ks`; its name may not be empty or contain braces, and a
+    /// legacy-layout keyspace is refused on a cluster executor (see [`Coordinator::new`]).
     pub fn new(exec: E, ks: Keyspace, table: impl Into<String>) -> Result<Self, Error> {
+        check_layout(&exec, &ks, "durability")?;
         let table = table.into();
         ks.durable(&table, "journal")?;
         Ok(Durability { exec, ks, table })

@@ -24,9 +24,10 @@ pub enum Error {
         /// The first key in another slot.
         other: Key,
     },
-    /// A configuration mistake (layout, options), found at construction.
+    /// A configuration mistake (options, layout, durations), found before anything was
+    /// sent; [`ConfigError`] says which.
     #[error("configuration error: {0}")]
-    Config(String),
+    Config(#[from] ConfigError),
     /// Redis answered with an error reply. The request ran (and failed) or was refused.
     #[error("server error: {0}")]
     Server(ServerError),
@@ -168,9 +169,112 @@ pub enum Error {
         /// The codec's reason.
         detail: String,
     },
+    /// The layout marker was deleted while [`Store::start`](crate::store::Store::start)
+    /// read the keyspace (a rollback or a flush ran meanwhile). Nothing was written; start
+    /// again.
+    #[error("the layout marker {key} was deleted while this store started; start again")]
+    LayoutMarkerRemoved {
+        /// The marker key.
+        key: String,
+    },
     /// The client was closed before the request completed.
     #[error("the client is closed")]
     Closed,
+}
+
+/// A configuration mistake, found before anything was sent. Each says what was refused and
+/// what would be accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The legacy layout was chosen, or is what a component was given, on a cluster client.
+    #[error(
+        "the legacy layout runs on a single node only: {component} needs the cluster layout \
+         with a cluster client"
+    )]
+    LegacyLayoutOnCluster {
+        /// What was being built: `store`, `coordinator`, `schedules`, `leases`, `durability`.
+        component: &'static str,
+    },
+    /// Neither a URL (one node) nor root nodes (a cluster) were given.
+    #[error("neither a URL (one node) nor root nodes (a cluster) are given")]
+    NoEndpoint,
+    /// Both a URL and root nodes were given.
+    #[error("give either a URL (one node) or root nodes (a cluster), not both")]
+    BothEndpoints,
+    /// A cluster client without any root node.
+    #[error("a cluster needs at least one root node")]
+    NoRootNodes,
+    /// A Redis URL or node address that does not parse; the credentials are redacted.
+    #[error("bad redis URL {url:?}: {reason}")]
+    BadUrl {
+        /// The URL, with any credentials replaced.
+        url: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// A node address (`host:port`, `[v6]:port` or `:port`) that does not parse.
+    #[error("not a node address: {text:?}")]
+    BadNodeAddress {
+        /// The text given.
+        text: String,
+    },
+    /// A user name without a password.
+    #[error("`username` is given without `password`")]
+    UsernameWithoutPassword,
+    /// A duration of zero where at least a millisecond is needed.
+    #[error("`{field}` is 0: give at least 1 (milliseconds), or leave it out for the default")]
+    ZeroDuration {
+        /// The option.
+        field: &'static str,
+    },
+    /// A time to live longer than Redis accepts.
+    #[error("a time to live of {ttl:?} is longer than the {max:?} accepted")]
+    TtlTooLong {
+        /// The time to live given.
+        ttl: std::time::Duration,
+        /// The longest accepted.
+        max: std::time::Duration,
+    },
+    /// A turn queue's idle lifetime too short to keep exclusion and ticket order.
+    #[error(
+        "the turn idle lifetime {given:?} is shorter than {least:?}: twice the longest of the \
+         turn TTL, claim timeout, wait timeout and poll interval, and at least a minimum"
+    )]
+    TurnIdleLifetimeTooShort {
+        /// The lifetime given.
+        given: std::time::Duration,
+        /// The shortest accepted with these options.
+        least: std::time::Duration,
+    },
+    /// A `WAIT` timeout at or above the response timeout, which would close the connection
+    /// under it.
+    #[error(
+        "a WAIT of {wait_ms} ms is not below the response timeout of {response_timeout:?}, \
+         which would close the connection under it"
+    )]
+    WaitNotBelowResponseTimeout {
+        /// The `WAIT` timeout.
+        wait_ms: u64,
+        /// The response timeout.
+        response_timeout: std::time::Duration,
+    },
+    /// A request to `:port` (no host) before any node answered the plan: nothing names the
+    /// host.
+    #[error("a request to :{port} before any node answered the plan: no host to send it to")]
+    NodeWithoutHost {
+        /// The port named.
+        port: u16,
+    },
+    /// An operation used for records it does not write (checkpoints expire, schedules carry
+    /// fencing tokens).
+    #[error("{records} cannot be written here: use {instead}")]
+    WrongOperation {
+        /// The records.
+        records: &'static str,
+        /// The operation that writes them.
+        instead: &'static str,
+    },
 }
 
 impl Error {

@@ -10,6 +10,16 @@ use crate::plan::{single, Plan};
 use crate::request::Request;
 use crate::value::Value;
 
+/// What an executor talks to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Deployment {
+    /// One Redis node (or a proxy that looks like one).
+    Single,
+    /// A Redis Cluster: keys are routed by slot, multi-key calls must stay in one slot.
+    Cluster,
+}
+
 /// Runs plans to completion. Implemented by `botmesh_redis_tokio::Client` and
 /// `botmesh_redis_async_std::Client`.
 pub trait Executor: Clone + Send + Sync + 'static {
@@ -21,4 +31,27 @@ pub trait Executor: Clone + Send + Sync + 'static {
     fn call(&self, request: Request) -> impl Future<Output = Result<Value, Error>> + Send {
         self.run(single(request, Ok))
     }
+
+    /// What this executor talks to, when it knows. A driver's `Client` does (its options
+    /// say); a test executor or a wrapper may answer `None`, and the components then take
+    /// their options' word. The store picks its layout from it, and every component refuses
+    /// the legacy layout on a cluster.
+    fn deployment(&self) -> Option<Deployment> {
+        None
+    }
+}
+
+/// Refuses a legacy-layout keyspace on a cluster executor: its multi-key scripts would fail
+/// with `CROSSSLOT` at the first call.
+pub(crate) fn check_layout<E: Executor>(
+    exec: &E,
+    ks: &crate::layout::Keyspace,
+    component: &'static str,
+) -> Result<(), Error> {
+    if ks.layout() == crate::layout::Layout::Legacy
+        && exec.deployment() == Some(Deployment::Cluster)
+    {
+        return Err(crate::error::ConfigError::LegacyLayoutOnCluster { component }.into());
+    }
+    Ok(())
 }

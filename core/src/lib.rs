@@ -97,9 +97,9 @@ pub mod topology;
 pub mod ttl;
 pub mod value;
 
-pub use error::Error;
 pub use error::ServerError;
-pub use executor::Executor;
+pub use error::{ConfigError, Error};
+pub use executor::{Deployment, Executor};
 pub use keys::Key;
 pub use layout::{Keyspace, Layout};
 pub use options::ClientOptions;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use percent_encoding::percent_decode_str;
 
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::retry::RetryPolicy;
 use crate::session::{Auth, Config};
 use crate::topology::NodeAddr;
@@ -152,12 +152,8 @@ impl ClientOptions {
     pub fn to_config(&self, seed: u64) -> Result<Config, Error> {
         let mut auth = None;
         let mut config = match (&self.url, self.root_nodes.is_empty()) {
-            (Some(_), false) => {
-                return Err(Error::Config(
-                    "`cluster` cannot be combined with `url`".into(),
-                ))
-            }
-            (None, true) => return Err(Error::Config("neither `url` nor `cluster` given".into())),
+            (Some(_), false) => return Err(ConfigError::BothEndpoints.into()),
+            (None, true) => return Err(ConfigError::NoEndpoint.into()),
             (Some(url), true) => {
                 let parsed = parse_url(url)?;
                 auth = parsed.auth;
@@ -227,7 +223,7 @@ mod config {
 
     use super::{parse_url, redact_url, ClientOptions};
     use crate::coord::TurnOptions;
-    use crate::error::Error;
+    use crate::error::{ConfigError, Error};
     use crate::layout::Layout;
     use crate::retry::RetryPolicy;
     use crate::store::StoreOptions;
@@ -307,11 +303,9 @@ mod config {
 
     /// A duration of at least 1 ms: a `0` in a config file more likely means "none" or "off",
     /// which no timeout here supports, than "give up at once".
-    fn millis(field: &str, ms: Option<u64>) -> Result<Option<Duration>, Error> {
+    fn millis(field: &'static str, ms: Option<u64>) -> Result<Option<Duration>, Error> {
         match ms {
-            Some(0) => Err(Error::Config(format!(
-                "`{field}` is 0: give at least 1 (milliseconds), or leave it out for the default"
-            ))),
+            Some(0) => Err(ConfigError::ZeroDuration { field }.into()),
             other => Ok(other.map(Duration::from_millis)),
         }
     }
@@ -322,16 +316,8 @@ mod config {
         /// does not parse, `username` comes without `password`, or a duration is 0.
         pub fn into_options(self) -> Result<ClientOptions, Error> {
             let mut options = match (self.url, self.nodes.is_empty()) {
-                (Some(_), false) => {
-                    return Err(Error::Config(
-                        "give either `url` (one node) or `nodes` (a cluster), not both".into(),
-                    ))
-                }
-                (None, true) => {
-                    return Err(Error::Config(
-                        "neither `url` (one node) nor `nodes` (a cluster) is given".into(),
-                    ))
-                }
+                (Some(_), false) => return Err(ConfigError::BothEndpoints.into()),
+                (None, true) => return Err(ConfigError::NoEndpoint.into()),
                 (Some(url), true) => {
                     parse_url(&url)?;
                     ClientOptions::url(url)
@@ -344,11 +330,7 @@ mod config {
                 }
             };
             match (self.username, self.password) {
-                (Some(_), None) => {
-                    return Err(Error::Config(
-                        "`username` is given without `password`".into(),
-                    ))
-                }
+                (Some(_), None) => return Err(ConfigError::UsernameWithoutPassword.into()),
                 (username, Some(password)) => {
                     options = options.credentials(username.as_deref(), &password);
                 }
@@ -533,7 +515,12 @@ pub struct ParsedUrl {
 /// Parses `redis://[user[:password]@]host[:port][/db]` or a bare `host:port`. User and password
 /// are percent-decoded. A database number other than 0 is refused: Redis Cluster has only 0.
 pub fn parse_url(url: &str) -> Result<ParsedUrl, Error> {
-    let bad = |why: &str| Error::Config(format!("bad redis URL {:?}: {why}", redact_url(url)));
+    let bad = |why: &str| {
+        Error::Config(ConfigError::BadUrl {
+            url: redact_url(url),
+            reason: why.to_owned(),
+        })
+    };
     let rest = match url.split_once("://") {
         Some(("redis", rest)) => rest,
         Some((scheme, _)) => return Err(bad(&format!("unsupported scheme {scheme:?}"))),

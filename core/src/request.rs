@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use std::fmt;
 
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::keys::Key;
 use crate::script::Script;
 use crate::topology::NodeAddr;
@@ -197,7 +197,7 @@ impl CommandBuilder {
         let route = match self.node {
             Some(text) => Route::Node(
                 NodeTarget::parse(&text)
-                    .ok_or_else(|| Error::Config(format!("not a node address: {text:?}")))?,
+                    .ok_or_else(|| ConfigError::BadNodeAddress { text: text.clone() })?,
             ),
             None => route_of(&self.keys)?,
         };

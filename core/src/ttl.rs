@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 
 /// The longest time to live accepted: about 4,400 years. Longer ones would lose
 /// precision in a script's arithmetic (Lua numbers are doubles).
@@ -13,9 +13,7 @@ pub const MAX_TTL: Duration = Duration::from_millis(1 << 47);
 /// sub-millisecond one means one millisecond.
 pub(crate) fn ttl_ms(ttl: Duration) -> Result<u64, Error> {
     if ttl > MAX_TTL {
-        return Err(Error::Config(format!(
-            "a time to live of {ttl:?} is longer than the {MAX_TTL:?} accepted"
-        )));
+        return Err(ConfigError::TtlTooLong { ttl, max: MAX_TTL }.into());
     }
     let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
     let rounded = if Duration::from_millis(ms) < ttl {
@@ -39,7 +37,7 @@ mod tests {
         assert_eq!(ttl_ms(MAX_TTL).unwrap(), 1 << 47);
         assert!(matches!(
             ttl_ms(Duration::MAX),
-            Err(Error::Config(text)) if text.contains("longer than")
+            Err(Error::Config(ConfigError::TtlTooLong { .. }))
         ));
     }
 }

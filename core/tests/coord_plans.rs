@@ -22,7 +22,7 @@ use botmesh_redis_core::coord::{self, SkipReason, TurnEvent, TurnGrant, TurnGuar
 use botmesh_redis_core::plan::scripted;
 use botmesh_redis_core::testing::{both_layouts, NASTY_IDS};
 use botmesh_redis_core::{
-    Error, Keyspace, Layout, Plan, Reply, Request, Route, ServerError, Step, Value,
+    ConfigError, Error, Keyspace, Layout, Plan, Reply, Request, Route, ServerError, Step, Value,
 };
 
 // --- helpers ------------------------------------------------------------------------------------
@@ -490,7 +490,10 @@ fn turn_idle_lifetime_shorter_than_twice_the_longest_timer_is_refused() {
         };
         let refused = |got: Result<(), Error>| {
             assert!(
-                matches!(&got, Err(Error::Config(text)) if text.contains("turn idle lifetime")),
+                matches!(
+                    &got,
+                    Err(Error::Config(ConfigError::TurnIdleLifetimeTooShort { .. }))
+                ),
                 "{why}: {got:?}"
             )
         };
@@ -514,7 +517,7 @@ fn turn_idle_lifetime_shorter_than_twice_the_longest_timer_is_refused() {
     };
     assert!(matches!(
         coord::acquire_turn(&ks, "chat:1", "r2", "1", huge),
-        Err(Error::Config(text)) if text.contains("longer than")
+        Err(Error::Config(ConfigError::TtlTooLong { .. }))
     ));
 }
 

@@ -4,7 +4,7 @@
 //! refused before anything is written.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use botmesh_redis_core::error::Error;
+use botmesh_redis_core::error::{ConfigError, Error};
 use botmesh_redis_core::testing::{get, set, Harness, Rule};
 use botmesh_redis_core::{Reply, Value};
 
@@ -82,7 +82,13 @@ fn a_wait_as_long_as_the_response_timeout_is_refused_before_sending() {
     let key = h.sim.keys_on(&a, 1).remove(0);
     // The default response timeout is 5 s.
     match h.run_one(set(&key, "v").then_wait(1, 5_000)) {
-        Err(Error::Config(text)) => assert!(text.contains("response timeout"), "{text}"),
+        Err(Error::Config(ConfigError::WaitNotBelowResponseTimeout {
+            wait_ms,
+            response_timeout,
+        })) => {
+            assert_eq!(wait_ms, 5_000);
+            assert_eq!(response_timeout, std::time::Duration::from_secs(5));
+        }
         other => panic!("{other:?}"),
     }
     assert_eq!(h.sim.value(key.as_bytes()), None);

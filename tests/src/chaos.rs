@@ -1295,6 +1295,7 @@ impl<E: Executor> Workload<E> {
         request_timeout: Duration,
     ) -> Self {
         let coord = Coordinator::new(store.executor().clone(), store.keyspace().clone(), REPLICA)
+            .unwrap()
             .with_turn_options(turn_options());
         Workload {
             store,
@@ -1329,7 +1330,8 @@ impl<E: Executor> Workload<E> {
             self.store.executor().clone(),
             self.store.keyspace().clone(),
             replica,
-        );
+        )
+        .unwrap();
         match self.wait_replicas {
             Some((n, timeout)) => coord.with_wait_replicas(n, timeout),
             None => coord,

@@ -1678,6 +1678,10 @@ impl<E: Executor> Executor for Limited<E> {
             lose_replies: false,
         })
     }
+
+    fn deployment(&self) -> Option<botmesh_redis_core::Deployment> {
+        self.inner.deployment()
+    }
 }
 
 struct Gated<P> {

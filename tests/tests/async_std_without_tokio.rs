@@ -94,7 +94,7 @@ async fn store_and_lock(client: Client, layout: Layout) {
 
     // A lock: taken, refused to another owner, given back, taken again with the next fence.
     let ks = Keyspace::new(layout, prefix.as_str()).unwrap();
-    let coord = Coordinator::new(client.clone(), ks, "no-tokio");
+    let coord = Coordinator::new(client.clone(), ks, "no-tokio").unwrap();
     let ttl = Duration::from_secs(10);
     assert_eq!(coord.lock("the-lock", "a#1", ttl).await.unwrap(), Some(1));
     assert_eq!(coord.lock("the-lock", "b#1", ttl).await.unwrap(), None);

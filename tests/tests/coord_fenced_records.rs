@@ -34,7 +34,7 @@ fn stale(id: &str, token: i64, stored: i64) -> Error {
 /// bring a deleted schedule back.
 async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
     let client = target.client::<R>().await;
-    let schedules = Schedules::new(client.clone(), target.keyspace("coord-schedules"));
+    let schedules = Schedules::new(client.clone(), target.keyspace("coord-schedules")).unwrap();
     let id = "daily:{report} 😀";
     let data = |s: &'static str| Bytes::from_static(s.as_bytes());
 
@@ -156,7 +156,7 @@ async fn stale_schedule_writers_are_refused_all_targets<R: Runtime>() {
 /// stored token is the largest one written, and every refusal names a larger stored token.
 async fn racing_schedule_writers_keep_the_largest_token<R: Runtime>(target: Target) {
     let client = target.client::<R>().await;
-    let schedules = Schedules::new(client.clone(), target.keyspace("coord-schedule-race"));
+    let schedules = Schedules::new(client.clone(), target.keyspace("coord-schedule-race")).unwrap();
     let mut tasks = Vec::new();
     for token in 1..=200_i64 {
         let schedules = schedules.clone();
@@ -203,7 +203,7 @@ async fn racing_schedule_writers_keep_the_largest_token_all_targets<R: Runtime>(
 /// is released; renew and release work only for the holder with its token.
 async fn lease_tokens_never_go_backwards<R: Runtime>(target: Target) {
     let client = target.client::<R>().await;
-    let leases = Leases::new(client.clone(), target.keyspace("coord-leases"));
+    let leases = Leases::new(client.clone(), target.keyspace("coord-leases")).unwrap();
     let ttl = Duration::from_millis(150);
     let long = Duration::from_secs(10);
 
@@ -289,7 +289,7 @@ async fn lease_tokens_never_go_backwards_all_targets<R: Runtime>() {
 /// each once.
 async fn contended_lease_tokens_are_unique<R: Runtime>(target: Target) {
     let client = target.client::<R>().await;
-    let leases = Leases::new(client.clone(), target.keyspace("coord-lease-race"));
+    let leases = Leases::new(client.clone(), target.keyspace("coord-lease-race")).unwrap();
     let mut tasks = Vec::new();
     for c in 0..8 {
         let leases = leases.clone();

@@ -108,7 +108,7 @@ async fn contended_lock<R: Runtime>(target: Target) {
     let clock = Clock::new();
     let ks = target.keyspace("coord-lock");
     let client = target.client::<R>().await;
-    let coord = Coordinator::new(client.clone(), ks, "lock-test");
+    let coord = Coordinator::new(client.clone(), ks, "lock-test").unwrap();
     let history = Arc::new(Mutex::new(Vec::new()));
     let busy = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
@@ -197,7 +197,7 @@ async fn contended_leadership<R: Runtime>(target: Target) {
     let history = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for c in 0..CAMPAIGNERS {
-        let coord = Coordinator::new(client.clone(), ks.clone(), format!("candidate-{c}"));
+        let coord = Coordinator::new(client.clone(), ks.clone(), format!("candidate-{c}")).unwrap();
         let history = history.clone();
         tasks.push(tokio::spawn(async move {
             let mut rng = Rng::new(100 + c);
@@ -239,8 +239,8 @@ async fn contended_leadership<R: Runtime>(target: Target) {
     // leaders at once.
     let expired = check_history(&history, LEADER_TTL, n);
     // Renew and resign only by the leader.
-    let outsider = Coordinator::new(client.clone(), ks.clone(), "outsider");
-    let leader = Coordinator::new(client.clone(), ks, "last");
+    let outsider = Coordinator::new(client.clone(), ks.clone(), "outsider").unwrap();
+    let leader = Coordinator::new(client.clone(), ks, "last").unwrap();
     let long = Duration::from_secs(10);
     assert_eq!(
         leader.campaign("scheduler", long).await.unwrap(),
@@ -274,7 +274,7 @@ async fn contended_leadership<R: Runtime>(target: Target) {
 async fn fence_outlives_expiry<R: Runtime>(target: Target) {
     let ks = target.keyspace("coord-lock-expiry");
     let client = target.client::<R>().await;
-    let coord = Coordinator::new(client.clone(), ks, "r");
+    let coord = Coordinator::new(client.clone(), ks, "r").unwrap();
     let ttl = Duration::from_millis(50);
     assert_eq!(coord.lock("k", "a#1", ttl).await.unwrap(), Some(1));
     assert_eq!(coord.lock("k", "b#1", ttl).await.unwrap(), None);
@@ -316,11 +316,14 @@ async fn replicated_grants_wait_for_replicas<R: Runtime>() {
 
     let client = Target::Cluster.client::<R>().await;
     let ks = Target::Cluster.keyspace("coord-wait");
-    let coord = Coordinator::new(client.clone(), ks.clone(), "r1").with_wait_replicas(1, wait);
+    let coord = Coordinator::new(client.clone(), ks.clone(), "r1")
+        .unwrap()
+        .with_wait_replicas(1, wait);
     assert_eq!(coord.lock("k", "a#1", ttl).await.unwrap(), Some(1));
     assert_eq!(coord.lock("k", "b#1", ttl).await.unwrap(), None);
     assert_eq!(coord.campaign("lead", ttl).await.unwrap(), Some(1));
     let leases = botmesh_redis_core::coordinator::Leases::new(client.clone(), ks)
+        .unwrap()
         .with_wait_replicas(1, wait);
     assert_eq!(leases.acquire("l", "h", ttl).await.unwrap(), Some(1));
     client.close().await;
@@ -328,7 +331,9 @@ async fn replicated_grants_wait_for_replicas<R: Runtime>() {
     for target in [Target::SingleLegacy, Target::SingleCluster] {
         let client = target.client::<R>().await;
         let ks = target.keyspace("coord-wait");
-        let coord = Coordinator::new(client.clone(), ks.clone(), "r1").with_wait_replicas(1, wait);
+        let coord = Coordinator::new(client.clone(), ks.clone(), "r1")
+            .unwrap()
+            .with_wait_replicas(1, wait);
         assert_eq!(
             coord.lock("k", "a#1", ttl).await.unwrap_err(),
             Error::NotReplicated {
@@ -339,7 +344,7 @@ async fn replicated_grants_wait_for_replicas<R: Runtime>() {
         );
         // Given back: a plain acquire gets the lock, with the next fence (the first was
         // handed out, so it is never handed out again).
-        let plain = Coordinator::new(client.clone(), ks.clone(), "r2");
+        let plain = Coordinator::new(client.clone(), ks.clone(), "r2").unwrap();
         assert_eq!(plain.lock("k", "b#1", ttl).await.unwrap(), Some(2));
         assert!(matches!(
             coord.campaign("lead", ttl).await,
@@ -347,12 +352,14 @@ async fn replicated_grants_wait_for_replicas<R: Runtime>() {
         ));
         assert_eq!(plain.campaign("lead", ttl).await.unwrap(), Some(2));
         let leases = botmesh_redis_core::coordinator::Leases::new(client.clone(), ks.clone())
+            .unwrap()
             .with_wait_replicas(1, wait);
         assert!(matches!(
             leases.acquire("l", "h1", ttl).await,
             Err(Error::NotReplicated { .. })
         ));
-        let plain_leases = botmesh_redis_core::coordinator::Leases::new(client.clone(), ks);
+        let plain_leases =
+            botmesh_redis_core::coordinator::Leases::new(client.clone(), ks).unwrap();
         assert_eq!(plain_leases.acquire("l", "h2", ttl).await.unwrap(), Some(2));
         client.close().await;
     }

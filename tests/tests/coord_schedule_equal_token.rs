@@ -41,7 +41,8 @@ fn schedule(token: i64, data: &'static str) -> Option<Schedule> {
 /// deletes, before and after the first holder's delete, until it writes with a higher token.
 async fn equal_token_from_another_holder_is_refused<R: Runtime>(target: Target) {
     let client = target.client::<R>().await;
-    let schedules = Schedules::new(client.clone(), target.keyspace("coord-schedule-equal"));
+    let schedules =
+        Schedules::new(client.clone(), target.keyspace("coord-schedule-equal")).unwrap();
     let id = "nightly:{x} 😀";
     let data = |s: &'static str| Bytes::from_static(s.as_bytes());
 
@@ -99,7 +100,7 @@ async fn equal_token_from_another_holder_is_refused<R: Runtime>(target: Target) 
 /// extremes of `i64` and negative tokens.
 async fn tokens_compare_exactly_as_64_bit_integers<R: Runtime>(target: Target) {
     let client = target.client::<R>().await;
-    let schedules = Schedules::new(client.clone(), target.keyspace("coord-schedule-i64"));
+    let schedules = Schedules::new(client.clone(), target.keyspace("coord-schedule-i64")).unwrap();
     let data = |s: &'static str| Bytes::from_static(s.as_bytes());
     let two_53 = 1_i64 << 53;
 

@@ -44,7 +44,7 @@ fn text(value: Value) -> Option<String> {
 async fn locks_hand_out_exact_fences<R: Runtime>(target: Target) {
     let client = target.client::<R>().await;
     let ks = target.keyspace("coord-fence-2-53");
-    let coord = Coordinator::new(client.clone(), ks.clone(), "replica-1");
+    let coord = Coordinator::new(client.clone(), ks.clone(), "replica-1").unwrap();
     let fence = ks.lock_fence("k");
     for (n, start) in STARTS.into_iter().enumerate() {
         key_cmd(&client, "SET", &fence, &[&start.to_string()]).await;
@@ -76,7 +76,7 @@ async fn locks_hand_out_exact_fences<R: Runtime>(target: Target) {
 async fn leaderships_hand_out_exact_terms<R: Runtime>(target: Target) {
     let client = target.client::<R>().await;
     let ks = target.keyspace("coord-term-2-53");
-    let coord = Coordinator::new(client.clone(), ks.clone(), "replica-1");
+    let coord = Coordinator::new(client.clone(), ks.clone(), "replica-1").unwrap();
     let term = ks.leader_term("l");
     for start in STARTS {
         key_cmd(&client, "SET", &term, &[&start.to_string()]).await;
@@ -110,7 +110,7 @@ async fn leaderships_hand_out_exact_terms<R: Runtime>(target: Target) {
 async fn leases_hand_out_exact_tokens<R: Runtime>(target: Target) {
     let client = target.client::<R>().await;
     let ks = target.keyspace("coord-lease-2-53");
-    let leases = Leases::new(client.clone(), ks.clone());
+    let leases = Leases::new(client.clone(), ks.clone()).unwrap();
     let lease = ks.lease("tick");
     for start in STARTS {
         key_cmd(&client, "HSET", &lease, &["token", &start.to_string()]).await;
@@ -161,8 +161,9 @@ async fn turn_tickets_stop_below_2_53<R: Runtime>(target: Target) {
         poll_interval: Duration::from_millis(10),
         ..TurnOptions::default()
     };
-    let coord =
-        Coordinator::new(client.clone(), ks.clone(), "replica-1").with_turn_options(options);
+    let coord = Coordinator::new(client.clone(), ks.clone(), "replica-1")
+        .unwrap()
+        .with_turn_options(options);
     let seq = ks.turn("chat", TurnPart::Seq);
     key_cmd(&client, "SET", &seq, &[&(TWO_53 - 2).to_string()]).await;
     let grant = coord.acquire_turn("chat").await.unwrap();

@@ -60,7 +60,9 @@ async fn replica<R: Runtime>(
     ks: &botmesh_redis_core::Keyspace,
     id: &str,
 ) -> Coordinator<Client<R>> {
-    Coordinator::new(target.client::<R>().await, ks.clone(), id).with_turn_options(turn_options())
+    Coordinator::new(target.client::<R>().await, ks.clone(), id)
+        .unwrap()
+        .with_turn_options(turn_options())
 }
 
 async fn turns_exclude_and_serve_in_order<R: Runtime>(target: Target) {
@@ -223,10 +225,13 @@ async fn stopped_replica_loses_its_turn<R: Runtime>(target: Target) {
         ..TurnOptions::default()
     };
     let a = Coordinator::new(target.client::<R>().await, ks.clone(), "replica-a")
+        .unwrap()
         .with_turn_options(options);
     let b = Coordinator::new(target.client::<R>().await, ks.clone(), "replica-b")
+        .unwrap()
         .with_turn_options(options);
     let c = Coordinator::new(target.client::<R>().await, ks.clone(), "replica-c")
+        .unwrap()
         .with_turn_options(options);
     let a_beat = start_heartbeat(
         a.clone(),
@@ -370,8 +375,10 @@ async fn paused_holder_gets_not_holder<R: Runtime>(target: Target) {
         ..TurnOptions::default()
     };
     let a = Coordinator::new(target.client::<R>().await, ks.clone(), "replica-a")
+        .unwrap()
         .with_turn_options(short);
     let b = Coordinator::new(target.client::<R>().await, ks.clone(), "replica-b")
+        .unwrap()
         .with_turn_options(short);
     let a_beat = start_heartbeat(a.clone(), HEARTBEAT_TTL, HEARTBEAT_EVERY, clock).await;
     let b_beat = start_heartbeat(b.clone(), HEARTBEAT_TTL, HEARTBEAT_EVERY, clock).await;
@@ -437,8 +444,10 @@ async fn abandoned_waiter_leaves_the_queue<R: Runtime>(target: Target) {
         ..TurnOptions::default()
     };
     let a = Coordinator::new(target.client::<R>().await, ks.clone(), "replica-a")
+        .unwrap()
         .with_turn_options(options);
     let b = Coordinator::new(target.client::<R>().await, ks.clone(), "replica-b")
+        .unwrap()
         .with_turn_options(options);
     let a_beat = start_heartbeat(a.clone(), HEARTBEAT_TTL, HEARTBEAT_EVERY, clock).await;
     let b_beat = start_heartbeat(b.clone(), HEARTBEAT_TTL, HEARTBEAT_EVERY, clock).await;
@@ -484,7 +493,7 @@ async fn live_replicas_are_exactly_the_live_ones<R: Runtime>(target: Target) {
     let ids: Vec<String> = (0..12).map(|i| format!("replica-{i}")).collect();
     let coords: Vec<Coordinator<Client<R>>> = ids
         .iter()
-        .map(|id| Coordinator::new(client.clone(), ks.clone(), id.as_str()))
+        .map(|id| Coordinator::new(client.clone(), ks.clone(), id.as_str()).unwrap())
         .collect();
     for coord in &coords[..10] {
         coord.heartbeat(Duration::from_secs(30)).await.unwrap();

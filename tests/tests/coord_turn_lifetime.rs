@@ -103,8 +103,10 @@ async fn queue_keys_carry_the_idle_lifetime<R: Runtime>(target: Target) {
         idle_lifetime: Duration::from_secs(30),
     };
     let a = Coordinator::new(target.client::<R>().await, ks.clone(), "replica-a")
+        .unwrap()
         .with_turn_options(options);
     let b = Coordinator::new(target.client::<R>().await, ks.clone(), "replica-b")
+        .unwrap()
         .with_turn_options(options);
     let a_beat = start_heartbeat(a.clone(), HEARTBEAT_TTL, HEARTBEAT_EVERY, clock).await;
     let b_beat = start_heartbeat(b.clone(), HEARTBEAT_TTL, HEARTBEAT_EVERY, clock).await;
@@ -192,6 +194,7 @@ async fn an_expired_queue_restarts_above_every_earlier_ticket<R: Runtime>(target
     let ks = target.keyspace("coord-turn-restart");
     let options = tiny_options();
     let a = Coordinator::new(target.client::<R>().await, ks.clone(), "replica-a")
+        .unwrap()
         .with_turn_options(options);
     let observer = target.client::<R>().await;
     let chat = "chat-restart";
@@ -274,6 +277,7 @@ async fn exclusion_and_order_hold_across_restarts<R: Runtime>(target: Target) {
     let mut beats = Vec::new();
     for r in 0..REPLICAS {
         let coord = Coordinator::new(target.client::<R>().await, ks.clone(), format!("r{r}"))
+            .unwrap()
             .with_turn_options(options);
         beats.push(start_heartbeat(coord.clone(), HEARTBEAT_TTL, HEARTBEAT_EVERY, clock).await);
         coords.push(coord);

@@ -84,7 +84,7 @@ async fn change<E: botmesh_redis_core::Executor>(store: &Store<E>, host: Node<'_
         .save_message("brand-new", "m1", 5, "hi".into())
         .await
         .unwrap();
-    let schedules = Schedules::new(store.executor().clone(), store.keyspace().clone());
+    let schedules = Schedules::new(store.executor().clone(), store.keyspace().clone()).unwrap();
     // Deleted with its own token: a marker holding 7.
     schedules.delete("sched-del", 7, "h").await.unwrap();
     // Deleted by a newer grant: a marker holding 6.

@@ -53,7 +53,8 @@ async fn write_everything<E: Executor>(store: &Store<E>) {
         .set_conversation("chat-1", "state".into(), None)
         .await
         .unwrap();
-    let coordinator = Coordinator::new(store.executor().clone(), store.keyspace().clone(), "r1");
+    let coordinator =
+        Coordinator::new(store.executor().clone(), store.keyspace().clone(), "r1").unwrap();
     assert_eq!(
         coordinator
             .lock("job", "o", Duration::from_millis(50))
@@ -68,7 +69,7 @@ async fn write_everything<E: Executor>(store: &Store<E>) {
             .unwrap(),
         Some(1)
     );
-    let schedules = Schedules::new(store.executor().clone(), store.keyspace().clone());
+    let schedules = Schedules::new(store.executor().clone(), store.keyspace().clone()).unwrap();
     schedules
         .put("s1", 7, "h", "every day".into())
         .await
@@ -125,7 +126,8 @@ async fn read_everything<E: Executor>(store: &Store<E>) {
         store.get_conversation("chat-1").await.unwrap().as_deref(),
         Some(&b"state"[..])
     );
-    let coordinator = Coordinator::new(store.executor().clone(), store.keyspace().clone(), "r2");
+    let coordinator =
+        Coordinator::new(store.executor().clone(), store.keyspace().clone(), "r2").unwrap();
     // The fence and the term were raised, never lowered: the next grant is above the old one.
     let fence = coordinator
         .lock("job", "o2", Duration::from_secs(5))
@@ -133,7 +135,7 @@ async fn read_everything<E: Executor>(store: &Store<E>) {
         .unwrap()
         .unwrap();
     assert!(fence >= 2, "fence {fence}");
-    let schedules = Schedules::new(store.executor().clone(), store.keyspace().clone());
+    let schedules = Schedules::new(store.executor().clone(), store.keyspace().clone()).unwrap();
     let s1 = schedules.get("s1").await.unwrap().unwrap();
     assert_eq!(s1.data.as_ref(), b"every day");
     // The deleted marker kept its token: a stale put with a lower token is refused.

@@ -178,16 +178,67 @@ async fn configuration_errors<R: Runtime>() {
     let on_cluster = store_on_default(cluster.clone(), "st-cfg");
     assert_eq!(on_cluster.layout(), Layout::Cluster);
 
+    // A hint that contradicts the client loses: the client knows what it talks to.
+    let hinted = Store::new(
+        cluster.clone(),
+        StoreOptions::new("st-cfg").cluster_client(false),
+    );
+    assert_eq!(hinted.unwrap().layout(), Layout::Cluster);
+
+    // The components share the store's prefix and layout.
+    let fresh = store_on_default(cluster.clone(), &unique_prefix("st-cfg"));
+    let coord = fresh.coordinator("st-cfg-replica").unwrap();
+    coord
+        .heartbeat(std::time::Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        coord.live_replicas().await.unwrap(),
+        vec!["st-cfg-replica".to_owned()]
+    );
+    assert!(on_cluster.schedules().is_ok());
+    assert!(on_cluster.leases().is_ok());
+    assert!(on_cluster.durability("jobs").is_ok());
+    assert!(on_cluster.durability("").is_err());
+
+    // Every component refuses a legacy keyspace on a cluster client, before anything is sent.
+    let legacy = Keyspace::new(Layout::Legacy, "st-cfg").unwrap();
+    let legacy_on_cluster = |component| {
+        Error::Config(botmesh_redis_core::ConfigError::LegacyLayoutOnCluster { component })
+    };
+    use botmesh_redis_core::coordinator::{Coordinator, Durability, Leases, Schedules};
+    assert_eq!(
+        Coordinator::new(cluster.clone(), legacy.clone(), "r").unwrap_err(),
+        legacy_on_cluster("coordinator")
+    );
+    assert_eq!(
+        Schedules::new(cluster.clone(), legacy.clone()).unwrap_err(),
+        legacy_on_cluster("schedules")
+    );
+    assert_eq!(
+        Leases::new(cluster.clone(), legacy.clone()).unwrap_err(),
+        legacy_on_cluster("leases")
+    );
+    assert_eq!(
+        Durability::new(cluster.clone(), legacy.clone(), "jobs").unwrap_err(),
+        legacy_on_cluster("durability")
+    );
+    // On a single node the legacy keyspace is the default, and accepted.
+    assert!(Coordinator::new(single.clone(), legacy.clone(), "r").is_ok());
+
     // The legacy layout on a cluster client.
     let err = Store::new(
         cluster.clone(),
-        StoreOptions::new("st-cfg")
-            .layout(Layout::Legacy)
-            .cluster_client(true),
+        StoreOptions::new("st-cfg").layout(Layout::Legacy),
     )
     .unwrap_err();
     assert!(
-        matches!(&err, Error::Config(text) if text.contains("single node")),
+        matches!(
+            &err,
+            Error::Config(botmesh_redis_core::ConfigError::LegacyLayoutOnCluster {
+                component: "store"
+            })
+        ),
         "{err:?}"
     );
 
@@ -217,9 +268,9 @@ async fn configuration_errors<R: Runtime>() {
     cluster.close().await;
 }
 
+/// A store with no layout and no hint about the client: the client says what it talks to.
 fn store_on_default<R: Runtime>(client: Client<R>, prefix: &str) -> Store<Client<R>> {
-    let cluster = client.is_cluster();
-    Store::new(client, StoreOptions::new(prefix).cluster_client(cluster)).unwrap()
+    Store::new(client, StoreOptions::new(prefix)).unwrap()
 }
 
 both_drivers!(

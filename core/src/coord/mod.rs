@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::keys::{enc, Key};
 use crate::layout::{Keyspace, Layout, RecordKind, TurnPart};
 use crate::plan::{misuse, single, Plan, Reply, Single, Step};

@@ -59,12 +59,11 @@ impl TurnOptions {
             .max(self.poll_interval);
         let least = longest.saturating_mul(2).max(MIN_IDLE_LIFETIME);
         if self.idle_lifetime < least {
-            return Err(Error::Config(format!(
-                "the turn idle lifetime {:?} is shorter than {least:?}: twice the longest of \
-                 the turn TTL, claim timeout, wait timeout and poll interval ({longest:?}), \
-                 and at least {MIN_IDLE_LIFETIME:?}",
-                self.idle_lifetime
-            )));
+            return Err(ConfigError::TurnIdleLifetimeTooShort {
+                given: self.idle_lifetime,
+                least,
+            }
+            .into());
         }
         Ok(())
     }

@@ -167,8 +167,8 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
-use crate::error::Error;
 use crate::error::ServerError;
+use crate::error::{ConfigError, Error};
 use crate::framing::{FrameScan, Scanned};
 use crate::keys::SLOT_COUNT;
 use crate::plan::{Plan, Reply, Step};
@@ -647,10 +647,10 @@ impl<W> Session<W> {
         };
         if let Some((_, ms)) = state.request.wait() {
             if Duration::from_millis(ms) >= response_timeout {
-                let error = Error::Config(format!(
-                    "a WAIT of {ms} ms is not below the response timeout of \
-                     {response_timeout:?}, which would close the connection under it"
-                ));
+                let error = Error::Config(ConfigError::WaitNotBelowResponseTimeout {
+                    wait_ms: ms,
+                    response_timeout,
+                });
                 self.finish(r, Err(error));
                 return;
             }
@@ -701,10 +701,7 @@ impl<W> Session<W> {
                     match answered.map(|node| self.nodes[node].host.clone()) {
                         Some(host) => Some((self.intern(NodeAddr::new(host, port)), false)),
                         None => {
-                            let error = Error::Config(format!(
-                                "a request to :{port} before any node answered the plan: no \
-                                 host to send it to"
-                            ));
+                            let error = Error::Config(ConfigError::NodeWithoutHost { port });
                             self.finish(r, Err(error));
                             return;
                         }

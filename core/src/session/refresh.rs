@@ -96,7 +96,7 @@ impl<W> Session<W> {
         }
         let Some(&first) = unique.first() else {
             // A cluster without a single known node can never get a map.
-            let error = Error::Config("a cluster needs at least one root node".into());
+            let error = Error::Config(ConfigError::NoRootNodes);
             for r in std::mem::take(&mut self.unrouted) {
                 self.finish(r, Err(error.clone()));
             }

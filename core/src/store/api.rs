@@ -5,8 +5,9 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::codec::Typed;
-use crate::error::Error;
-use crate::executor::Executor;
+use crate::coordinator::{Coordinator, Durability, Leases, Schedules};
+use crate::error::{ConfigError, Error};
+use crate::executor::{Deployment, Executor};
 use crate::layout::{Keyspace, Layout, RecordKind};
 
 use super::{
@@ -116,13 +117,14 @@ impl<E: Executor> Store<E> {
     /// Fails with [`Error::Config`] for the legacy layout on a cluster client, and with
     /// [`Error::Key`] for an empty prefix or a `{` or `}` in a cluster-layout prefix.
     pub fn new(executor: E, options: StoreOptions) -> Result<Self, Error> {
+        // The executor's word wins: a driver's client knows what it talks to.
+        let options = match executor.deployment() {
+            Some(deployment) => options.cluster_client(deployment == Deployment::Cluster),
+            None => options,
+        };
         let layout = options.resolved_layout();
         if layout == Layout::Legacy && options.cluster_client {
-            return Err(Error::Config(
-                "the legacy layout runs on a single node only: use the cluster layout with a \
-                 cluster client"
-                    .into(),
-            ));
+            return Err(ConfigError::LegacyLayoutOnCluster { component: "store" }.into());
         }
         let ks = Keyspace::new(layout, options.prefix)?;
         Ok(Store {
@@ -135,6 +137,29 @@ impl<E: Executor> Store<E> {
     /// The keyspace: prefix, layout, and every key name.
     pub fn keyspace(&self) -> &Keyspace {
         &self.ks
+    }
+
+    /// The coordinator of `replica` (locks, turns, leaderships, heartbeats) over this store's
+    /// executor, prefix and layout. `replica` must be unique among the bot's live processes
+    /// (see [`Coordinator::new`]).
+    pub fn coordinator(&self, replica: impl Into<String>) -> Result<Coordinator<E>, Error> {
+        Coordinator::new(self.executor.clone(), self.ks.clone(), replica)
+    }
+
+    /// The schedules with fencing tokens, under this store's prefix and layout.
+    pub fn schedules(&self) -> Result<Schedules<E>, Error> {
+        Schedules::new(self.executor.clone(), self.ks.clone())
+    }
+
+    /// The leases, under this store's prefix and layout.
+    pub fn leases(&self) -> Result<Leases<E>, Error> {
+        Leases::new(self.executor.clone(), self.ks.clone())
+    }
+
+    /// The durability table `table` (inbound journal and outbox), under this store's prefix
+    /// and layout; fails for an empty name or one with braces.
+    pub fn durability(&self, table: impl Into<String>) -> Result<Durability<E>, Error> {
+        Durability::new(self.executor.clone(), self.ks.clone(), table)
     }
 
     /// The layout.

@@ -147,10 +147,9 @@ impl StartGuard {
                 key: self.ks.marker().to_string(),
                 value: value.escape_ascii().to_string(),
             }),
-            (Layout::Cluster, None) if reread => Err(Error::Config(format!(
-                "the layout marker {} was deleted while this store started; start again",
-                self.ks.marker()
-            ))),
+            (Layout::Cluster, None) if reread => Err(Error::LayoutMarkerRemoved {
+                key: self.ks.marker().to_string(),
+            }),
             (Layout::Cluster, None) => {
                 let mut scan = scan(self.ks.prefix_pattern(), SCAN_LIMIT);
                 let step = scan.start();

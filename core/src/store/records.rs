@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::keys::{bucket, BUCKET_COUNT};
 use crate::layout::{Keyspace, Layout, RecordKind};
 use crate::plan::{misuse, single, Plan, Reply, Single, Step};
@@ -63,15 +63,21 @@ pub struct RecordPage {
 fn plain_kind(kind: RecordKind) -> Result<(), Error> {
     match kind {
         RecordKind::Chat | RecordKind::Contact => Ok(()),
-        RecordKind::Checkpoint => Err(Error::Config(
-            "checkpoints expire: write them with set_checkpoint".into(),
-        )),
+        RecordKind::Checkpoint => Err(ConfigError::WrongOperation {
+            records: "checkpoints, which expire,",
+            instead: "set_checkpoint",
+        }
+        .into()),
         RecordKind::Schedule => Err(schedules()),
     }
 }
 
 fn schedules() -> Error {
-    Error::Config("schedules carry fencing tokens: use the schedule store".into())
+    ConfigError::WrongOperation {
+        records: "schedules, which carry fencing tokens,",
+        instead: "the schedule store",
+    }
+    .into()
 }
 
 /// Stores (creates or replaces) a chat or contact record.

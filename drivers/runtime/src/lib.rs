@@ -42,7 +42,7 @@ use futures_lite::{future, StreamExt};
 
 use botmesh_redis_core::request::{Access, Request};
 use botmesh_redis_core::session::{BoxedPlan, Completion, ConnId, Output, Session};
-use botmesh_redis_core::{ClientOptions, Error, Executor, NodeAddr, Plan};
+use botmesh_redis_core::{ClientOptions, Deployment, Error, Executor, NodeAddr, Plan};
 
 /// What a runtime supplies: tasks, a timer and TCP.
 pub trait Runtime: Send + Sync + 'static {
@@ -287,6 +287,14 @@ impl<R: Runtime> Executor for Client<R> {
             .unbounded_send(Msg::Submit(BoxedPlan::new(plan), done))
             .map_err(|_| Error::Closed)?;
         rx.await.map_err(|_| Error::Closed)?.into_result()
+    }
+
+    fn deployment(&self) -> Option<Deployment> {
+        Some(if self.shared.cluster {
+            Deployment::Cluster
+        } else {
+            Deployment::Single
+        })
     }
 }
 

@@ -115,6 +115,10 @@ impl<E: Executor> Executor for StopAfter<E> {
             sends_left: self.sends,
         })
     }
+
+    fn deployment(&self) -> Option<botmesh_redis_core::Deployment> {
+        self.inner.deployment()
+    }
 }
 
 struct Truncated<P> {
@@ -167,6 +171,10 @@ impl<E: Executor> Executor for SignalFirstStep<E> {
             plan,
             first_step: Some(self.first_step.clone()),
         })
+    }
+
+    fn deployment(&self) -> Option<botmesh_redis_core::Deployment> {
+        self.inner.deployment()
     }
 }
 
