@@ -30,6 +30,12 @@ impl TlsFiles {
     }
 
     fn make(&self) -> Result<(), String> {
+        let ca_subject = format!(
+            "/CN=botmesh-redis test CA {}",
+            self.dir
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+        );
         let ec = [
             "-newkey",
             "ec",
@@ -41,7 +47,8 @@ impl TlsFiles {
             &["req", "-x509"],
             &ec[..],
             &["-keyout", "ca.key", "-out", "ca.crt", "-days", "2"],
-            &["-subj", "/CN=botmesh-redis test CA"],
+            // A name of its own, so that two throwaway CAs never pass for each other.
+            &["-subj", &ca_subject],
             &["-addext", "basicConstraints=critical,CA:TRUE"],
             &["-addext", "keyUsage=critical,keyCertSign,cRLSign"],
         ])?;

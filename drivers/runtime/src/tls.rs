@@ -120,6 +120,10 @@ pub(crate) fn describe_failure(e: &io::Error) -> String {
         rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer) => {
             "the server's certificate is not trusted (its issuer is not among the roots)"
         }
+        rustls::Error::InvalidCertificate(rustls::CertificateError::BadSignature) => {
+            "the server's certificate is not trusted (a root of that name did not sign it: \
+             another CA of the same name?)"
+        }
         rustls::Error::InvalidCertificate(
             rustls::CertificateError::NotValidForName
             | rustls::CertificateError::NotValidForNameContext { .. },
