@@ -774,7 +774,10 @@ mod tests {
     fn rediss_urls_mean_tls() {
         let p = parse_url("rediss://bot:pw@cache.example.com:6380").unwrap();
         assert!(p.tls);
-        assert_eq!(p.addr, NodeAddr::parse("cache.example.com:6380", "").unwrap());
+        assert_eq!(
+            p.addr,
+            NodeAddr::parse("cache.example.com:6380", "").unwrap()
+        );
         assert_eq!(p.auth.unwrap().password, "pw");
         assert_eq!(parse_url("rediss://h").unwrap().addr.port, 6379);
         assert!(!parse_url("redis://h:1").unwrap().tls);

@@ -10,6 +10,9 @@
 //! `async-global-executor` for tasks), so it works the same under async-std, under smol, or
 //! from a plain thread with `futures_lite::future::block_on`.
 //!
+//! `rediss://` URLs and [`TlsOptions`] connect with TLS (rustls over `futures-rustls`), as in
+//! `botmesh-redis-tokio`; see the TLS section of `botmesh-redis-runtime`.
+//!
 //! ```no_run
 //! use botmesh_redis_async_std::{Access, Client, ClientOptions, Executor, Key, Request};
 //!
