@@ -266,6 +266,16 @@ pub enum ConfigError {
         /// The port named.
         port: u16,
     },
+    /// The root nodes mix `redis://` and `rediss://`: TLS is used to every node or none.
+    #[error("the root nodes mix `redis://` and `rediss://`: TLS is used to every node or none")]
+    MixedTlsSchemes,
+    /// TLS settings that cannot be used: a root or client certificate or key that does not
+    /// parse or is refused, or no root to trust.
+    #[error("TLS: {reason}")]
+    Tls {
+        /// What was refused, and why.
+        reason: String,
+    },
     /// An operation used for records it does not write (checkpoints expire, schedules carry
     /// fencing tokens).
     #[error("{records} cannot be written here: use {instead}")]

@@ -102,7 +102,7 @@ pub use error::{ConfigError, Error};
 pub use executor::{Deployment, Executor};
 pub use keys::Key;
 pub use layout::{Keyspace, Layout};
-pub use options::ClientOptions;
+pub use options::{ClientOptions, TlsOptions};
 pub use plan::{Plan, Reply, Step};
 pub use request::{Access, NodeTarget, Request, Route};
 pub use topology::NodeAddr;

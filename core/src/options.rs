@@ -30,6 +30,100 @@ pub struct ClientOptions {
     stall_refresh: Option<Duration>,
     refresh_interval: Option<Duration>,
     seed: Option<u64>,
+    tls: Option<TlsOptions>,
+}
+
+/// TLS settings (see [`ClientOptions::tls`]): what to trust and what to present. The core keeps
+/// only the PEM bytes and names; the driver parses them and speaks TLS (rustls), so the core
+/// stays free of I/O and of a TLS dependency.
+///
+/// By default the server's certificate must chain to the Mozilla root store as shipped by
+/// `webpki-roots` (the same roots on every machine, whatever the system has installed), and
+/// name the host dialled: a DNS name, or an IP address that the certificate carries as an IP
+/// subject alternative name.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct TlsOptions {
+    roots: Vec<Vec<u8>>,
+    only_given_roots: bool,
+    client_cert: Option<(Vec<u8>, Vec<u8>)>,
+    server_name: Option<String>,
+}
+
+impl fmt::Debug for TlsOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The client key is a secret: only whether there is one is shown.
+        f.debug_struct("TlsOptions")
+            .field("roots", &self.roots.len())
+            .field("only_given_roots", &self.only_given_roots)
+            .field("client_cert", &self.client_cert.is_some())
+            .field("server_name", &self.server_name)
+            .finish()
+    }
+}
+
+impl TlsOptions {
+    /// TLS trusting the `webpki-roots` (Mozilla) root store: what a managed service with a
+    /// publicly trusted certificate needs.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Also trusts the certificates of this PEM bundle (one or more `CERTIFICATE` blocks), for
+    /// a private CA. The public roots stay trusted unless [`TlsOptions::only_these_roots`] is
+    /// set.
+    pub fn root_certificates_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.roots.push(pem.into());
+        self
+    }
+
+    /// Trusts only the roots given with [`TlsOptions::root_certificates_pem`], not the public
+    /// ones: a private deployment then accepts no certificate a public CA issued.
+    pub fn only_these_roots(mut self) -> Self {
+        self.only_given_roots = true;
+        self
+    }
+
+    /// Presents this certificate chain (PEM, leaf first) and private key (PEM: PKCS#8, PKCS#1
+    /// or SEC1) to servers that ask for one (`tls-auth-clients yes` / mutual TLS).
+    pub fn client_certificate_pem(
+        mut self,
+        chain: impl Into<Vec<u8>>,
+        key: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.client_cert = Some((chain.into(), key.into()));
+        self
+    }
+
+    /// Checks every server's certificate against this name (DNS name or IP address) instead of
+    /// the host dialled, and sends it as SNI when it is a DNS name. For a cluster whose nodes
+    /// announce IP addresses while their certificate names one DNS name (a wildcard or a shared
+    /// name); a certificate that carries the nodes' IP addresses as SANs needs no override.
+    pub fn server_name(mut self, name: impl Into<String>) -> Self {
+        self.server_name = Some(name.into());
+        self
+    }
+
+    /// The extra root certificates, as given (PEM).
+    pub fn roots_pem(&self) -> &[Vec<u8>] {
+        &self.roots
+    }
+
+    /// Whether only [`TlsOptions::roots_pem`] are trusted.
+    pub fn trusts_only_given_roots(&self) -> bool {
+        self.only_given_roots
+    }
+
+    /// The client certificate chain and key (PEM), if any.
+    pub fn client_certificate(&self) -> Option<(&[u8], &[u8])> {
+        self.client_cert
+            .as_ref()
+            .map(|(chain, key)| (chain.as_slice(), key.as_slice()))
+    }
+
+    /// The server-name override, if any.
+    pub fn server_name_override(&self) -> Option<&str> {
+        self.server_name.as_deref()
+    }
 }
 
 impl fmt::Debug for ClientOptions {
@@ -40,19 +134,25 @@ impl fmt::Debug for ClientOptions {
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("address_map", &self.address_map.is_some())
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }
 
 fn redact_url(url: &str) -> String {
+    let scheme = match url.split_once("://") {
+        Some(("rediss", _)) => "rediss",
+        _ => "redis",
+    };
     match url.rsplit_once('@') {
-        Some((_, host)) => format!("redis://<credentials>@{host}"),
+        Some((_, host)) => format!("{scheme}://<credentials>@{host}"),
         None => url.to_owned(),
     }
 }
 
 impl ClientOptions {
-    /// One node: `redis://[user[:password]@]host:port`.
+    /// One node: `redis://[user[:password]@]host:port`, or `rediss://...` for TLS (with the
+    /// default [`TlsOptions`] unless [`ClientOptions::tls`] gives others).
     pub fn url(url: impl Into<String>) -> Self {
         ClientOptions {
             url: Some(url.into()),
@@ -60,7 +160,8 @@ impl ClientOptions {
         }
     }
 
-    /// A cluster, discovered from these root nodes (`host:port` or `redis://...`).
+    /// A cluster, discovered from these root nodes (`host:port`, `redis://...` or
+    /// `rediss://...`; TLS, when on, is used to every node of the cluster).
     pub fn cluster<S: Into<String>>(root_nodes: impl IntoIterator<Item = S>) -> Self {
         ClientOptions {
             root_nodes: root_nodes.into_iter().map(Into::into).collect(),
@@ -140,6 +241,32 @@ impl ClientOptions {
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
         self
+    }
+
+    /// TLS to every node, with these settings, whatever the URLs' scheme. `rediss://` URLs
+    /// without this option use [`TlsOptions::new`].
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// The TLS settings in force, or `None` for plain TCP: those given to
+    /// [`ClientOptions::tls`], else the defaults when the URLs say `rediss://`. Root nodes that
+    /// mix `redis://` and `rediss://` are a configuration error (TLS is all or nothing for a
+    /// client), as is a bad URL.
+    pub fn tls_settings(&self) -> Result<Option<TlsOptions>, Error> {
+        let mut schemes = Vec::new();
+        for url in self.url.iter().chain(&self.root_nodes) {
+            schemes.push(parse_url(url)?.tls);
+        }
+        let any = schemes.iter().any(|&tls| tls);
+        if any && schemes.iter().any(|&tls| !tls) {
+            return Err(ConfigError::MixedTlsSchemes.into());
+        }
+        Ok(match &self.tls {
+            Some(tls) => Some(tls.clone()),
+            None => any.then(TlsOptions::new),
+        })
     }
 
     /// Whether these options name a cluster.
@@ -503,17 +630,20 @@ mod config {
     }
 }
 
-/// A parsed `redis://` address.
+/// A parsed `redis://` or `rediss://` address.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParsedUrl {
     /// Host and port (default port 6379).
     pub addr: NodeAddr,
     /// Credentials from the user-info part.
     pub auth: Option<Auth>,
+    /// Whether the scheme was `rediss` (TLS).
+    pub tls: bool,
 }
 
-/// Parses `redis://[user[:password]@]host[:port][/db]` or a bare `host:port`. User and password
-/// are percent-decoded. A database number other than 0 is refused: Redis Cluster has only 0.
+/// Parses `redis://[user[:password]@]host[:port][/db]`, the same with `rediss://` (TLS), or a
+/// bare `host:port` (plain TCP). User and password are percent-decoded. A database number other
+/// than 0 is refused: Redis Cluster has only 0.
 pub fn parse_url(url: &str) -> Result<ParsedUrl, Error> {
     let bad = |why: &str| {
         Error::Config(ConfigError::BadUrl {
@@ -521,10 +651,11 @@ pub fn parse_url(url: &str) -> Result<ParsedUrl, Error> {
             reason: why.to_owned(),
         })
     };
-    let rest = match url.split_once("://") {
-        Some(("redis", rest)) => rest,
+    let (tls, rest) = match url.split_once("://") {
+        Some(("redis", rest)) => (false, rest),
+        Some(("rediss", rest)) => (true, rest),
         Some((scheme, _)) => return Err(bad(&format!("unsupported scheme {scheme:?}"))),
-        None => url,
+        None => (false, url),
     };
     let (authority, path) = match rest.split_once('/') {
         Some((a, p)) => (a, p),
@@ -567,7 +698,7 @@ pub fn parse_url(url: &str) -> Result<ParsedUrl, Error> {
         format!("{hostport}:6379")
     };
     let addr = NodeAddr::parse(&hostport, "").ok_or_else(|| bad("no usable host:port"))?;
-    Ok(ParsedUrl { addr, auth })
+    Ok(ParsedUrl { addr, auth, tls })
 }
 
 #[cfg(test)]
@@ -622,5 +753,66 @@ mod tests {
             })
         );
         assert_eq!(c.seed, 9);
+    }
+
+    #[test]
+    fn rediss_urls_mean_tls() {
+        let p = parse_url("rediss://bot:pw@cache.example.com:6380").unwrap();
+        assert!(p.tls);
+        assert_eq!(
+            p.addr,
+            NodeAddr::parse("cache.example.com:6380", "").unwrap()
+        );
+        assert_eq!(p.auth.unwrap().password, "pw");
+        assert_eq!(parse_url("rediss://h").unwrap().addr.port, 6379);
+        assert!(!parse_url("redis://h:1").unwrap().tls);
+        assert!(!parse_url("h:1").unwrap().tls);
+        assert!(parse_url("redisss://h:1").is_err());
+        // The scheme survives redaction, the credentials do not.
+        assert_eq!(redact_url("rediss://u:p@h:1"), "rediss://<credentials>@h:1");
+    }
+
+    #[test]
+    fn tls_settings_follow_the_scheme_or_the_option() {
+        assert_eq!(ClientOptions::url("redis://h:1").tls_settings(), Ok(None));
+        assert_eq!(
+            ClientOptions::url("rediss://h:1").tls_settings(),
+            Ok(Some(TlsOptions::new()))
+        );
+        assert_eq!(
+            ClientOptions::cluster(["rediss://h:1", "rediss://h:2"]).tls_settings(),
+            Ok(Some(TlsOptions::new()))
+        );
+        // The explicit option turns TLS on for `redis://` and bare addresses too.
+        let tls = TlsOptions::new()
+            .root_certificates_pem(b"pem".to_vec())
+            .only_these_roots()
+            .server_name("redis.internal");
+        assert_eq!(
+            ClientOptions::cluster(["h:1", "h:2"])
+                .tls(tls.clone())
+                .tls_settings(),
+            Ok(Some(tls.clone()))
+        );
+        assert_eq!(tls.roots_pem(), [b"pem".to_vec()]);
+        assert!(tls.trusts_only_given_roots());
+        assert_eq!(tls.server_name_override(), Some("redis.internal"));
+        assert_eq!(tls.client_certificate(), None);
+        // Half the roots on TLS is refused.
+        assert!(matches!(
+            ClientOptions::cluster(["rediss://h:1", "redis://h:2"]).tls_settings(),
+            Err(Error::Config(_))
+        ));
+        // TLS does not change the session's configuration.
+        let c = ClientOptions::url("rediss://u:p@h:1").to_config(1).unwrap();
+        assert_eq!(c.auth.unwrap().username.as_deref(), Some("u"));
+    }
+
+    #[test]
+    fn the_client_key_is_not_in_debug() {
+        let tls = TlsOptions::new().client_certificate_pem(b"chain".to_vec(), b"SECRET".to_vec());
+        let shown = format!("{:?}", ClientOptions::url("rediss://h:1").tls(tls));
+        assert!(!shown.contains("SECRET"), "{shown}");
+        assert!(shown.contains("client_cert: true"), "{shown}");
     }
 }

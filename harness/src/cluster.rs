@@ -4,11 +4,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::external::{not_owned, parse_external_url};
 use crate::server::AdminAuth;
+use crate::tls::TlsFiles;
 use crate::{parse_info, poll_until, AdminConn, RedisServer, Value, POLL, SLOT_COUNT};
 
 /// Options of a cluster (builder).
@@ -20,6 +22,7 @@ pub struct ClusterOptions {
     password: Option<String>,
     extra_config: Vec<String>,
     ready_timeout: Duration,
+    tls: Option<Arc<TlsFiles>>,
 }
 
 impl Default for ClusterOptions {
@@ -32,6 +35,7 @@ impl Default for ClusterOptions {
             password: None,
             extra_config: Vec::new(),
             ready_timeout: Duration::from_secs(60),
+            tls: None,
         }
     }
 }
@@ -69,6 +73,20 @@ impl ClusterOptions {
     /// Adds a raw `redis.conf` line to every node.
     pub fn config(mut self, line: impl Into<String>) -> ClusterOptions {
         self.extra_config.push(line.into());
+        self
+    }
+
+    /// Every node also listens with TLS on a port of its own, with the certificates of
+    /// `files`, and the cluster bus and replication use TLS (`tls-cluster yes`,
+    /// `tls-replication yes`); `auth_clients` is `tls-auth-clients`. The plain ports stay open
+    /// for the harness's admin connections: a node tells a plain connection the plain ports and
+    /// a TLS connection the TLS ports (`CLUSTER SLOTS`, `MOVED`), so clients connected with
+    /// TLS ([`RedisCluster::tls_seeds`]) stay on TLS.
+    pub fn tls(mut self, files: Arc<TlsFiles>, auth_clients: &str) -> ClusterOptions {
+        self.extra_config.extend(files.server_config(auth_clients));
+        self.extra_config.push("tls-cluster yes".to_owned());
+        self.extra_config.push("tls-replication yes".to_owned());
+        self.tls = Some(files);
         self
     }
 
@@ -179,7 +197,7 @@ impl RedisCluster {
         let total = options.masters * (1 + options.replicas_per_master);
         let mut nodes = Vec::with_capacity(total);
         for _ in 0..total {
-            let server = RedisServer::spawn(&config, true, auth.clone())?;
+            let server = RedisServer::spawn(&config, true, options.tls.is_some(), auth.clone())?;
             let id = server
                 .connect()?
                 .cmd(&["CLUSTER", "MYID"])?
@@ -298,6 +316,17 @@ impl RedisCluster {
             Some(seeds) => seeds.clone(),
             None => self.nodes().iter().map(SocketAddr::to_string).collect(),
         }
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT` of every live node, for a cluster started with
+    /// [`ClusterOptions::tls`] (empty otherwise).
+    pub fn tls_seeds(&self) -> Vec<String> {
+        self.live()
+            .filter_map(|n| {
+                let port = n.server.tls_port()?;
+                Some(format!("rediss://{}:{port}", n.server.addr().ip()))
+            })
+            .collect()
     }
 
     /// Whether the harness started this cluster (false for an external deployment).

@@ -43,6 +43,7 @@ mod admin;
 mod cluster;
 mod external;
 mod server;
+mod tls;
 mod version;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,6 +55,7 @@ pub use admin::{AdminConn, Value};
 pub use cluster::{parse_cluster_slots, ClusterOptions, Migration, RedisCluster, SlotRange};
 pub use external::{external_mode, EXTERNAL_CLUSTER_VAR, EXTERNAL_SINGLE_VAR};
 pub use server::{parse_info, RedisServer, ServerOptions, SingleNode};
+pub use tls::TlsFiles;
 pub use version::{redis_server_path, server_version, Product, ServerVersion, MISSING_SERVER};
 
 use external::{describe_version, external_urls, redact, External};

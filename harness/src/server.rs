@@ -8,11 +8,12 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::external::{not_owned, parse_external_url, redact, refuse_in_external_mode};
+use crate::tls::TlsFiles;
 use crate::{
     redis_server_path, server_version, AdminConn, ServerVersion, EXTERNAL_CLUSTER_VAR, POLL,
 };
@@ -186,6 +187,14 @@ impl AdminAuth {
     }
 }
 
+/// The ports one server listens on.
+#[derive(Clone, Copy)]
+struct Ports {
+    port: u16,
+    cluster_port: Option<u16>,
+    tls_port: Option<u16>,
+}
+
 struct Processes {
     server: Child,
     /// Holds the write end of the watchdog's stdin: when this process ends, the pipe closes
@@ -211,6 +220,7 @@ enum StartFailure {
 pub struct RedisServer {
     addr: SocketAddr,
     cluster_port: Option<u16>,
+    tls_port: Option<u16>,
     dir: PathBuf,
     pid: u32,
     auth: AdminAuth,
@@ -235,6 +245,7 @@ impl RedisServer {
     pub(crate) fn spawn(
         config: &[String],
         cluster: bool,
+        tls: bool,
         auth: AdminAuth,
     ) -> Result<RedisServer, String> {
         refuse_in_external_mode()?;
@@ -244,7 +255,15 @@ impl RedisServer {
         let mut last = String::new();
         for _ in 0..START_ATTEMPTS {
             let (port, cluster_port) = pick_ports(bus)?;
-            match RedisServer::spawn_on(&binary, port, cluster_port, config, auth.clone()) {
+            // A TLS server keeps its plain port too, for the harness's own (plain) admin
+            // connections; clients under test use the TLS port.
+            let tls_port = if tls { Some(pick_ports(None)?.0) } else { None };
+            let ports = Ports {
+                port,
+                cluster_port,
+                tls_port,
+            };
+            match RedisServer::spawn_on(&binary, ports, config, auth.clone()) {
                 Ok(server) => return Ok(server),
                 Err(StartFailure::PortTaken(why)) => last = why,
                 Err(StartFailure::Fatal(why)) => return Err(why),
@@ -257,11 +276,15 @@ impl RedisServer {
 
     fn spawn_on(
         binary: &Path,
-        port: u16,
-        cluster_port: Option<u16>,
+        ports: Ports,
         config: &[String],
         auth: AdminAuth,
     ) -> Result<RedisServer, StartFailure> {
+        let Ports {
+            port,
+            cluster_port,
+            tls_port,
+        } = ports;
         let fatal = StartFailure::Fatal;
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let dir =
@@ -287,6 +310,9 @@ impl RedisServer {
             cluster_port.filter(|&c| c != port.wrapping_add(CLUSTER_PORT_OFFSET))
         {
             lines.push(format!("cluster-port {cluster_port}"));
+        }
+        if let Some(tls_port) = tls_port {
+            lines.push(format!("tls-port {tls_port}"));
         }
         lines.extend(config.iter().cloned());
         let conf = dir.join("redis.conf");
@@ -325,6 +351,7 @@ impl RedisServer {
         let server = RedisServer {
             addr: SocketAddr::from((LOOPBACK, port)),
             cluster_port,
+            tls_port,
             dir,
             pid,
             auth,
@@ -407,6 +434,11 @@ impl RedisServer {
         self.cluster_port
     }
 
+    /// The TLS client port, for servers started with TLS.
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
+    }
+
     /// The server's process id; panics for an external node.
     pub fn pid(&self) -> u32 {
         if let Err(e) = self.owned("read the pid of") {
@@ -420,6 +452,7 @@ impl RedisServer {
         RedisServer {
             addr,
             cluster_port: None,
+            tls_port: None,
             dir: PathBuf::new(),
             pid: 0,
             auth,
@@ -583,6 +616,7 @@ pub struct ServerOptions {
     acl_user: Option<(String, String)>,
     extra_config: Vec<String>,
     cluster_bus: bool,
+    tls: Option<Arc<TlsFiles>>,
 }
 
 impl ServerOptions {
@@ -620,6 +654,15 @@ impl ServerOptions {
     /// that joins a cluster later.
     pub fn cluster_bus(mut self) -> ServerOptions {
         self.cluster_bus = true;
+        self
+    }
+
+    /// Also listens with TLS on a port of its own ([`SingleNode::tls_url`]), with the
+    /// certificates of `files`; `auth_clients` is `tls-auth-clients` (`"no"`, `"optional"`,
+    /// `"yes"`). The plain port stays open for the harness's admin connections.
+    pub fn tls(mut self, files: Arc<TlsFiles>, auth_clients: &str) -> ServerOptions {
+        self.extra_config.extend(files.server_config(auth_clients));
+        self.tls = Some(files);
         self
     }
 
@@ -670,6 +713,7 @@ impl SingleNode {
         let server = RedisServer::spawn(
             &options.config_lines(),
             options.cluster_bus,
+            options.tls.is_some(),
             options.admin_auth(),
         )?;
         Ok(SingleNode {
@@ -729,6 +773,12 @@ impl SingleNode {
         }
     }
 
+    /// `rediss://127.0.0.1:TLS_PORT` for a node started with [`ServerOptions::tls`].
+    pub fn tls_url(&self) -> Option<String> {
+        let port = self.server.tls_port()?;
+        Some(format!("rediss://{}:{port}", self.addr().ip()))
+    }
+
     /// The `requirepass` password, if any.
     pub fn password(&self) -> Option<&str> {
         self.options.password.as_deref()
@@ -768,7 +818,12 @@ mod tests {
         let squatter = TcpListener::bind((LOOPBACK, 0)).unwrap();
         let port = squatter.local_addr().unwrap().port();
         let binary = redis_server_path().unwrap();
-        match RedisServer::spawn_on(&binary, port, None, &[], AdminAuth::default()) {
+        let ports = Ports {
+            port,
+            cluster_port: None,
+            tls_port: None,
+        };
+        match RedisServer::spawn_on(&binary, ports, &[], AdminAuth::default()) {
             Err(StartFailure::PortTaken(_)) => {}
             Err(StartFailure::Fatal(e)) => panic!("misclassified: {e}"),
             Ok(server) => panic!("started on a taken port: {server:?}"),

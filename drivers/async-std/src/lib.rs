@@ -10,6 +10,9 @@
 //! `async-global-executor` for tasks), so it works the same under async-std, under smol, or
 //! from a plain thread with `futures_lite::future::block_on`.
 //!
+//! `rediss://` URLs and [`TlsOptions`] connect with TLS (rustls over `futures-rustls`), as in
+//! `botmesh-redis-tokio`; see the TLS section of `botmesh-redis-runtime`.
+//!
 //! ```no_run
 //! use botmesh_redis_async_std::{Access, Client, ClientOptions, Executor, Key, Request};
 //!
@@ -30,10 +33,13 @@ use std::time::Instant;
 
 use async_io::Async;
 use bytes::BytesMut;
+use futures_lite::io::{ReadHalf as TlsRead, WriteHalf as TlsWrite};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use futures_rustls::client::TlsStream;
+use futures_rustls::TlsConnector as Handshake;
 
 pub use botmesh_redis_core::*;
-pub use botmesh_redis_runtime::{ClientStats, Runtime};
+pub use botmesh_redis_runtime::{ClientStats, Runtime, TlsConnector};
 use botmesh_redis_runtime::{ReadHalf, WriteHalf};
 
 /// A client on async-std / smol.
@@ -48,13 +54,25 @@ pub struct AsyncStd;
 /// before every read.
 #[derive(Debug)]
 pub struct Reader {
-    stream: Arc<Async<TcpStream>>,
+    stream: ReadStream,
     scratch: Box<[u8]>,
+}
+
+#[derive(Debug)]
+enum ReadStream {
+    Tcp(Arc<Async<TcpStream>>),
+    Tls(TlsRead<TlsStream<async_net::TcpStream>>),
 }
 
 /// The writing half of a connection.
 #[derive(Debug)]
-pub struct Writer(Arc<Async<TcpStream>>);
+pub struct Writer(WriteStream);
+
+#[derive(Debug)]
+enum WriteStream {
+    Tcp(Arc<Async<TcpStream>>),
+    Tls(TlsWrite<TlsStream<async_net::TcpStream>>),
+}
 
 impl Runtime for AsyncStd {
     /// Dropping an `async_task::Task` cancels it.
@@ -74,23 +92,39 @@ impl Runtime for AsyncStd {
         async_io::Timer::at(at).await;
     }
 
-    async fn connect(addr: &NodeAddr) -> io::Result<(Reader, Writer)> {
+    async fn connect(addr: &NodeAddr, tls: Option<&TlsConnector>) -> io::Result<(Reader, Writer)> {
         // async-net resolves the host name; its stream is an `Async<TcpStream>` underneath,
         // which the writer needs for non-blocking writes from the session task.
         let stream = async_net::TcpStream::connect((addr.host.as_str(), addr.port)).await?;
         stream.set_nodelay(true)?;
-        let stream: Arc<Async<TcpStream>> = stream.into();
-        let reader = Reader {
-            stream: stream.clone(),
-            scratch: vec![0; 64 * 1024].into_boxed_slice(),
+        let scratch = vec![0; 64 * 1024].into_boxed_slice();
+        let Some(tls) = tls else {
+            let stream: Arc<Async<TcpStream>> = stream.into();
+            let reader = Reader {
+                stream: ReadStream::Tcp(stream.clone()),
+                scratch,
+            };
+            return Ok((reader, Writer(WriteStream::Tcp(stream))));
         };
-        Ok((reader, Writer(stream)))
+        let name = tls.server_name(addr)?;
+        let stream = Handshake::from(tls.config().clone())
+            .connect(name, stream)
+            .await?;
+        let (read, write) = futures_lite::io::split(stream);
+        let reader = Reader {
+            stream: ReadStream::Tls(read),
+            scratch,
+        };
+        Ok((reader, Writer(WriteStream::Tls(write))))
     }
 }
 
 impl ReadHalf for Reader {
     async fn read(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
-        let n = (&*self.stream).read(&mut self.scratch).await?;
+        let n = match &mut self.stream {
+            ReadStream::Tcp(stream) => (&**stream).read(&mut self.scratch).await?,
+            ReadStream::Tls(stream) => stream.read(&mut self.scratch).await?,
+        };
         buf.extend_from_slice(&self.scratch[..n]);
         Ok(n)
     }
@@ -98,16 +132,35 @@ impl ReadHalf for Reader {
 
 impl WriteHalf for Writer {
     fn try_write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        // `Async` made the socket non-blocking: a full socket answers `WouldBlock`.
-        self.0.get_ref().write(bytes)
+        match &mut self.0 {
+            // `Async` made the socket non-blocking: a full socket answers `WouldBlock`.
+            WriteStream::Tcp(stream) => stream.get_ref().write(bytes),
+            // rustls may keep what the socket does not take in its buffer, to be sent only by
+            // a later poll: every TLS write goes through the flusher's `write_all` instead.
+            WriteStream::Tls(_) => Err(io::ErrorKind::WouldBlock.into()),
+        }
     }
 
     async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
-        AsyncWriteExt::write_all(&mut &*self.0, bytes).await
+        match &mut self.0 {
+            WriteStream::Tcp(stream) => AsyncWriteExt::write_all(&mut &**stream, bytes).await,
+            WriteStream::Tls(stream) => {
+                AsyncWriteExt::write_all(stream, bytes).await?;
+                stream.flush().await
+            }
+        }
     }
 
     async fn shutdown(&mut self) {
-        let _ = self.0.get_ref().shutdown(std::net::Shutdown::Write);
+        match &mut self.0 {
+            WriteStream::Tcp(stream) => {
+                let _ = stream.get_ref().shutdown(std::net::Shutdown::Write);
+            }
+            // Sends close_notify, then shuts the socket's writing side.
+            WriteStream::Tls(stream) => {
+                let _ = stream.close().await;
+            }
+        }
     }
 }
 

@@ -23,7 +23,22 @@
 //! the socket takes the bytes. It keeps two inboxes and takes the connections' (replies,
 //! closes, flushed writes) before the callers', so a backlog of new calls never delays the
 //! replies of earlier ones; and it fires due timers on every pass, whatever woke it.
+//!
+//! ## TLS
+//!
+//! With `rediss://` URLs or [`ClientOptions::tls`], every connection is TLS (rustls, on the
+//! `ring` provider). The [`TlsConnector`] (the rustls configuration) is built once when the
+//! client starts and handed to [`Runtime::connect`], which runs the handshake over its TCP
+//! stream. A TLS stream cannot take bytes without possibly waiting (rustls buffers what the
+//! socket does not take, and only a later poll sends it), so a TLS writer answers `WouldBlock`
+//! to [`WriteHalf::try_write`]: each batch goes through a flusher task's `write_all` and flush.
+//! Batching is unchanged (what the session writes meanwhile joins the next batch); the cost is
+//! one task hop per batch. Plain TCP keeps its direct writes.
 #![forbid(unsafe_code)]
+
+mod tls;
+
+pub use tls::{rustls, TlsConnector};
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -62,9 +77,13 @@ pub trait Runtime: Send + Sync + 'static {
     /// Completes at `at`.
     fn sleep_until(at: Instant) -> impl Future<Output = ()> + Send;
 
-    /// Opens a TCP connection (with `TCP_NODELAY`) and splits it.
+    /// Opens a TCP connection (with `TCP_NODELAY`), runs the TLS handshake over it when `tls`
+    /// is given (checking the certificate against [`TlsConnector::server_name`]), and splits
+    /// it. A handshake failure is an error whose inner error is the `rustls::Error`, as
+    /// tokio-rustls and futures-rustls report it.
     fn connect(
         addr: &NodeAddr,
+        tls: Option<&TlsConnector>,
     ) -> impl Future<Output = io::Result<(Self::Reader, Self::Writer)>> + Send;
 }
 
@@ -77,9 +96,10 @@ pub trait ReadHalf: Send + 'static {
 /// Writes to a connection.
 pub trait WriteHalf: Send + 'static {
     /// Writes what the socket takes now without waiting: `Ok(n)` for `n` bytes written (maybe
-    /// fewer than given), `WouldBlock` when it takes none.
+    /// fewer than given), `WouldBlock` when it takes none. A TLS writer always answers
+    /// `WouldBlock` (see the crate's TLS section).
     fn try_write(&mut self, bytes: &[u8]) -> io::Result<usize>;
-    /// Writes all of `bytes`.
+    /// Writes all of `bytes` (and, on TLS, flushes them out of the TLS buffer).
     fn write_all(&mut self, bytes: &[u8]) -> impl Future<Output = io::Result<()>> + Send;
     /// Flushes and shuts the writing side down.
     fn shutdown(&mut self) -> impl Future<Output = ()> + Send;
@@ -238,11 +258,15 @@ impl<R: Runtime> Client<R> {
         let mut seed = RandomState::new().build_hasher();
         seed.write_u64(0);
         let config = options.to_config(seed.finish())?;
+        let tls = match options.tls_settings()? {
+            Some(settings) => Some(TlsConnector::new(&settings)?),
+            None => None,
+        };
         let session = Session::new(config, Instant::now());
         let (tx, calls) = futures_channel::mpsc::unbounded();
         let (closed_tx, closed) = async_channel::bounded(1);
         let counters = Arc::new(Counters::default());
-        let task = run::<R>(session, calls, closed_tx, Arc::clone(&counters));
+        let task = run::<R>(session, calls, closed_tx, Arc::clone(&counters), tls);
         R::spawn_detached(counted(&counters, task));
         Ok(Client {
             shared: Arc::new(Shared {
@@ -305,6 +329,8 @@ struct Driver<R: Runtime> {
     /// The connections' inbox, for their tasks.
     tx: Tx<R>,
     counters: Arc<Counters>,
+    /// TLS for every connection, or plain TCP.
+    tls: Option<TlsConnector>,
 }
 
 /// The session task: feeds every input to the session and carries out its outputs.
@@ -313,6 +339,7 @@ async fn run<R: Runtime>(
     mut calls: Rx<R>,
     _closed: async_channel::Sender<()>,
     counters: Arc<Counters>,
+    tls: Option<TlsConnector>,
 ) {
     // Two inboxes: what the connections report (replies, closes, flushed writes) and what
     // callers ask. Each pass takes the first before the second, so that a backlog of new calls
@@ -324,6 +351,7 @@ async fn run<R: Runtime>(
         conns: HashMap::new(),
         tx,
         counters,
+        tls,
     };
     let mut deadline: Option<Instant> = None;
     loop {
@@ -452,7 +480,13 @@ impl<R: Runtime> Driver<R> {
             match self.session.poll() {
                 Output::Connect { conn, dial, .. } => {
                     self.counters.dials.fetch_add(1, Ordering::Relaxed);
-                    let open = open::<R>(conn, dial, self.tx.clone(), Arc::clone(&self.counters));
+                    let open = open::<R>(
+                        conn,
+                        dial,
+                        self.tx.clone(),
+                        Arc::clone(&self.counters),
+                        self.tls.clone(),
+                    );
                     let task = R::spawn(counted(&self.counters, open));
                     let io = Io {
                         write: None,
@@ -533,12 +567,19 @@ impl<R: Runtime> Driver<R> {
 
 /// Opens one connection and starts its reader. No timer here: the session's connect deadline
 /// ends a connect that takes too long, and the driver cancels this task when it does.
-async fn open<R: Runtime>(conn: ConnId, dial: NodeAddr, tx: Tx<R>, counters: Arc<Counters>) {
+async fn open<R: Runtime>(
+    conn: ConnId,
+    dial: NodeAddr,
+    tx: Tx<R>,
+    counters: Arc<Counters>,
+    tls: Option<TlsConnector>,
+) {
     let event = move |event| Msg::Conn(conn, event);
-    let (mut read, write) = match R::connect(&dial).await {
+    let (mut read, write) = match R::connect(&dial, tls.as_ref()).await {
         Ok(halves) => halves,
         Err(e) => {
-            let _ = tx.unbounded_send(event(ConnEvent::ConnectFailed(e.to_string())));
+            let reason = tls::describe_failure(&e);
+            let _ = tx.unbounded_send(event(ConnEvent::ConnectFailed(reason)));
             return;
         }
     };
@@ -563,7 +604,9 @@ async fn open<R: Runtime>(conn: ConnId, dial: NodeAddr, tx: Tx<R>, counters: Arc
                         return;
                     }
                 }
-                Err(e) => break e.to_string(),
+                // A TLS server that refuses the client's certificate says so in an alert read
+                // after the handshake (TLS 1.3): the reason names it.
+                Err(e) => break tls::describe_failure(&e),
             }
         };
         let _ = reader_tx.unbounded_send(event(ConnEvent::Closed(reason)));

@@ -15,6 +15,26 @@
 //! client.close().await;
 //! # Ok(()) }
 //! ```
+//!
+//! ## TLS
+//!
+//! `rediss://` URLs connect with TLS (rustls), trusting the Mozilla roots of `webpki-roots`:
+//! what a managed Redis or Valkey service needs. [`TlsOptions`] adds a private CA, a client
+//! certificate (mutual TLS) or a server-name override, for every node of a cluster alike:
+//!
+//! ```no_run
+//! use botmesh_redis_tokio::{Client, ClientOptions, TlsOptions};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = Client::connect(ClientOptions::url("rediss://default:secret@cache.example.com:6380")).await?;
+//! # client.close().await;
+//! let ca = std::fs::read("ca.crt")?;
+//! let options = ClientOptions::cluster(["10.0.0.1:6380", "10.0.0.2:6380"])
+//!     .tls(TlsOptions::new().root_certificates_pem(ca).only_these_roots());
+//! let cluster = Client::connect(options).await?;
+//! # cluster.close().await;
+//! # Ok(()) }
+//! ```
 #![forbid(unsafe_code)]
 
 use std::future::Future;
@@ -25,9 +45,11 @@ use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector as Handshake;
 
 pub use botmesh_redis_core::*;
-pub use botmesh_redis_runtime::{ClientStats, Runtime};
+pub use botmesh_redis_runtime::{ClientStats, Runtime, TlsConnector};
 use botmesh_redis_runtime::{ReadHalf, WriteHalf};
 
 /// A client on tokio. Must be started within a tokio runtime (multi-thread or current-thread).
@@ -49,11 +71,23 @@ impl Drop for AbortOnDrop {
 
 /// The reading half of a connection.
 #[derive(Debug)]
-pub struct Reader(OwnedReadHalf);
+pub struct Reader(ReaderInner);
+
+#[derive(Debug)]
+enum ReaderInner {
+    Tcp(OwnedReadHalf),
+    Tls(tokio::io::ReadHalf<TlsStream<TcpStream>>),
+}
 
 /// The writing half of a connection.
 #[derive(Debug)]
-pub struct Writer(OwnedWriteHalf);
+pub struct Writer(WriterInner);
+
+#[derive(Debug)]
+enum WriterInner {
+    Tcp(OwnedWriteHalf),
+    Tls(tokio::io::WriteHalf<TlsStream<TcpStream>>),
+}
 
 impl Runtime for Tokio {
     type Task = AbortOnDrop;
@@ -72,31 +106,63 @@ impl Runtime for Tokio {
         tokio::time::sleep_until(at.into()).await;
     }
 
-    async fn connect(addr: &NodeAddr) -> io::Result<(Reader, Writer)> {
+    async fn connect(addr: &NodeAddr, tls: Option<&TlsConnector>) -> io::Result<(Reader, Writer)> {
         let stream = TcpStream::connect((addr.host.as_str(), addr.port)).await?;
         stream.set_nodelay(true)?;
-        let (read, write) = stream.into_split();
-        Ok((Reader(read), Writer(write)))
+        let Some(tls) = tls else {
+            let (read, write) = stream.into_split();
+            return Ok((
+                Reader(ReaderInner::Tcp(read)),
+                Writer(WriterInner::Tcp(write)),
+            ));
+        };
+        let name = tls.server_name(addr)?;
+        let stream = Handshake::from(tls.config().clone())
+            .connect(name, stream)
+            .await?;
+        let (read, write) = tokio::io::split(stream);
+        Ok((
+            Reader(ReaderInner::Tls(read)),
+            Writer(WriterInner::Tls(write)),
+        ))
     }
 }
 
 impl ReadHalf for Reader {
     async fn read(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
-        self.0.read_buf(buf).await
+        match &mut self.0 {
+            ReaderInner::Tcp(read) => read.read_buf(buf).await,
+            ReaderInner::Tls(read) => read.read_buf(buf).await,
+        }
     }
 }
 
 impl WriteHalf for Writer {
     fn try_write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0.try_write(bytes)
+        match &mut self.0 {
+            WriterInner::Tcp(write) => write.try_write(bytes),
+            // rustls may keep what the socket does not take in its buffer, to be sent only by
+            // a later poll: every TLS write goes through the flusher's `write_all` instead.
+            WriterInner::Tls(_) => Err(io::ErrorKind::WouldBlock.into()),
+        }
     }
 
     async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.0.write_all(bytes).await
+        match &mut self.0 {
+            WriterInner::Tcp(write) => write.write_all(bytes).await,
+            WriterInner::Tls(write) => {
+                write.write_all(bytes).await?;
+                write.flush().await
+            }
+        }
     }
 
     async fn shutdown(&mut self) {
-        let _ = self.0.shutdown().await;
+        // On TLS this sends close_notify first.
+        let _ = match &mut self.0 {
+            WriterInner::Tcp(write) => write.shutdown().await,
+            WriterInner::Tls(write) => write.shutdown().await,
+        };
     }
 }
 
