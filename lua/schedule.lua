@@ -9,7 +9,8 @@
 -- KEYS[2..] optional: the record's bucket index (cluster layout; sorted set of ids, score 0)
 -- ARGV[1] operation: put or delete
 -- ARGV[2] schedule id (the index member)
--- ARGV[3] fencing token (canonical decimal integer: optional '-', no leading zero, i64 range)
+-- ARGV[3] fencing token (canonical decimal integer, no leading zero: a u64 fence, term or lease
+--         token; a '-' is accepted for records written before tokens were unsigned)
 -- ARGV[4] holder id (who owns the token)
 -- ARGV[5] data (put)
 -- Returns {'ok', token} when written, {'stale', stored token} when a higher token is stored,

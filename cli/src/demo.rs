@@ -393,7 +393,7 @@ async fn housekeeping(r: &Replica, stop: &std::sync::atomic::AtomicBool, tally: 
             // The leader's scheduler tick, fenced by its term.
             let _ = r
                 .schedules
-                .put("tick", term as i64, &name, Bytes::from(name.clone()))
+                .put("tick", term, &name, Bytes::from(name.clone()))
                 .await;
         }
         let claimed = r

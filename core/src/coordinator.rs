@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::coord::{self, Acked, Begun, Claimed, Schedule, TurnGrant, TurnGuard, TurnOptions};
+use crate::coord::{
+    self, Acked, Begun, Claimed, Schedule, SchedulePage, TurnGrant, TurnGuard, TurnOptions,
+};
 use crate::error::Error;
 use crate::executor::{check_layout, Executor};
 use crate::layout::Keyspace;
@@ -251,14 +253,14 @@ impl<E: Executor> Schedules<E> {
     /// Writes schedule `id` with fencing token `token`, owned by `holder` (the lease holder or
     /// leader the token was granted to); [`Error::Stale`] when a newer token is stored,
     /// [`Error::NotHolder`] when the same token is stored by another holder.
-    pub async fn put(&self, id: &str, token: i64, holder: &str, data: Bytes) -> Result<(), Error> {
+    pub async fn put(&self, id: &str, token: u64, holder: &str, data: Bytes) -> Result<(), Error> {
         self.exec
             .run(coord::schedule_put(&self.ks, id, token, holder, data)?)
             .await
     }
 
     /// Deletes schedule `id`, keeping its token and holder in a marker; errors as for `put`.
-    pub async fn delete(&self, id: &str, token: i64, holder: &str) -> Result<(), Error> {
+    pub async fn delete(&self, id: &str, token: u64, holder: &str) -> Result<(), Error> {
         self.exec
             .run(coord::schedule_delete(&self.ks, id, token, holder)?)
             .await
@@ -269,10 +271,13 @@ impl<E: Executor> Schedules<E> {
         self.exec.run(coord::schedule_get(&self.ks, id)?).await
     }
 
-    /// Every live schedule (deleted markers hidden), sorted by id, at most `limit` (at most
-    /// 10,000).
-    pub async fn list(&self, limit: usize) -> Result<Vec<(String, Schedule)>, Error> {
-        self.exec.run(coord::schedule_list(&self.ks, limit)?).await
+    /// A page of live schedules (deleted markers hidden) with ids after `after`, sorted by id:
+    /// at most `limit` (a page holds at most [`MAX_SCHEDULES`](crate::coord::MAX_SCHEDULES)),
+    /// and the cursor of the next page: pass it as `after` until it is `None`.
+    pub async fn list(&self, after: Option<&str>, limit: usize) -> Result<SchedulePage, Error> {
+        self.exec
+            .run(coord::schedule_list(&self.ks, after, limit)?)
+            .await
     }
 }
 

@@ -113,9 +113,9 @@ pub enum Error {
         /// What was written.
         what: String,
         /// The token of the refused write.
-        token: i64,
+        token: u64,
         /// The stored token.
-        stored: i64,
+        stored: u64,
     },
     /// A grant was not acknowledged by enough replicas (`WAIT`) and was given back.
     #[error("{what} reached {acked} replica(s), {wanted} wanted; the grant was given back")]

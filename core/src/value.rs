@@ -68,6 +68,21 @@ impl Value {
         }
     }
 
+    /// A non-negative integer (a token, a counter), also from a bulk string of digits: the
+    /// whole `u64` range, past `i64::MAX`.
+    pub fn as_u64(&self) -> Result<u64, Error> {
+        match self {
+            Value::Int(i) => {
+                u64::try_from(*i).map_err(|_| self.unexpected("a non-negative integer"))
+            }
+            Value::Bulk(b) | Value::Status(b) => std::str::from_utf8(b)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| self.unexpected("a non-negative integer")),
+            _ => Err(self.unexpected("a non-negative integer")),
+        }
+    }
+
     /// Bytes of a bulk or status reply, `None` for nil.
     pub fn into_opt_bytes(self) -> Result<Option<Bytes>, Error> {
         match self {

@@ -17,11 +17,11 @@ use botmesh_redis_tests::eventually;
 use coord_support::Target;
 
 /// The holder of a token: one per grant, as a lease or a leadership hands them out.
-fn holder(token: i64) -> String {
+fn holder(token: u64) -> String {
     format!("holder-{token}")
 }
 
-fn stale(id: &str, token: i64, stored: i64) -> Error {
+fn stale(id: &str, token: u64, stored: u64) -> Error {
     Error::Stale {
         what: format!("schedule {id:?}"),
         token,
@@ -89,7 +89,7 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
         })
     );
     // Tokens read back exactly, up to 2^53.
-    let big = 1_i64 << 53;
+    let big = 1_u64 << 53;
     schedules
         .put(id, big, &holder(big), data("big"))
         .await
@@ -120,7 +120,7 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
             .await
             .unwrap();
     }
-    let listed = schedules.list(1000).await.unwrap();
+    let listed = schedules.list(None, 1000).await.unwrap();
     let mut expected: Vec<(String, Schedule)> = (0..40)
         .filter(|n| n % 3 != 0)
         .map(|n| {
@@ -141,8 +141,24 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
         )])
         .collect();
     expected.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(listed, expected);
-    assert_eq!(schedules.list(5).await.unwrap(), expected[..5].to_vec());
+    assert_eq!(listed.schedules, expected);
+    assert_eq!(listed.next, None);
+    // Pages of 5, each from the cursor of the one before, cover the listing exactly once.
+    let mut paged = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = schedules.list(after.as_deref(), 5).await.unwrap();
+        assert!(page.schedules.len() <= 5);
+        paged.extend(page.schedules);
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(paged, expected);
+    let first = schedules.list(None, 5).await.unwrap();
+    assert_eq!(first.schedules, expected[..5].to_vec());
+    assert_eq!(first.next.as_deref(), Some(expected[4].0.as_str()));
     client.close().await;
 }
 
@@ -158,7 +174,7 @@ async fn racing_schedule_writers_keep_the_largest_token<R: Runtime>(target: Targ
     let client = target.client::<R>().await;
     let schedules = Schedules::new(client.clone(), target.keyspace("coord-schedule-race")).unwrap();
     let mut tasks = Vec::new();
-    for token in 1..=200_i64 {
+    for token in 1..=200_u64 {
         let schedules = schedules.clone();
         tasks.push(tokio::spawn(async move {
             let result = if token % 10 == 0 {

@@ -16,13 +16,13 @@ use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::Runtime;
 use coord_support::Target;
 
-fn taken(id: &str, token: i64) -> Error {
+fn taken(id: &str, token: u64) -> Error {
     Error::NotHolder {
         what: format!("schedule {id:?} fencing token {token}"),
     }
 }
 
-fn stale(id: &str, token: i64, stored: i64) -> Error {
+fn stale(id: &str, token: u64, stored: u64) -> Error {
     Error::Stale {
         what: format!("schedule {id:?}"),
         token,
@@ -30,7 +30,7 @@ fn stale(id: &str, token: i64, stored: i64) -> Error {
     }
 }
 
-fn schedule(token: i64, data: &'static str) -> Option<Schedule> {
+fn schedule(token: u64, data: &'static str) -> Option<Schedule> {
     Some(Schedule {
         token,
         data: Bytes::from_static(data.as_bytes()),
@@ -96,13 +96,13 @@ async fn equal_token_from_another_holder_is_refused<R: Runtime>(target: Target) 
     client.close().await;
 }
 
-/// Tokens past 2^53, where neighbours collapse to one double, still order exactly; so do the
-/// extremes of `i64` and negative tokens.
+/// Tokens past 2^53, where neighbours collapse to one double, still order exactly; so do
+/// tokens past `i64::MAX`, up to `u64::MAX` (the range of every fence, term and lease token).
 async fn tokens_compare_exactly_as_64_bit_integers<R: Runtime>(target: Target) {
     let client = target.client::<R>().await;
-    let schedules = Schedules::new(client.clone(), target.keyspace("coord-schedule-i64")).unwrap();
+    let schedules = Schedules::new(client.clone(), target.keyspace("coord-schedule-u64")).unwrap();
     let data = |s: &'static str| Bytes::from_static(s.as_bytes());
-    let two_53 = 1_i64 << 53;
+    let two_53 = 1_u64 << 53;
 
     // 2^53 + 1 reads as 2^53 when turned into a double.
     schedules
@@ -123,61 +123,47 @@ async fn tokens_compare_exactly_as_64_bit_integers<R: Runtime>(target: Target) {
             .unwrap_err(),
         taken("big", two_53 + 1)
     );
-    schedules
-        .put("big", i64::MAX - 1, "h3", data("z"))
-        .await
-        .unwrap();
-    assert_eq!(
-        schedules
-            .put("big", i64::MAX - 2, "h4", data("w"))
-            .await
-            .unwrap_err(),
-        stale("big", i64::MAX - 2, i64::MAX - 1)
-    );
-    schedules
-        .put("big", i64::MAX, "h5", data("v"))
-        .await
-        .unwrap();
-    assert_eq!(schedules.get("big").await.unwrap(), schedule(i64::MAX, "v"));
 
-    // Negative tokens: -2^53 - 1 is above -2^53 - 2, although both are the same double.
+    // Across i64::MAX: 9223372036854775808 is above 9223372036854775807, same length.
+    let i64_max = i64::MAX as u64;
     schedules
-        .put("neg", i64::MIN, "n0", data("a"))
+        .put("big", i64_max, "h3", data("z"))
         .await
         .unwrap();
     schedules
-        .put("neg", -two_53 - 2, "n1", data("b"))
-        .await
-        .unwrap();
-    schedules
-        .put("neg", -two_53 - 1, "n2", data("c"))
+        .put("big", i64_max + 1, "h4", data("w"))
         .await
         .unwrap();
     assert_eq!(
         schedules
-            .put("neg", -two_53 - 2, "n1", data("d"))
+            .put("big", i64_max, "h3", data("again"))
             .await
             .unwrap_err(),
-        stale("neg", -two_53 - 2, -two_53 - 1)
+        stale("big", i64_max, i64_max + 1)
     );
-    assert_eq!(
-        schedules.put("neg", -10, "n3", data("e")).await,
-        Ok(()),
-        "-10 is above -2^53 - 1"
-    );
+    schedules
+        .put("big", u64::MAX, "h5", data("v"))
+        .await
+        .unwrap();
     assert_eq!(
         schedules
-            .put("neg", -11, "n4", data("f"))
+            .put("big", u64::MAX - 1, "h6", data("u"))
             .await
             .unwrap_err(),
-        stale("neg", -11, -10)
+        stale("big", u64::MAX - 1, u64::MAX)
     );
-    schedules.put("neg", 0, "n5", data("g")).await.unwrap();
+    assert_eq!(schedules.get("big").await.unwrap(), schedule(u64::MAX, "v"));
+    // Shorter is smaller: 10 is below 9, compared as numbers, not as text.
+    schedules.put("short", 9, "s0", data("a")).await.unwrap();
+    schedules.put("short", 10, "s1", data("b")).await.unwrap();
     assert_eq!(
-        schedules.put("neg", -1, "n6", data("h")).await.unwrap_err(),
-        stale("neg", -1, 0)
+        schedules
+            .put("short", 9, "s0", data("c"))
+            .await
+            .unwrap_err(),
+        stale("short", 9, 10)
     );
-    assert_eq!(schedules.get("neg").await.unwrap(), schedule(0, "g"));
+    assert_eq!(schedules.get("short").await.unwrap(), schedule(10, "b"));
     client.close().await;
 }
 

@@ -6,7 +6,7 @@ use super::*;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schedule {
     /// Its fencing token.
-    pub token: i64,
+    pub token: u64,
     /// Its data, as written.
     pub data: Bytes,
 }
@@ -15,7 +15,7 @@ fn schedule_request(
     ks: &Keyspace,
     op: &str,
     id: &str,
-    token: i64,
+    token: u64,
     holder: &str,
     data: Bytes,
 ) -> Result<Request, Error> {
@@ -36,11 +36,11 @@ fn schedule_request(
     )
 }
 
-fn schedule_written(id: String, token: i64) -> impl FnOnce(Value) -> Result<(), Error> {
+fn schedule_written(id: String, token: u64) -> impl FnOnce(Value) -> Result<(), Error> {
     move |v| {
         let mut items = v.into_array()?.into_iter();
         let status = items.next().map(Value::into_string).transpose()?;
-        let stored = items.next().map(|v| v.as_i64()).transpose()?;
+        let stored = items.next().map(|v| v.as_u64()).transpose()?;
         match (status.as_deref(), stored) {
             (Some("ok"), _) => Ok(()),
             (Some("stale"), Some(stored)) => Err(Error::Stale {
@@ -64,11 +64,11 @@ fn schedule_written(id: String, token: i64) -> impl FnOnce(Value) -> Result<(), 
 /// [`Error::NotHolder`] when the same token is stored by another holder (one grant has one
 /// owner, so an equal token from someone else is refused, as for every fenced write). The
 /// same holder with the same token may write again. Tokens are compared exactly over the whole
-/// `i64` range.
+/// `u64` range (the type of every fence, term and lease token).
 pub fn schedule_put(
     ks: &Keyspace,
     id: &str,
-    token: i64,
+    token: u64,
     holder: &str,
     data: Bytes,
 ) -> Result<Single<()>, Error> {
@@ -81,7 +81,7 @@ pub fn schedule_put(
 pub fn schedule_delete(
     ks: &Keyspace,
     id: &str,
-    token: i64,
+    token: u64,
     holder: &str,
 ) -> Result<Single<()>, Error> {
     let request = schedule_request(ks, "delete", id, token, holder, Bytes::new())?;
@@ -114,19 +114,32 @@ fn decode_schedule(v: Value) -> Result<Option<Schedule>, Error> {
         return Ok(None);
     }
     Ok(Some(Schedule {
-        token: token.as_i64()?,
+        token: token.as_u64()?,
         data: data.into_opt_bytes()?.unwrap_or_default(),
     }))
 }
 
-/// The most schedules a listing returns.
+/// The largest page of a schedule listing.
 pub const MAX_SCHEDULES: usize = 10_000;
 
-/// Lists the live schedules (deleted markers hidden), sorted by id: the first `limit` (clamped
-/// to [`MAX_SCHEDULES`]). Cluster layout: the 32 bucket indexes, read in one batch, then the
-/// records; exact even while slots move. Legacy layout: `SCAN` for the records (at most
-/// [`MAX_SCHEDULES`] record keys, markers included, are considered).
-pub fn schedule_list(ks: &Keyspace, limit: usize) -> Result<ListSchedules, Error> {
+/// A page of live schedules, sorted by id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchedulePage {
+    /// The schedules of the page, with their ids.
+    pub schedules: Vec<(String, Schedule)>,
+    /// The cursor of the next page (the last id of this one), `None` after the last page.
+    pub next: Option<String>,
+}
+
+/// Lists the live schedules (deleted markers hidden) with ids after `after`, sorted by id: a
+/// page of `limit` (clamped to 1..=[`MAX_SCHEDULES`]) and the cursor of the next one. Cluster
+/// layout: the 32 bucket indexes, read in one batch, then the records; exact even while slots
+/// move. Legacy layout: `SCAN` for the records, the whole pattern, then the page is picked.
+pub fn schedule_list(
+    ks: &Keyspace,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<ListSchedules, Error> {
     let limit = limit.clamp(1, MAX_SCHEDULES);
     let indexes = ks
         .record_indexes(RecordKind::Schedule)
@@ -142,11 +155,12 @@ pub fn schedule_list(ks: &Keyspace, limit: usize) -> Result<ListSchedules, Error
     let scan = match ks.record_pattern(RecordKind::Schedule) {
         // The whole scan, not `limit` keys: SCAN returns keys in no order, and markers count
         // among them; the first `limit` live ids are picked after sorting.
-        Some(pattern) if indexes.is_empty() => Some(crate::scan::scan(pattern, MAX_SCHEDULES)),
+        Some(pattern) if indexes.is_empty() => Some(crate::scan::scan(pattern, usize::MAX)),
         _ => None,
     };
     Ok(ListSchedules {
         ks: ks.clone(),
+        after: after.map(str::to_owned),
         limit,
         indexes,
         scan,
@@ -160,6 +174,7 @@ pub fn schedule_list(ks: &Keyspace, limit: usize) -> Result<ListSchedules, Error
 #[derive(Debug)]
 pub struct ListSchedules {
     ks: Keyspace,
+    after: Option<String>,
     limit: usize,
     /// The bucket index reads (cluster layout); sent by `start`.
     indexes: Vec<Request>,
@@ -175,18 +190,26 @@ pub struct ListSchedules {
 const SCHEDULE_READ_CHUNK: usize = 1000;
 
 impl ListSchedules {
-    fn got_ids(&mut self, mut ids: Vec<String>) -> Step<Vec<(String, Schedule)>> {
+    fn got_ids(&mut self, mut ids: Vec<String>) -> Step<SchedulePage> {
+        if let Some(after) = &self.after {
+            ids.retain(|id| id > after);
+        }
         ids.sort();
         ids.dedup();
         self.ids = ids;
         self.read_next()
     }
 
-    fn read_next(&mut self) -> Step<Vec<(String, Schedule)>> {
+    fn read_next(&mut self) -> Step<SchedulePage> {
         if self.next >= self.ids.len() || self.found.len() >= self.limit {
-            let mut found = std::mem::take(&mut self.found);
-            found.truncate(self.limit);
-            return Step::Done(Ok(found));
+            let mut schedules = std::mem::take(&mut self.found);
+            // Ids left unread, or read past the page, mean another page may follow.
+            let more = schedules.len() > self.limit || self.next < self.ids.len();
+            schedules.truncate(self.limit);
+            let next = more
+                .then(|| schedules.last().map(|(id, _)| id.clone()))
+                .flatten();
+            return Step::Done(Ok(SchedulePage { schedules, next }));
         }
         let end = (self.next + SCHEDULE_READ_CHUNK).min(self.ids.len());
         let batch = self.ids[self.next..end]
@@ -199,7 +222,7 @@ impl ListSchedules {
         }
     }
 
-    fn got_records(&mut self, replies: Vec<Reply>) -> Step<Vec<(String, Schedule)>> {
+    fn got_records(&mut self, replies: Vec<Reply>) -> Step<SchedulePage> {
         let end = (self.next + SCHEDULE_READ_CHUNK).min(self.ids.len());
         if replies.len() != end - self.next {
             return Step::Done(Err(misuse("a schedule batch answered with another count")));
@@ -219,7 +242,7 @@ impl ListSchedules {
 
 impl ListSchedules {
     /// Passes on a step of the legacy scan; once it is done, reads the schedules it found.
-    fn after_scan(&mut self, step: Step<Vec<Bytes>>) -> Step<Vec<(String, Schedule)>> {
+    fn after_scan(&mut self, step: Step<Vec<Bytes>>) -> Step<SchedulePage> {
         match crate::plan::forward(step) {
             Ok(keys) => {
                 self.scan = None;
@@ -232,7 +255,7 @@ impl ListSchedules {
 }
 
 impl Plan for ListSchedules {
-    type Output = Vec<(String, Schedule)>;
+    type Output = SchedulePage;
 
     fn start(&mut self) -> Step<Self::Output> {
         if let Some(scan) = self.scan.as_mut() {
