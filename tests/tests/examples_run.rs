@@ -97,14 +97,20 @@ fn run(name: &str, target: Target) -> String {
 fn bot_loop_on_single_node() {
     let out = run("bot_loop", Target::Single);
     assert!(out.contains("layout Legacy"), "{out}");
-    assert!(out.contains("40 messages saved once and 40 replies sent once"), "{out}");
+    assert!(
+        out.contains("40 messages saved once and 40 replies sent once"),
+        "{out}"
+    );
 }
 
 #[test]
 fn bot_loop_on_cluster() {
     let out = run("bot_loop", Target::Cluster);
     assert!(out.contains("layout Cluster"), "{out}");
-    assert!(out.contains("40 messages saved once and 40 replies sent once"), "{out}");
+    assert!(
+        out.contains("40 messages saved once and 40 replies sent once"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -124,7 +130,10 @@ fn scheduler_on_cluster() {
 #[test]
 fn migration_from_single_node_to_cluster() {
     let out = run("migration", Target::SingleThenCluster);
-    assert!(out.contains("target: the cluster of BOTMESH_CLUSTER"), "{out}");
+    assert!(
+        out.contains("target: the cluster of BOTMESH_CLUSTER"),
+        "{out}"
+    );
     assert!(out.contains("marker written"), "{out}");
     assert!(out.contains("messages: 6 copied, 0 kept"), "{out}");
 }

@@ -53,7 +53,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         for chat in 1..=CHATS {
             let chat = format!("run{run}-chat{chat}");
             let id = format!("{chat}-m{seq}");
-            updates.push_back(Update { id, chat, seq, text: format!("message {seq}") });
+            updates.push_back(Update {
+                id,
+                chat,
+                seq,
+                text: format!("message {seq}"),
+            });
         }
     }
     // Every fourth update is delivered a second time, a little later.
@@ -61,11 +66,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (n, update) in redelivered.iter().enumerate() {
         updates.insert((n * 4 + 6).min(updates.len()), update.clone());
     }
-    println!("{} deliveries of {} updates to {REPLICAS} replicas", updates.len(), CHATS * PER_CHAT);
+    println!(
+        "{} deliveries of {} updates to {REPLICAS} replicas",
+        updates.len(),
+        CHATS * PER_CHAT
+    );
     let source: Source = Arc::new(Mutex::new(updates));
 
     let sender_name = format!("sender-{}", std::process::id());
-    let sender = tokio::spawn(send_replies(store.clone(), sender_name, format!("run{run}-")));
+    let sender = tokio::spawn(send_replies(
+        store.clone(),
+        sender_name,
+        format!("run{run}-"),
+    ));
     let mut replicas = Vec::new();
     for n in 0..REPLICAS {
         let name = format!("replica{n}-{}", std::process::id());
@@ -83,20 +96,36 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let total = (CHATS * PER_CHAT) as usize;
     let unique: HashSet<_> = handled.iter().map(|(id, new)| (id.clone(), *new)).collect();
     if handled.len() != total || unique.len() != total || handled.iter().any(|(_, new)| !new) {
-        return Err(format!("{} updates handled, {total} expected, each once", handled.len()).into());
+        return Err(format!(
+            "{} updates handled, {total} expected, each once",
+            handled.len()
+        )
+        .into());
     }
     if dropped != redelivered.len() {
-        return Err(format!("{dropped} duplicates dropped, {} redelivered", redelivered.len()).into());
+        return Err(format!(
+            "{dropped} duplicates dropped, {} redelivered",
+            redelivered.len()
+        )
+        .into());
     }
     let mut per_chat: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     for (key, seq) in &sent {
-        per_chat.entry(key.rsplit_once('-').map_or("", |k| k.0).into()).or_default().push(*seq);
+        per_chat
+            .entry(key.rsplit_once('-').map_or("", |k| k.0).into())
+            .or_default()
+            .push(*seq);
     }
     let expected: Vec<i64> = (1..=PER_CHAT as i64).collect();
     for chat in (1..=CHATS).map(|c| format!("run{run}-chat{c}")) {
-        let page = store.list_messages(&chat, &MessageQuery::new().limit(100)).await?;
+        let page = store
+            .list_messages(&chat, &MessageQuery::new().limit(100))
+            .await?;
         let saved: Vec<i64> = page.messages.iter().map(|m| m.time_ms).collect();
-        let replies = per_chat.get(&format!("reply:{chat}")).cloned().unwrap_or_default();
+        let replies = per_chat
+            .get(&format!("reply:{chat}"))
+            .cloned()
+            .unwrap_or_default();
         if saved != expected || replies != expected {
             return Err(format!("{chat}: saved {saved:?}, replies sent {replies:?}").into());
         }
@@ -111,11 +140,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// One replica: takes deliveries until there are none; yields (update id, saved as new) for
 /// each update it handled, and how many duplicate deliveries it dropped.
-async fn replica(store: Store<Client>, name: String, source: Source) -> Result<(Vec<(String, bool)>, usize), Error> {
-    let coord = store.coordinator(name.clone())?.with_turn_options(TurnOptions {
-        poll_interval: Duration::from_millis(10),
-        ..TurnOptions::default()
-    });
+async fn replica(
+    store: Store<Client>,
+    name: String,
+    source: Source,
+) -> Result<(Vec<(String, bool)>, usize), Error> {
+    let coord = store
+        .coordinator(name.clone())?
+        .with_turn_options(TurnOptions {
+            poll_interval: Duration::from_millis(10),
+            ..TurnOptions::default()
+        });
     let (inbox, outbox) = (store.durability("inbox")?, store.durability("outbox")?);
     // A replica without a live heartbeat counts as dead and its turns are skipped: beat before
     // the first turn, then every TTL / 5 in the background.
@@ -131,7 +166,9 @@ async fn replica(store: Store<Client>, name: String, source: Source) -> Result<(
     });
     let (mut handled, mut mine, mut dropped) = (Vec::new(), HashSet::new(), 0);
     loop {
-        let Some(update) = source.lock().await.pop_front() else { break };
+        let Some(update) = source.lock().await.pop_front() else {
+            break;
+        };
         // The journal answers `Duplicate` when another replica began this id. `ByThisInstance`
         // is this replica's own id again: new only if it never finished it (a lost reply).
         let begun = inbox.begin(&update.id, &name, DEDUP_WINDOW).await?;
@@ -151,9 +188,18 @@ async fn replica(store: Store<Client>, name: String, source: Source) -> Result<(
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 continue;
             }
-            let new = store.save_message(&update.chat, &update.id, update.seq, update.text.clone().into()).await?;
+            let new = store
+                .save_message(
+                    &update.chat,
+                    &update.id,
+                    update.seq,
+                    update.text.clone().into(),
+                )
+                .await?;
             let reply = format!("{} (you said: {})", update.seq, update.text);
-            outbox.enqueue(&format!("reply:{}", update.id), reply.into(), DEDUP_WINDOW).await?;
+            outbox
+                .enqueue(&format!("reply:{}", update.id), reply.into(), DEDUP_WINDOW)
+                .await?;
             store.set_cursor(&cursor, update.seq).await?;
             coord.release_turn(&turn.guard).await?;
             handled.push((update.id.clone(), new));
@@ -163,13 +209,20 @@ async fn replica(store: Store<Client>, name: String, source: Source) -> Result<(
     }
     heartbeat.abort();
     coord.stop_heartbeat().await?;
-    println!("{name}: handled {} updates, dropped {dropped} duplicates", handled.len());
+    println!(
+        "{name}: handled {} updates, dropped {dropped} duplicates",
+        handled.len()
+    );
     Ok((handled, dropped))
 }
 
 /// Drains the outbox until every reply of this run was sent; yields (key, message seq) of each
 /// send of this run, in order. (Replies an earlier run left queued are sent too.)
-async fn send_replies(store: Store<Client>, name: String, run: String) -> Result<Vec<(String, i64)>, Error> {
+async fn send_replies(
+    store: Store<Client>,
+    name: String,
+    run: String,
+) -> Result<Vec<(String, i64)>, Error> {
     let outbox = store.durability("outbox")?;
     let mut sent = Vec::new();
     while sent.len() < (CHATS * PER_CHAT) as usize {
@@ -180,7 +233,10 @@ async fn send_replies(store: Store<Client>, name: String, run: String) -> Result
         for send in claimed {
             // Send first, then ack: a sender that dies in between has its claim handed out
             // again, and the receiver deduplicates by the key.
-            let seq = String::from_utf8_lossy(&send.payload).split(' ').next().and_then(|s| s.parse().ok());
+            let seq = String::from_utf8_lossy(&send.payload)
+                .split(' ')
+                .next()
+                .and_then(|s| s.parse().ok());
             if send.key.contains(&run) {
                 sent.push((send.key.clone(), seq.unwrap_or(-1)));
             }

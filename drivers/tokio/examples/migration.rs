@@ -23,25 +23,39 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("BOTMESH_URL unset: the legacy data goes to redis://127.0.0.1:6379");
         "redis://127.0.0.1:6379".into()
     });
-    let prefix = std::env::var("BOTMESH_PREFIX").unwrap_or_else(|_| "botmesh-example-migration".into());
+    let prefix =
+        std::env::var("BOTMESH_PREFIX").unwrap_or_else(|_| "botmesh-example-migration".into());
     let source = Client::connect(ClientOptions::url(url)).await?;
 
     // 1. The bot of old: a store on a single node, which defaults to the legacy layout.
     let legacy = Store::new(source.clone(), StoreOptions::new(&prefix))?;
     legacy.start().await?;
     for chat in CHATS {
-        legacy.upsert_chat(chat, format!("{{\"title\":\"{chat}\"}}").into()).await?;
+        legacy
+            .upsert_chat(chat, format!("{{\"title\":\"{chat}\"}}").into())
+            .await?;
         for n in 1..=3 {
-            legacy.save_message(chat, &format!("m{n}"), n, format!("{chat} says {n}").into()).await?;
+            legacy
+                .save_message(chat, &format!("m{n}"), n, format!("{chat} says {n}").into())
+                .await?;
         }
     }
     legacy.set_cursor("updates", 42).await?;
-    legacy.schedules()?.put("daily-digest", 7, "scheduler", "every day at 09:00".into()).await?;
-    println!("wrote {} chats, 3 messages each, a cursor and a schedule under {prefix:?} (legacy)", CHATS.len());
+    legacy
+        .schedules()?
+        .put("daily-digest", 7, "scheduler", "every day at 09:00".into())
+        .await?;
+    println!(
+        "wrote {} chats, 3 messages each, a cursor and a schedule under {prefix:?} (legacy)",
+        CHATS.len()
+    );
 
     // 2. Inspect: what is under the prefix, per layout and namespace. Reads only.
     let found = inspect_keyspace(&source, &prefix, 2000, &mut |_| {}).await?;
-    println!("inspect: {} keys, legacy {:?}, marker {:?}", found.scanned, found.legacy, found.marker);
+    println!(
+        "inspect: {} keys, legacy {:?}, marker {:?}",
+        found.scanned, found.legacy, found.marker
+    );
 
     // 3. The target: a cluster, or the same node under another prefix. Either way the migration
     //    writes the cluster:v1 layout, and its layout marker last.
@@ -51,12 +65,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let seeds = seeds.split(',').map(str::trim).filter(|s| !s.is_empty());
             let mut options = MigrateOptions::new(&prefix);
             options.other_server = true;
-            (Client::connect(ClientOptions::cluster(seeds)).await?, options)
+            (
+                Client::connect(ClientOptions::cluster(seeds)).await?,
+                options,
+            )
         }
         Err(_) => {
             let mut options = MigrateOptions::new(&prefix);
             options.target_prefix = Some(format!("{prefix}-cluster"));
-            println!("BOTMESH_CLUSTER unset: target is the same node, prefix {:?}", options.target_prefix());
+            println!(
+                "BOTMESH_CLUSTER unset: target is the same node, prefix {:?}",
+                options.target_prefix()
+            );
             (source.clone(), options)
         }
     };
@@ -71,19 +91,32 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     })
     .await?;
     for (namespace, counts) in &report.namespaces {
-        println!("  {namespace}: {} copied, {} kept, {} overwritten", counts.copied, counts.kept, counts.overwritten);
+        println!(
+            "  {namespace}: {} copied, {} kept, {} overwritten",
+            counts.copied, counts.kept, counts.overwritten
+        );
     }
     println!(
         "migrated: {} keys scanned, orphans {}, unknown {}, unreadable {}, marker {}, in {:?}",
-        report.scanned, report.orphans, report.unknown, report.unreadable, report.marker, report.elapsed
+        report.scanned,
+        report.orphans,
+        report.unknown,
+        report.unreadable,
+        report.marker,
+        report.elapsed
     );
 
     // 5. The bots start on the cluster layout: a cluster client picks it; on a single node it is
     //    chosen. `start` passes because the complete run wrote the layout marker.
-    let store = Store::new(target.clone(), StoreOptions::new(options.target_prefix()).layout(Layout::Cluster))?;
+    let store = Store::new(
+        target.clone(),
+        StoreOptions::new(options.target_prefix()).layout(Layout::Cluster),
+    )?;
     store.start().await?;
     for chat in CHATS {
-        let page = store.list_messages(chat, &MessageQuery::new().limit(10)).await?;
+        let page = store
+            .list_messages(chat, &MessageQuery::new().limit(10))
+            .await?;
         let ids: Vec<&str> = page.messages.iter().map(|m| m.id.as_str()).collect();
         if ids != ["m1", "m2", "m3"] || store.get_chat(chat).await?.is_none() {
             return Err(format!("chat {chat:?} after the migration: messages {ids:?}").into());
@@ -92,7 +125,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cursor = store.get_cursor("updates").await?;
     let schedule = store.schedules()?.get("daily-digest").await?;
     if cursor != Some(42) || schedule.as_ref().map(|s| s.token) != Some(7) {
-        return Err(format!("after the migration: cursor {cursor:?}, schedule {schedule:?}").into());
+        return Err(
+            format!("after the migration: cursor {cursor:?}, schedule {schedule:?}").into(),
+        );
     }
     println!("summary: read back {} chats, their messages, the cursor and the schedule in the {:?} layout", CHATS.len(), store.layout());
     target.close().await;

@@ -26,7 +26,8 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 #[tokio::main]
 async fn main() -> Result<()> {
     let client = connect().await?;
-    let prefix = std::env::var("BOTMESH_PREFIX").unwrap_or_else(|_| "botmesh-example-scheduler".into());
+    let prefix =
+        std::env::var("BOTMESH_PREFIX").unwrap_or_else(|_| "botmesh-example-scheduler".into());
     let store = Store::new(client.clone(), StoreOptions::new(&prefix))?;
     store.start().await?;
     println!("prefix {prefix}, layout {:?}", store.layout());
@@ -46,28 +47,50 @@ async fn main() -> Result<()> {
 
     // 2. A resigns (a clean shutdown, a deploy): B takes over at once, with a higher term.
     a.resign(LEADERSHIP).await?;
-    let term_b = b.campaign(LEADERSHIP, TTL).await?.ok_or("B did not win after A resigned")?;
-    println!("{} resigned; {} leads with term {term_b}", a.replica(), b.replica());
+    let term_b = b
+        .campaign(LEADERSHIP, TTL)
+        .await?
+        .ok_or("B did not win after A resigned")?;
+    println!(
+        "{} resigned; {} leads with term {term_b}",
+        a.replica(),
+        b.replica()
+    );
     put(&schedules, &b, term_b, "every day at 10:00").await?;
     // A, late, still writes with its old term: the schedule holds a newer token.
-    expect_stale(put(&schedules, &a, term_a, "every day at 09:00").await, a.replica())?;
+    expect_stale(
+        put(&schedules, &a, term_a, "every day at 09:00").await,
+        a.replica(),
+    )?;
 
     // 3. B stalls (a GC pause, a stopped VM) and does not renew: its leadership expires, and A
     //    wins a new term.
-    println!("{} stalls for {:?} without renewing", b.replica(), TTL + Duration::from_millis(500));
+    println!(
+        "{} stalls for {:?} without renewing",
+        b.replica(),
+        TTL + Duration::from_millis(500)
+    );
     tokio::time::sleep(TTL + Duration::from_millis(500)).await;
     let term_a2 = campaign(&a).await?;
     println!("{} leads again with term {term_a2}", a.replica());
     put(&schedules, &a, term_a2, "every day at 11:00").await?;
     // B wakes up: renewing tells it that it lost the leadership, and its write is refused anyway.
     match b.renew(LEADERSHIP, TTL).await {
-        Err(Error::NotHolder { what }) => println!("{} renews: refused, {what} is no longer held", b.replica()),
+        Err(Error::NotHolder { what }) => {
+            println!("{} renews: refused, {what} is no longer held", b.replica())
+        }
         other => return Err(format!("the stalled leader renewed: {other:?}").into()),
     }
-    expect_stale(put(&schedules, &b, term_b, "every day at 10:00").await, b.replica())?;
+    expect_stale(
+        put(&schedules, &b, term_b, "every day at 10:00").await,
+        b.replica(),
+    )?;
 
     // The stored schedule is the current leader's.
-    let stored = schedules.get(SCHEDULE).await?.ok_or("the schedule is missing")?;
+    let stored = schedules
+        .get(SCHEDULE)
+        .await?
+        .ok_or("the schedule is missing")?;
     if u64::try_from(stored.token) != Ok(term_a2) || stored.data != "every day at 11:00" {
         return Err(format!("stored {stored:?}, expected term {term_a2}").into());
     }
@@ -93,10 +116,20 @@ async fn campaign(coord: &Coordinator<Client>) -> Result<u64> {
 }
 
 /// Writes the schedule with the term as fencing token, held by the leader that got the term.
-async fn put(schedules: &Schedules<Client>, leader: &Coordinator<Client>, term: u64, data: &'static str) -> std::result::Result<(), Error> {
+async fn put(
+    schedules: &Schedules<Client>,
+    leader: &Coordinator<Client>,
+    term: u64,
+    data: &'static str,
+) -> std::result::Result<(), Error> {
     let token = i64::try_from(term).unwrap_or(i64::MAX); // terms stay far below 2^63
-    schedules.put(SCHEDULE, token, leader.replica(), data.into()).await?;
-    println!("{} wrote {SCHEDULE} = {data:?} with token {token}", leader.replica());
+    schedules
+        .put(SCHEDULE, token, leader.replica(), data.into())
+        .await?;
+    println!(
+        "{} wrote {SCHEDULE} = {data:?} with token {token}",
+        leader.replica()
+    );
     Ok(())
 }
 
