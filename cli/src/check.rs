@@ -561,7 +561,8 @@ mod tests {
             refused.lines,
             vec![
                 "verdict: start() with layout legacy would be refused: configuration error: \
-                 legacy on a cluster"
+                 the legacy layout runs on a single node only: store needs the cluster layout \
+                 with a cluster client"
                     .to_owned()
             ]
         );
