@@ -639,7 +639,8 @@ marker         \"cluster:v1\"
     );
     assert!(legacy.stdout.contains(
         "\nverdict: start() with layout legacy would be refused: configuration error: the legacy \
-         layout runs on a single node only: use the cluster layout with a cluster client\n"
+         layout runs on a single node only: store needs the cluster layout with a cluster \
+         client\n"
     ));
 
     let rolled = run_expect(

@@ -2,9 +2,8 @@
 //! whose `CLUSTER SLOTS` endpoint is `NULL`, empty or `?`) goes to that port on the host of the
 //! node that answered the plan's previous request, through the session's simulated cluster.
 //!
-//! This is the session side of the scan's fix (`core/src/scan.rs`); the session change it needs
-//! is proposed in `/work/notes/corefix-session.patch`. Without it the session refuses `:port`
-//! as "not a node address".
+//! This is the session side of the scan's fix (`core/src/scan.rs`): without it the session
+//! would refuse `:port` as not a node address.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
