@@ -58,8 +58,10 @@ impl StoreOptions {
         self
     }
 
-    /// Whether the executor talks to a Redis Cluster (a driver's `Client::is_cluster()`). The
-    /// legacy layout is refused on a cluster client, and the default layout follows it.
+    /// Whether the executor talks to a Redis Cluster, for an executor that does not say
+    /// ([`Executor::deployment`] is `None`, as in tests); a driver's `Client` says, and its
+    /// word wins. The legacy layout is refused on a cluster client, and the default layout
+    /// follows it.
     pub fn cluster_client(mut self, cluster: bool) -> Self {
         self.cluster_client = cluster;
         self
@@ -112,7 +114,9 @@ pub struct Store<E> {
 }
 
 impl<E: Executor> Store<E> {
-    /// Checks the options and builds the store; nothing is sent.
+    /// Checks the options and builds the store; nothing is sent. The layout follows the
+    /// executor ([`Executor::deployment`]: the cluster layout on a cluster client, else legacy)
+    /// unless [`StoreOptions::layout`] chooses one.
     ///
     /// Fails with [`Error::Config`] for the legacy layout on a cluster client, and with
     /// [`Error::Key`] for an empty prefix or a `{` or `}` in a cluster-layout prefix.
