@@ -9,13 +9,15 @@
 //! BOTMESH_URL=redis://127.0.0.1:6379  or  BOTMESH_CLUSTER=127.0.0.1:7000,127.0.0.1:7001
 //! BOTMESH_PREFIX=mybot   (default botmesh-example-bot)
 //! ```
+mod common;
+
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use botmesh_redis_tokio::coord::{Begun, TurnOptions};
 use botmesh_redis_tokio::store::{MessageQuery, Store, StoreOptions};
-use botmesh_redis_tokio::{Client, ClientOptions, Error};
+use botmesh_redis_tokio::{Client, Error};
 use tokio::sync::Mutex;
 
 const REPLICAS: usize = 3;
@@ -39,7 +41,7 @@ type Source = Arc<Mutex<VecDeque<Update>>>;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let client = connect().await?;
+    let client = common::connect().await?;
     let prefix = std::env::var("BOTMESH_PREFIX").unwrap_or_else(|_| "botmesh-example-bot".into());
     // A cluster client gives the cluster:v1 layout, a single node the legacy one.
     let store = Store::new(client.clone(), StoreOptions::new(&prefix))?;
@@ -222,20 +224,4 @@ async fn send_replies(
         }
     }
     Ok(sent)
-}
-
-/// Where to connect: `BOTMESH_CLUSTER` (comma-separated seeds), else `BOTMESH_URL`, else a
-/// single node at 127.0.0.1:6379.
-async fn connect() -> Result<Client, Error> {
-    let options = if let Ok(seeds) = std::env::var("BOTMESH_CLUSTER") {
-        println!("connecting to the cluster of BOTMESH_CLUSTER");
-        ClientOptions::cluster(seeds.split(',').map(str::trim).filter(|s| !s.is_empty()))
-    } else if let Ok(url) = std::env::var("BOTMESH_URL") {
-        println!("connecting to the single node of BOTMESH_URL");
-        ClientOptions::url(url)
-    } else {
-        println!("BOTMESH_URL and BOTMESH_CLUSTER unset: connecting to redis://127.0.0.1:6379");
-        ClientOptions::url("redis://127.0.0.1:6379")
-    };
-    Client::connect(options).await
 }

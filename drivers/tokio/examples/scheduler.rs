@@ -9,11 +9,13 @@
 //! BOTMESH_URL=redis://127.0.0.1:6379  or  BOTMESH_CLUSTER=127.0.0.1:7000,127.0.0.1:7001
 //! BOTMESH_PREFIX=mybot   (default botmesh-example-scheduler)
 //! ```
+mod common;
+
 use std::time::{Duration, Instant};
 
 use botmesh_redis_tokio::coordinator::{Coordinator, Schedules};
 use botmesh_redis_tokio::store::{Store, StoreOptions};
-use botmesh_redis_tokio::{Client, ClientOptions, Error};
+use botmesh_redis_tokio::{Client, Error};
 
 const LEADERSHIP: &str = "scheduler";
 /// The leadership's TTL: a leader renews well within it, and a leader that stops renewing is
@@ -25,7 +27,7 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let client = connect().await?;
+    let client = common::connect().await?;
     let prefix =
         std::env::var("BOTMESH_PREFIX").unwrap_or_else(|_| "botmesh-example-scheduler".into());
     let store = Store::new(client.clone(), StoreOptions::new(&prefix))?;
@@ -141,20 +143,4 @@ fn expect_stale(result: std::result::Result<(), Error>, replica: &str) -> Result
         }
         other => Err(format!("a stale leader's write was not refused: {other:?}").into()),
     }
-}
-
-/// Where to connect: `BOTMESH_CLUSTER` (comma-separated seeds), else `BOTMESH_URL`, else a
-/// single node at 127.0.0.1:6379.
-async fn connect() -> std::result::Result<Client, Error> {
-    let options = if let Ok(seeds) = std::env::var("BOTMESH_CLUSTER") {
-        println!("connecting to the cluster of BOTMESH_CLUSTER");
-        ClientOptions::cluster(seeds.split(',').map(str::trim).filter(|s| !s.is_empty()))
-    } else if let Ok(url) = std::env::var("BOTMESH_URL") {
-        println!("connecting to the single node of BOTMESH_URL");
-        ClientOptions::url(url)
-    } else {
-        println!("BOTMESH_URL and BOTMESH_CLUSTER unset: connecting to redis://127.0.0.1:6379");
-        ClientOptions::url("redis://127.0.0.1:6379")
-    };
-    Client::connect(options).await
 }
