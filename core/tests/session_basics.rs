@@ -128,9 +128,11 @@ fn a_completion_read_as_the_wrong_type_is_an_error() {
     let mut h = Harness::new(start(), sim, Config::single(node));
     let token = h.submit_batch(vec![get("k")]);
     let wrong = h.wait_for::<String>(token);
-    assert!(
-        matches!(wrong, Err(Error::UnexpectedReply { .. })),
-        "{wrong:?}"
+    assert_eq!(
+        wrong,
+        Err(Error::Misuse {
+            detail: "a completion read as another type than its plan's output".into()
+        })
     );
 }
 

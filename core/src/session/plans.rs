@@ -16,9 +16,9 @@ impl Completion {
             Some(output) => output
                 .take()
                 .unwrap_or_else(|| Err(crate::plan::misuse("completed without a result"))),
-            None => Err(Error::UnexpectedReply {
-                detail: "completion read as the wrong output type".into(),
-            }),
+            None => Err(crate::plan::misuse(
+                "a completion read as another type than its plan's output",
+            )),
         }
     }
 }
