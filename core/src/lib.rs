@@ -97,8 +97,23 @@ pub mod topology;
 pub mod ttl;
 pub mod value;
 
+pub use codec::{Codec, CodecError, Typed};
+#[cfg(feature = "json")]
+pub use codec::Json;
+pub use coord::{
+    Acked, Begun, Claimed, Schedule, SchedulePage, SkipReason, TurnEvent, TurnGrant, TurnGuard,
+    TurnOptions,
+};
+pub use coordinator::{Coordinator, Durability, Leases, Schedules};
 pub use error::ServerError;
 pub use error::{ConfigError, Error};
+pub use layout::{KeyError, ParseLayoutError};
+#[cfg(feature = "serde")]
+pub use options::{ClientConfig, StoreConfig, TurnConfig};
+pub use store::{
+    DeletedChat, Message, MessageCursor, MessagePage, MessageQuery, Record, RecordPage, Started,
+    Store, StoreOptions, UserEntry,
+};
 pub use executor::{Deployment, Executor};
 pub use keys::Key;
 pub use layout::{Keyspace, Layout};
