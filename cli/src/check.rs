@@ -16,10 +16,10 @@
 use std::collections::BTreeMap;
 
 use botmesh_redis_tokio::keys::slot;
-use botmesh_redis_tokio::layout::CLUSTER_V1;
+use botmesh_redis_tokio::keys::CLUSTER_V1;
 use botmesh_redis_tokio::migrate::{KeyspaceReport, Namespace};
-use botmesh_redis_tokio::store::{Store, StoreOptions};
 use botmesh_redis_tokio::{Access, Client, Error, Executor, Layout, Request, Value};
+use botmesh_redis_tokio::{Store, StoreOptions};
 
 use crate::inspect::{marker, scan};
 use crate::output::{Fields, Table};

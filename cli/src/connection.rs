@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use botmesh_redis_tokio::options::parse_url;
+use botmesh_redis_tokio::driver::options::parse_url;
 use botmesh_redis_tokio::{ClientOptions, NodeAddr};
 use clap::Args;
 
@@ -205,7 +205,7 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use botmesh_redis_tokio::session::Auth;
+    use botmesh_redis_tokio::driver::session::Auth;
 
     #[test]
     fn durations() {

@@ -8,12 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use botmesh_redis_harness::{ClusterOptions, RedisCluster};
-use botmesh_redis_tokio::coordinator::{Coordinator, Durability, Schedules};
-use botmesh_redis_tokio::scan;
-use botmesh_redis_tokio::store::{MessageQuery, RecordPage, Store, StoreOptions};
+use botmesh_redis_tokio::driver::scan;
 use botmesh_redis_tokio::{
     Access, Client, ClientOptions, Error, Executor, Keyspace, Layout, Request, Value,
 };
+use botmesh_redis_tokio::{Coordinator, Durability, Schedules};
+use botmesh_redis_tokio::{MessageQuery, RecordPage, Store, StoreOptions};
 use bytes::Bytes;
 
 use crate::connection::Connection;
@@ -306,7 +306,7 @@ async fn handle(
         grant
             .events
             .iter()
-            .filter(|e| matches!(e, botmesh_redis_tokio::coord::TurnEvent::Skipped { .. }))
+            .filter(|e| matches!(e, botmesh_redis_tokio::TurnEvent::Skipped { .. }))
             .count() as u64,
         Ordering::Relaxed,
     );
@@ -584,7 +584,7 @@ async fn count_keys(
     ks: &Keyspace,
 ) -> Result<BTreeMap<&'static str, usize>, Error> {
     let keys = client
-        .run(botmesh_redis_tokio::scan::scan(
+        .run(botmesh_redis_tokio::driver::scan::scan(
             ks.prefix_pattern(),
             1_000_000,
         ))

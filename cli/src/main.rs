@@ -20,8 +20,8 @@ mod output;
 
 use std::process::ExitCode;
 
-use botmesh_redis_tokio::layout::KeyError;
 use botmesh_redis_tokio::migrate::{Namespace, Refusal};
+use botmesh_redis_tokio::KeyError;
 use botmesh_redis_tokio::{Client, ClientOptions, Error, Layout};
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 

@@ -11,9 +11,9 @@ use std::time::Duration;
 use botmesh_redis_harness::{
     shared_cluster, shared_single, unique_prefix, ServerOptions, SingleNode,
 };
-use botmesh_redis_tokio::coordinator::{Coordinator, Schedules};
-use botmesh_redis_tokio::store::{Store, StoreOptions};
 use botmesh_redis_tokio::{Client, ClientOptions, Layout};
+use botmesh_redis_tokio::{Coordinator, Schedules};
+use botmesh_redis_tokio::{Store, StoreOptions};
 
 /// What one run of the binary left.
 #[derive(Debug)]

@@ -11,8 +11,9 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use botmesh_redis_core::driver::store;
 use botmesh_redis_core::keys::{bucket, enc, slot};
-use botmesh_redis_core::{store, Keyspace, Layout};
+use botmesh_redis_core::{Keyspace, Layout};
 use bytes::Bytes;
 
 const SAMPLES: usize = 5;

@@ -9,7 +9,7 @@
 //! # #[cfg(feature = "json")]
 //! # mod example {
 //! use botmesh_redis_core::codec::Json;
-//! use botmesh_redis_core::store::Store;
+//! use botmesh_redis_core::Store;
 //! use botmesh_redis_core::{Error, Executor};
 //! use serde::{Deserialize, Serialize};
 //!

@@ -3,6 +3,7 @@
 //! These four functions are part of the layout contract (`docs/key-layout.md`): changing any of
 //! them moves existing data out of reach, so each one is pinned by test vectors.
 
+pub use crate::layout::{Keyspace, RecordKind, TurnPart, CLUSTER_V1};
 use bytes::Bytes;
 use percent_encoding::{percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use std::fmt;

@@ -4,43 +4,34 @@
 //! a reply means*, with no sockets, no clock, no sleeps and no runtime. Drivers
 //! (`botmesh-redis-tokio`, `botmesh-redis-async-std`) only move bytes, sleep and spawn.
 //!
-//! ## The pieces
+//! Bot authors depend on a driver crate, which re-exports this crate's public surface; the
+//! names below are the same there.
 //!
-//! Keys and layouts:
+//! ## The public surface
 //!
-//! - [`keys`]: the `cluster:v1` primitives: segment encoding ([`keys::enc`]), hash tags, CRC16
-//!   slots and FNV-1a buckets. Part of the layout contract.
-//! - [`layout`]: the two key layouts, `legacy` and `cluster:v1`; [`layout::Keyspace`] produces
-//!   every key of every namespace in either.
-//! - [`ttl`]: times to live as Redis takes them.
+//! At the crate root, the typed API a bot meets, written once over any [`Executor`]:
 //!
-//! Requests and plans:
+//! - [`Store`] ([`StoreOptions`]): messages per chat ([`MessageQuery`], [`MessagePage`]), chat,
+//!   contact and checkpoint records ([`RecordPage`]), per-user data, conversation state and
+//!   cursors; [`Store::typed`] stores a user's own struct through a [`Codec`].
+//! - [`Coordinator`] (locks with fences, per-chat turns, leaderships with terms, heartbeats),
+//!   [`Schedules`], [`Leases`] and [`Durability`] (the durable inbox/outbox), each built from
+//!   the store so they share its prefix and layout.
+//! - [`Error`], with [`ConfigError`], [`KeyError`] and [`ServerError`]: every failure typed,
+//!   saying whether the outcome is unknown ([`Error::outcome_unknown`]).
+//! - [`Layout`] and [`Keyspace`]: the two key layouts, `legacy` and `cluster:v1`;
+//!   [`ClientOptions`] and [`TlsOptions`]: what a client connects to; [`Request`] and
+//!   [`Value`]: raw commands, for what the typed API does not cover.
 //!
-//! - [`request`]: a [`request::Request`] is one command or script call with its declared keys,
-//!   route and access. A call whose keys span slots cannot be built ([`Error::CrossSlot`]).
-//! - [`script`]: a Lua script, embedded and hashed once, sent as `EVALSHA`; [`scripts`]: the
-//!   manifest that declares every script of `lua/` once.
-//! - [`plan`]: one state machine per store operation, emitting batches of requests and waits.
-//! - [`scan`]: `SCAN` over every master, for the legacy listings and the start guard.
-//! - [`value`]: replies, decoded with `redis-protocol`, and typed accessors; [`error`]: the one
-//!   error type, with the server's error replies.
+//! Modules:
 //!
-//! The typed API, written once over any [`Executor`] ([`executor`]):
-//!
-//! - [`store`]: the store's operations and their plans; [`codec`]: typed records, a user's
-//!   own struct stored through a [`codec::Codec`] (`Store::typed`);
-//! - [`coord`] (plans) and [`coordinator`] (the async API): locks with fences, per-chat turns,
-//!   leaderships, heartbeats, schedules, leases, the durable inbox/outbox;
+//! - [`keys`]: the `cluster:v1` primitives (segment encoding, hash tags, CRC16 slots, FNV-1a
+//!   buckets) and every key name of every namespace ([`keys::Keyspace`]): the layout contract.
 //! - [`migrate`]: inspection, the migration between the layouts and the rollback.
-//!
-//! The session, which a driver runs:
-//!
-//! - [`options`]: what a user configures (URL or root nodes, credentials, timeouts, retries);
-//! - [`session`]: the routing state machine: slot map, connections, ops in flight, retries,
-//!   refreshes, timers and the caller waiting for each plan; a driver feeds it events and
-//!   carries out its outputs, keeping only sockets and tasks;
-//! - [`topology`]: node addresses, `CLUSTER SLOTS` and `MOVED`/`ASK` replies; [`retry`]: what a
-//!   reply means for routing, and the backoff; [`framing`]: where a reply ends in a buffer;
+//! - [`codec`]: typed records.
+//! - [`driver`]: the sans-IO machinery under the typed API, for driver authors: the routing
+//!   [`driver::session`], the [`driver::Plan`] of every operation, requests, scripts,
+//!   topology and retries. A bot author never needs it.
 //! - `testing` (feature `testing`): a simulated cluster and scripted runners for tests.
 
 //! ## Layers
@@ -74,51 +65,53 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod codec;
-pub mod coord;
-pub mod coordinator;
-pub mod error;
-pub mod executor;
-pub mod framing;
+mod coordinator;
+pub mod driver;
+mod error;
+mod executor;
 pub mod keys;
-pub mod layout;
+mod layout;
 pub mod migrate;
-pub mod options;
-pub mod plan;
-pub mod request;
-pub mod retry;
-pub mod scan;
-pub mod script;
-pub mod scripts;
-pub mod session;
-pub mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
-pub mod topology;
-pub mod ttl;
-pub mod value;
 
-pub use codec::{Codec, CodecError, Typed};
-#[cfg(feature = "json")]
-pub use codec::Json;
+// The crate's own code names the driver's modules from the root, as before they moved.
+use driver::{
+    coord, framing, options, plan, request, retry, scan, script, scripts, session, store, topology,
+    ttl, value,
+};
+
+// The crate root is the typed API a bot author meets; the machinery under it is in `driver`.
+
+// The store and its records.
+pub use store::{
+    DeletedChat, Message, MessageCursor, MessagePage, MessageQuery, Record, RecordPage, Started,
+    Store, StoreOptions, UserEntry,
+};
+// Coordination.
 pub use coord::{
     Acked, Begun, Claimed, Schedule, SchedulePage, SkipReason, TurnEvent, TurnGrant, TurnGuard,
     TurnOptions,
 };
 pub use coordinator::{Coordinator, Durability, Leases, Schedules};
-pub use error::ServerError;
-pub use error::{ConfigError, Error};
+// Typed records.
+#[cfg(feature = "json")]
+pub use codec::Json;
+pub use codec::{Codec, CodecError, Typed};
+// Errors.
+pub use error::{ConfigError, Error, ServerError};
 pub use layout::{KeyError, ParseLayoutError};
+// Configuration and the client's side of the seam.
+pub use executor::{Deployment, Executor};
+pub use layout::{Keyspace, Layout};
 #[cfg(feature = "serde")]
 pub use options::{ClientConfig, StoreConfig, TurnConfig};
-pub use store::{
-    DeletedChat, Message, MessageCursor, MessagePage, MessageQuery, Record, RecordPage, Started,
-    Store, StoreOptions, UserEntry,
-};
-pub use executor::{Deployment, Executor};
-pub use keys::Key;
-pub use layout::{Keyspace, Layout};
 pub use options::{ClientOptions, TlsOptions};
-pub use plan::{Plan, Reply, Step};
+// Raw commands, for what the typed API does not cover (`Executor::call`).
+/// Record values and message bodies are `Bytes`; re-exported so a caller needs no extra
+/// dependency to build one.
+pub use bytes::Bytes;
+pub use keys::Key;
 pub use request::{Access, NodeTarget, Request, Route};
 pub use topology::NodeAddr;
 pub use value::Value;

@@ -366,7 +366,7 @@ mod config {
     /// [`ClientOptions::node_address_map`].
     ///
     /// ```
-    /// use botmesh_redis_core::options::ClientConfig;
+    /// use botmesh_redis_core::ClientConfig;
     ///
     /// let config: ClientConfig = serde_json::from_str(
     ///     r#"{ "nodes": ["10.0.0.1:7000", "10.0.0.2:7000"], "password": "s3cret",
@@ -510,7 +510,7 @@ mod config {
     /// checks the prefix and the layout, with typed errors.
     ///
     /// ```
-    /// use botmesh_redis_core::options::StoreConfig;
+    /// use botmesh_redis_core::StoreConfig;
     /// use botmesh_redis_core::Layout;
     ///
     /// let config: StoreConfig = serde_json::from_str(r#"{ "prefix": "mybot", "layout": "cluster" }"#)?;

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use botmesh_redis_core::options::{ClientConfig, StoreConfig, TurnConfig};
-use botmesh_redis_core::session::{Auth, Endpoints};
+use botmesh_redis_core::driver::options::{ClientConfig, StoreConfig, TurnConfig};
+use botmesh_redis_core::driver::session::{Auth, Endpoints};
 use botmesh_redis_core::{ConfigError, Error, Layout, NodeAddr};
 use serde::Deserialize;
 

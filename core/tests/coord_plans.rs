@@ -18,12 +18,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use botmesh_redis_core::coord::{self, SkipReason, TurnEvent, TurnGrant, TurnGuard, TurnOptions};
-use botmesh_redis_core::plan::scripted;
+use botmesh_redis_core::driver::coord;
+
+use botmesh_redis_core::driver::plan::scripted;
+use botmesh_redis_core::driver::{Plan, Reply, Step};
 use botmesh_redis_core::testing::{both_layouts, NASTY_IDS};
 use botmesh_redis_core::{
-    ConfigError, Error, Keyspace, Layout, Plan, Reply, Request, Route, ServerError, Step, Value,
+    ConfigError, Error, Keyspace, Layout, Request, Route, ServerError, Value,
 };
+use botmesh_redis_core::{SkipReason, TurnEvent, TurnGrant, TurnGuard, TurnOptions};
 
 // --- helpers ------------------------------------------------------------------------------------
 
@@ -916,13 +919,13 @@ fn schedule_list_hides_markers() {
     snapshot_both("schedule_list", |layout, ks| {
         let record = |id: &str| {
             String::from_utf8_lossy(
-                ks.record(botmesh_redis_core::layout::RecordKind::Schedule, id)
+                ks.record(botmesh_redis_core::keys::RecordKind::Schedule, id)
                     .as_bytes(),
             )
             .into_owned()
         };
         let index = |id: &str| {
-            ks.record_index_of(botmesh_redis_core::layout::RecordKind::Schedule, id)
+            ks.record_index_of(botmesh_redis_core::keys::RecordKind::Schedule, id)
                 .map(|k| String::from_utf8_lossy(k.as_bytes()).into_owned())
                 .unwrap_or_default()
         };

@@ -3,7 +3,7 @@
 //! that what is written decodes back to the arguments.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use botmesh_redis_core::request::encode_args;
+use botmesh_redis_core::driver::request::encode_args;
 use botmesh_redis_core::{Access, Key, Request};
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
@@ -45,7 +45,7 @@ proptest! {
     ) {
         // Keys of one tag, so that the call is one slot whatever their number.
         let keys: Vec<Key> = (0..keys).map(|i| Key::new(format!("p:{{t}}:{i}"))).collect();
-        let req = Request::script(&botmesh_redis_core::scripts::SAVE_MESSAGE, Access::Write, keys, args)
+        let req = Request::script(&botmesh_redis_core::driver::scripts::SAVE_MESSAGE, Access::Write, keys, args)
             .unwrap();
         let mut ours = BytesMut::new();
         req.encode(with_source, &mut ours);

@@ -9,7 +9,8 @@
 use std::fmt::Write as _;
 
 use botmesh_redis_core::keys::{bucket, enc, hash_tag, slot};
-use botmesh_redis_core::layout::{KeyError, RecordKind, TurnPart, CLUSTER_V1};
+use botmesh_redis_core::keys::{RecordKind, TurnPart, CLUSTER_V1};
+use botmesh_redis_core::KeyError;
 use botmesh_redis_core::{Key, Keyspace, Layout};
 
 /// The fixed message id used when the id under test is the chat.

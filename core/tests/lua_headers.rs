@@ -722,8 +722,8 @@ fn every_lua_script_has_a_header_and_builds_no_key() {
 
 #[test]
 fn save_message_header_matches_its_call() {
-    use botmesh_redis_core::layout::{Keyspace, Layout};
-    use botmesh_redis_core::{store, Plan, Step};
+    use botmesh_redis_core::driver::{store, Plan, Step};
+    use botmesh_redis_core::{Keyspace, Layout};
     let src = include_str!("../../lua/save_message.lua");
     let header = check_script("save_message", src).unwrap();
     assert_eq!(

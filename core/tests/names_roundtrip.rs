@@ -3,7 +3,7 @@
 //! key of one layout is never read as data of the other; and arbitrary keys never panic.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use botmesh_redis_core::layout::{RecordKind, TurnPart};
+use botmesh_redis_core::keys::{RecordKind, TurnPart};
 use botmesh_redis_core::migrate::names::{self, item_readings, Name};
 use botmesh_redis_core::{Keyspace, Layout};
 use proptest::prelude::*;

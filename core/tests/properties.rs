@@ -6,9 +6,11 @@
 
 use std::collections::BTreeMap;
 
+use botmesh_redis_core::driver::{store, Plan, Step};
 use botmesh_redis_core::keys::{bucket, enc, hash_tag, slot};
-use botmesh_redis_core::layout::{KeyError, RecordKind, TurnPart};
-use botmesh_redis_core::{store, Key, Keyspace, Layout, Plan, Route, Step};
+use botmesh_redis_core::keys::{RecordKind, TurnPart};
+use botmesh_redis_core::KeyError;
+use botmesh_redis_core::{Key, Keyspace, Layout, Route};
 use bytes::Bytes;
 use proptest::prelude::*;
 

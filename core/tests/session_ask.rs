@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
+use botmesh_redis_core::driver::Reply;
 use botmesh_redis_core::keys::slot;
 use botmesh_redis_core::testing::{get, set, Harness, Rule, Sequence};
-use botmesh_redis_core::{Reply, Value};
+use botmesh_redis_core::Value;
 
 fn cluster() -> Harness {
     Harness::cluster(3, 1)

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use botmesh_redis_core::error::Error;
 use botmesh_redis_core::keys::slot;
 use botmesh_redis_core::testing::{get, incr, set, Harness, Rule};
+use botmesh_redis_core::Error;
 use botmesh_redis_core::Value;
 
 fn cluster() -> Harness {

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use botmesh_redis_core::error::Error;
-use botmesh_redis_core::session::{Auth, Config};
+use botmesh_redis_core::driver::session::{Auth, Config};
+use botmesh_redis_core::driver::topology::NodeAddr;
 use botmesh_redis_core::testing::{get, incr, set, start, ConnectMode, Harness, SimCluster};
-use botmesh_redis_core::topology::NodeAddr;
+use botmesh_redis_core::Error;
 use botmesh_redis_core::Value;
 
 fn single(mode: ConnectMode) -> (Harness, NodeAddr) {
@@ -161,7 +161,9 @@ fn cluster_requests_queued_on_a_dead_node_are_retried_after_a_refresh() {
         let a = a.clone();
         move |sim, now| sim.failover(now, &a, botmesh_redis_core::testing::Demotion::Down)
     });
-    let replies = h.wait_for::<Vec<botmesh_redis_core::Reply>>(token).unwrap();
+    let replies = h
+        .wait_for::<Vec<botmesh_redis_core::driver::Reply>>(token)
+        .unwrap();
     assert_eq!(
         replies,
         vec![

@@ -3,12 +3,13 @@
 //! then outcome unknown, a read is asked again).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use botmesh_redis_core::error::Error;
-use botmesh_redis_core::session::Config;
+use botmesh_redis_core::driver::session::Config;
+use botmesh_redis_core::driver::Reply;
 use botmesh_redis_core::testing::{
     get, incr, mget, set, start, Chunking, Harness, Rule, SimCluster,
 };
-use botmesh_redis_core::{Reply, Value};
+use botmesh_redis_core::Error;
+use botmesh_redis_core::Value;
 
 fn cluster() -> Harness {
     Harness::cluster(3, 0)

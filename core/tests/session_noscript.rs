@@ -3,11 +3,11 @@
 //! `ASKING`. Script calls are routed by their first key.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use botmesh_redis_core::error::Error;
+use botmesh_redis_core::driver::script::Script;
+use botmesh_redis_core::driver::session::Config;
 use botmesh_redis_core::keys::slot;
-use botmesh_redis_core::script::Script;
-use botmesh_redis_core::session::Config;
 use botmesh_redis_core::testing::{start, Data, Demotion, Harness, SimCluster};
+use botmesh_redis_core::Error;
 use botmesh_redis_core::{Access, Key, Request, ServerError, Value};
 use bytes::Bytes;
 
@@ -16,7 +16,11 @@ static COUNTER: Script = Script::new(
     "-- KEYS[1] a counter; ARGV[1] the step\nreturn redis.call('INCRBY', KEYS[1], ARGV[1])",
 );
 
-fn incr_by(data: &mut Data, keys: &[Bytes], args: &[Bytes]) -> botmesh_redis_core::value::Frame {
+fn incr_by(
+    data: &mut Data,
+    keys: &[Bytes],
+    args: &[Bytes],
+) -> botmesh_redis_core::driver::value::Frame {
     let step: i64 = std::str::from_utf8(&args[0]).unwrap().parse().unwrap();
     let now = data.get(&keys[0]).map_or(0, |v| {
         std::str::from_utf8(v).unwrap().parse::<i64>().unwrap()

@@ -12,8 +12,8 @@
 
 use std::time::Duration;
 
+use botmesh_redis_core::driver::session::Config;
 use botmesh_redis_core::keys::SLOT_COUNT;
-use botmesh_redis_core::session::Config;
 use botmesh_redis_core::testing::chaos::{
     config, inject, Driver, Fault, Frame, Input, Model, Req, CODES,
 };

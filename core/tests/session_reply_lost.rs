@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use botmesh_redis_core::error::Error;
-use botmesh_redis_core::session::Config;
+use botmesh_redis_core::driver::session::Config;
 use botmesh_redis_core::testing::{get, incr, set, start, Harness, Rule, SimCluster};
+use botmesh_redis_core::Error;
 use botmesh_redis_core::Value;
 
 fn cluster() -> Harness {

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use botmesh_redis_core::error::Error;
-use botmesh_redis_core::retry::RetryPolicy;
-use botmesh_redis_core::session::Config;
+use botmesh_redis_core::driver::retry::RetryPolicy;
+use botmesh_redis_core::driver::session::Config;
 use botmesh_redis_core::testing::{get, incr, start, Harness, Rule, SimCluster};
+use botmesh_redis_core::Error;
 use botmesh_redis_core::{ServerError, Value};
 
 fn cluster_with(config: impl FnOnce(&mut Config)) -> Harness {

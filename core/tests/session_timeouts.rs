@@ -5,10 +5,11 @@
 
 use std::time::Duration;
 
-use botmesh_redis_core::error::Error;
-use botmesh_redis_core::session::Config;
+use botmesh_redis_core::driver::session::Config;
+use botmesh_redis_core::driver::Reply;
 use botmesh_redis_core::testing::{get, incr, set, start, ConnectMode, Harness, Rule, SimCluster};
-use botmesh_redis_core::{Reply, Value};
+use botmesh_redis_core::Error;
+use botmesh_redis_core::Value;
 
 fn cluster_with(config: impl FnOnce(&mut Config)) -> Harness {
     let sim = SimCluster::cluster(3, 1);

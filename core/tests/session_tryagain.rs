@@ -4,9 +4,10 @@
 
 use std::time::Duration;
 
+use botmesh_redis_core::driver::Reply;
 use botmesh_redis_core::keys::slot;
 use botmesh_redis_core::testing::{mget, set, Harness};
-use botmesh_redis_core::{Reply, Value};
+use botmesh_redis_core::Value;
 
 #[test]
 fn tryagain_is_retried_until_the_migration_finishes() {

@@ -4,9 +4,10 @@
 //! refused before anything is written.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use botmesh_redis_core::error::{ConfigError, Error};
+use botmesh_redis_core::driver::Reply;
 use botmesh_redis_core::testing::{get, set, Harness, Rule};
-use botmesh_redis_core::{Reply, Value};
+use botmesh_redis_core::Value;
+use botmesh_redis_core::{ConfigError, Error};
 
 fn ok() -> Value {
     Value::Status("OK".into())

@@ -15,14 +15,17 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use botmesh_redis_core::keys::bucket;
-use botmesh_redis_core::layout::{KeyError, RecordKind};
-use botmesh_redis_core::plan::scripted;
-use botmesh_redis_core::store::{
-    conv, cursor, delete_chat, guard, messages, records, user, MessageCursor, MessageQuery,
+use botmesh_redis_core::driver::plan::scripted;
+use botmesh_redis_core::driver::store::{
+    conv, cursor, delete_chat, guard, messages, records, user,
 };
+use botmesh_redis_core::driver::{Plan, Reply};
+use botmesh_redis_core::keys::bucket;
+use botmesh_redis_core::keys::RecordKind;
 use botmesh_redis_core::testing::{both_layouts, NASTY_IDS};
-use botmesh_redis_core::{Error, Keyspace, Layout, Plan, Reply, Request, ServerError, Value};
+use botmesh_redis_core::KeyError;
+use botmesh_redis_core::{Error, Keyspace, Layout, Request, ServerError, Value};
+use botmesh_redis_core::{MessageCursor, MessageQuery};
 
 // --- helpers ------------------------------------------------------------------------------------
 

@@ -13,8 +13,9 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use botmesh_redis_core::codec::{Codec, CodecError, Json};
-use botmesh_redis_core::store::{Store, StoreOptions};
-use botmesh_redis_core::{Error, Executor, Layout, Plan, Reply, Request, Step, Value};
+use botmesh_redis_core::driver::{Plan, Reply, Step};
+use botmesh_redis_core::{Error, Executor, Layout, Request, Value};
+use botmesh_redis_core::{Store, StoreOptions};
 
 /// Keeps values by key, as the store's writes leave them: `SET key value ...`, and the
 /// indexed-write scripts, whose first key gets the second argument (the first is the id or

@@ -82,7 +82,7 @@ pub(crate) fn redact(url: &str) -> String {
 /// `(address, credentials)` of `redis://[user[:password]@]host[:port]` or `host:port`; a host
 /// name is resolved here, since the harness's connections use socket addresses.
 pub(crate) fn parse_external_url(url: &str) -> Result<(SocketAddr, Option<Credentials>), String> {
-    let parsed = botmesh_redis_core::options::parse_url(url).map_err(|e| e.to_string())?;
+    let parsed = botmesh_redis_core::driver::options::parse_url(url).map_err(|e| e.to_string())?;
     let addr = (parsed.addr.host.as_str(), parsed.addr.port)
         .to_socket_addrs()
         .map_err(|e| format!("resolve {}: {e}", redact(url)))?

@@ -34,11 +34,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use botmesh_redis_core::coord::{TurnGrant, TurnOptions};
-use botmesh_redis_core::coordinator::Coordinator;
-use botmesh_redis_core::layout::{RecordKind, TurnPart};
-use botmesh_redis_core::store::{MessageQuery, Store, StoreOptions};
+use botmesh_redis_core::keys::{RecordKind, TurnPart};
+use botmesh_redis_core::Coordinator;
 use botmesh_redis_core::{ClientOptions, Error, Executor, Keyspace};
+use botmesh_redis_core::{MessageQuery, Store, StoreOptions};
+use botmesh_redis_core::{TurnGrant, TurnOptions};
 
 use crate::conformance::{Client, Runtime};
 use crate::harness::{

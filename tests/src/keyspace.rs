@@ -23,11 +23,13 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use botmesh_redis_core::driver::{Plan, Reply, Step};
+use botmesh_redis_core::keys::RecordKind;
 use botmesh_redis_core::keys::{enc, glob_escape, slot};
-use botmesh_redis_core::layout::{Keyspace, Layout, RecordKind};
 use botmesh_redis_core::migrate::names::{self, Name};
 use botmesh_redis_core::migrate::{Counts, MigrationReport, Namespace};
-use botmesh_redis_core::{ClientOptions, Error, Executor, Plan, Reply, Step};
+use botmesh_redis_core::{ClientOptions, Error, Executor};
+use botmesh_redis_core::{Keyspace, Layout};
 
 use crate::conformance::{Client, Runtime};
 use crate::harness::{
@@ -876,16 +878,14 @@ impl Model {
         // Turn queues without pending tickets (a `tix` key would mean a live bot).
         for _ in 0..self.rng.range(1, 3 + self.size) {
             let chat = self.id("t-");
-            let seq = self
-                .ks
-                .turn(&chat, botmesh_redis_core::layout::TurnPart::Seq);
+            let seq = self.ks.turn(&chat, botmesh_redis_core::keys::TurnPart::Seq);
             if !self.claim(seq.as_bytes()) {
                 continue;
             }
             self.set(seq.as_bytes(), b"3", None);
             let serving = self
                 .ks
-                .turn(&chat, botmesh_redis_core::layout::TurnPart::Serving);
+                .turn(&chat, botmesh_redis_core::keys::TurnPart::Serving);
             self.push(
                 Cmd::new("HSET", serving.as_bytes())
                     .arg("ticket")
@@ -895,7 +895,7 @@ impl Model {
             );
             let last = self
                 .ks
-                .turn(&chat, botmesh_redis_core::layout::TurnPart::Last);
+                .turn(&chat, botmesh_redis_core::keys::TurnPart::Last);
             self.set(last.as_bytes(), b"3|r1|q1", None);
             for _ in 0..3 {
                 self.count(Namespace::Turns);

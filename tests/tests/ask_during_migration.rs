@@ -10,7 +10,7 @@ mod driver_support;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use botmesh_redis_core::store;
+use botmesh_redis_core::driver::store;
 use botmesh_redis_core::{Access, ClientOptions, Executor, Key, Keyspace, Layout, Request, Value};
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
 use botmesh_redis_tests::{

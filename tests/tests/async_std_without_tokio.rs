@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
-use botmesh_redis_async_std::coordinator::Coordinator;
-use botmesh_redis_async_std::store::{Message, MessageQuery, Store, StoreOptions};
+use botmesh_redis_async_std::Coordinator;
 use botmesh_redis_async_std::{Client, ClientOptions, Keyspace, Layout};
+use botmesh_redis_async_std::{Message, MessageQuery, Store, StoreOptions};
 use botmesh_redis_tests::{shared_cluster, shared_single, unique_prefix};
 use bytes::Bytes;
 use futures_lite::future::block_on;

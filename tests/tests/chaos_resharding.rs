@@ -11,8 +11,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use botmesh_redis_core::coord::TurnOptions;
 use botmesh_redis_core::ClientOptions;
+use botmesh_redis_core::TurnOptions;
 use botmesh_redis_tests::chaos::{
     assert_no_failures, blocking, check_acknowledged_writes, check_monotonic, open_loop, reshard,
     start_cluster, started_store, turn_options, wait_agreement, Clock, ExtraMaster, Fault, Grant,

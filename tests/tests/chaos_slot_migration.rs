@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use botmesh_redis_core::keys::bucket;
-use botmesh_redis_core::layout::RecordKind;
-use botmesh_redis_core::store::{MessageQuery, Store};
+use botmesh_redis_core::keys::RecordKind;
 use botmesh_redis_core::{ClientOptions, Error, Keyspace};
+use botmesh_redis_core::{MessageQuery, Store};
 use botmesh_redis_tests::chaos::{
     assert_no_failures, assign_slot, migrate_batch, open_loop, pipeline_at, start_cluster,
     started_store, Call, Clock, Fault, Kind, Losses, Outcome, Recorder, Report, Scale,

@@ -24,8 +24,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use botmesh_redis_core::coord::TurnOptions;
 use botmesh_redis_core::ClientOptions;
+use botmesh_redis_core::TurnOptions;
 use botmesh_redis_tests::chaos::{
     assert_no_failures, blocking, check_acknowledged_writes, is_master, open_loop, owner, slots_of,
     start_cluster, started_store, turn_options, Clock, Fault, Kind, Outcome, Recorder, Report,

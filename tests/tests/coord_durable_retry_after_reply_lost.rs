@@ -16,12 +16,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use botmesh_redis_core::coord::{self, Acked, Begun};
-use botmesh_redis_core::coordinator::Durability;
-use botmesh_redis_core::script::Script;
-use botmesh_redis_core::{
-    Access, ClientOptions, Error, Executor, Key, Keyspace, Layout, Plan, Reply, Request, Step,
-};
+use botmesh_redis_core::driver::coord;
+
+use botmesh_redis_core::driver::script::Script;
+use botmesh_redis_core::driver::{Plan, Reply, Step};
+use botmesh_redis_core::Durability;
+use botmesh_redis_core::{Access, ClientOptions, Error, Executor, Key, Keyspace, Layout, Request};
+use botmesh_redis_core::{Acked, Begun};
 use botmesh_redis_tests::conformance::{Client, Runtime};
 use botmesh_redis_tests::{both_drivers, eventually, ServerOptions, SingleNode};
 use coord_support::Target;

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use botmesh_redis_core::coord::Schedule;
-use botmesh_redis_core::coordinator::{Leases, Schedules};
 use botmesh_redis_core::Error;
+use botmesh_redis_core::Schedule;
+use botmesh_redis_core::{Leases, Schedules};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::Runtime;
 use botmesh_redis_tests::eventually;

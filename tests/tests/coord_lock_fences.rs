@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use botmesh_redis_core::coordinator::Coordinator;
+use botmesh_redis_core::Coordinator;
 use botmesh_redis_core::Error;
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::{driver_name, Runtime};
@@ -322,7 +322,7 @@ async fn replicated_grants_wait_for_replicas<R: Runtime>() {
     assert_eq!(coord.lock("k", "a#1", ttl).await.unwrap(), Some(1));
     assert_eq!(coord.lock("k", "b#1", ttl).await.unwrap(), None);
     assert_eq!(coord.campaign("lead", ttl).await.unwrap(), Some(1));
-    let leases = botmesh_redis_core::coordinator::Leases::new(client.clone(), ks)
+    let leases = botmesh_redis_core::Leases::new(client.clone(), ks)
         .unwrap()
         .with_wait_replicas(1, wait);
     assert_eq!(leases.acquire("l", "h", ttl).await.unwrap(), Some(1));
@@ -351,15 +351,14 @@ async fn replicated_grants_wait_for_replicas<R: Runtime>() {
             Err(Error::NotReplicated { .. })
         ));
         assert_eq!(plain.campaign("lead", ttl).await.unwrap(), Some(2));
-        let leases = botmesh_redis_core::coordinator::Leases::new(client.clone(), ks.clone())
+        let leases = botmesh_redis_core::Leases::new(client.clone(), ks.clone())
             .unwrap()
             .with_wait_replicas(1, wait);
         assert!(matches!(
             leases.acquire("l", "h1", ttl).await,
             Err(Error::NotReplicated { .. })
         ));
-        let plain_leases =
-            botmesh_redis_core::coordinator::Leases::new(client.clone(), ks).unwrap();
+        let plain_leases = botmesh_redis_core::Leases::new(client.clone(), ks).unwrap();
         assert_eq!(plain_leases.acquire("l", "h2", ttl).await.unwrap(), Some(2));
         client.close().await;
     }

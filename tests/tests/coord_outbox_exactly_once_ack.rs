@@ -20,9 +20,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::future::join_all;
 
-use botmesh_redis_core::coord::{Acked, Begun};
-use botmesh_redis_core::coordinator::Durability;
+use botmesh_redis_core::Durability;
 use botmesh_redis_core::Error;
+use botmesh_redis_core::{Acked, Begun};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
 use coord_support::{Clock, Target};

@@ -9,9 +9,9 @@ mod coord_support;
 
 use bytes::Bytes;
 
-use botmesh_redis_core::coord::Schedule;
-use botmesh_redis_core::coordinator::Schedules;
 use botmesh_redis_core::Error;
+use botmesh_redis_core::Schedule;
+use botmesh_redis_core::Schedules;
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::Runtime;
 use coord_support::Target;

@@ -10,9 +10,9 @@ mod coord_support;
 
 use std::time::Duration;
 
-use botmesh_redis_core::coord::TurnOptions;
-use botmesh_redis_core::coordinator::{Coordinator, Leases};
-use botmesh_redis_core::layout::TurnPart;
+use botmesh_redis_core::keys::TurnPart;
+use botmesh_redis_core::TurnOptions;
+use botmesh_redis_core::{Coordinator, Leases};
 use botmesh_redis_core::{Error, Value};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::Runtime;

@@ -19,10 +19,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use botmesh_redis_core::coord::{SkipReason, TurnEvent, TurnOptions};
-use botmesh_redis_core::coordinator::Coordinator;
 use botmesh_redis_core::keys::slot;
+use botmesh_redis_core::Coordinator;
 use botmesh_redis_core::Error;
+use botmesh_redis_core::{SkipReason, TurnEvent, TurnOptions};
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
 use botmesh_redis_tests::{both_drivers, eventually, parse_cluster_slots, shared_cluster};
 use coord_support::{start_heartbeat, Clock, Rng, Target};
@@ -340,7 +340,7 @@ async fn queued_ticket<R: Runtime>(
     chat: &str,
     replica: &str,
 ) -> Option<u64> {
-    use botmesh_redis_core::layout::TurnPart;
+    use botmesh_redis_core::keys::TurnPart;
     use botmesh_redis_core::{Access, Executor, Request, Value};
     let tix = ks.turn(chat, TurnPart::Tix);
     let request = Request::cmd(Access::Read, "ZRANGE")

@@ -20,11 +20,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use botmesh_redis_core::coord::{TurnEvent, TurnOptions};
-use botmesh_redis_core::coordinator::Coordinator;
-use botmesh_redis_core::layout::TurnPart;
-use botmesh_redis_core::scripts::TURN;
+use botmesh_redis_core::driver::scripts::TURN;
+use botmesh_redis_core::keys::TurnPart;
+use botmesh_redis_core::Coordinator;
 use botmesh_redis_core::{Access, Error, Executor, Key, Keyspace, Request, Value};
+use botmesh_redis_core::{TurnEvent, TurnOptions};
 use botmesh_redis_tests::conformance::{Client, Runtime};
 use botmesh_redis_tests::{both_drivers, eventually};
 use coord_support::{exists, pttl, server_ms, start_heartbeat, Clock, Target};

@@ -3,7 +3,7 @@
 //! key is on the source or on a separate target; `allow_live` runs anyway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use botmesh_redis_core::layout::{RecordKind, TurnPart};
+use botmesh_redis_core::keys::{RecordKind, TurnPart};
 use botmesh_redis_core::migrate::{
     migrate_to_cluster_layout, rollback_to_legacy_layout, MarkerOutcome, MigrateOptions,
     MigrationReport, Namespace, Refusal, RollbackOptions,

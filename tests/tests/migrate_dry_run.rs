@@ -5,13 +5,13 @@
 
 use std::collections::BTreeMap;
 
-use botmesh_redis_core::layout::RecordKind;
+use botmesh_redis_core::keys::RecordKind;
 use botmesh_redis_core::migrate::{
     migrate_to_cluster_layout, rollback_to_legacy_layout, Counts, MarkerOutcome, MigrateOptions,
     MigrationReport, Namespace, RollbackOptions,
 };
-use botmesh_redis_core::store::{Store, StoreOptions};
 use botmesh_redis_core::{Keyspace, Layout};
+use botmesh_redis_core::{Store, StoreOptions};
 use botmesh_redis_tests::conformance::Runtime;
 use botmesh_redis_tests::keyspace::{digest, seeds, write_generated, Cmd, Node};
 use botmesh_redis_tests::{both_drivers, unique_prefix};

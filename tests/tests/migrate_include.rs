@@ -5,12 +5,12 @@
 
 use std::collections::BTreeMap;
 
-use botmesh_redis_core::layout::RecordKind;
+use botmesh_redis_core::keys::RecordKind;
 use botmesh_redis_core::migrate::{
     migrate_to_cluster_layout, Counts, MarkerOutcome, MigrateOptions, MigrationReport, Namespace,
 };
-use botmesh_redis_core::store::{Store, StoreOptions};
 use botmesh_redis_core::{Error, Layout};
+use botmesh_redis_core::{Store, StoreOptions};
 use botmesh_redis_tests::conformance::Runtime;
 use botmesh_redis_tests::keyspace::{
     assert_same_data, digest, seeds, write_generated, Digest, Expected, Node,

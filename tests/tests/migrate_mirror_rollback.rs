@@ -7,14 +7,14 @@
 
 use std::collections::BTreeMap;
 
-use botmesh_redis_core::coordinator::Schedules;
-use botmesh_redis_core::layout::RecordKind;
+use botmesh_redis_core::keys::RecordKind;
 use botmesh_redis_core::migrate::{
     migrate_to_cluster_layout, rollback_to_legacy_layout, MarkerOutcome, MigrateOptions, Namespace,
     RollbackOptions,
 };
-use botmesh_redis_core::store::{Store, StoreOptions};
+use botmesh_redis_core::Schedules;
 use botmesh_redis_core::{Keyspace, Layout};
+use botmesh_redis_core::{Store, StoreOptions};
 use botmesh_redis_tests::conformance::Runtime;
 use botmesh_redis_tests::keyspace::{
     assert_same_data, digest, seeds, write_generated, Blob, Cmd, Digest, Msg, Node, Sched, Timed,

@@ -3,7 +3,7 @@
 //! a dangling member taken for a clash.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use botmesh_redis_core::layout::RecordKind;
+use botmesh_redis_core::keys::RecordKind;
 use botmesh_redis_core::migrate::{
     migrate_to_cluster_layout, rollback_to_legacy_layout, MarkerOutcome, MigrateOptions, Namespace,
     RollbackOptions,

@@ -7,13 +7,13 @@ mod store_support;
 
 use std::time::Duration;
 
-use botmesh_redis_core::coordinator::{Coordinator, Schedules};
 use botmesh_redis_core::migrate::{
     migrate_to_cluster_layout, rollback_to_legacy_layout, MarkerOutcome, MigrateOptions,
     RollbackOptions,
 };
-use botmesh_redis_core::store::{MessageQuery, Store};
+use botmesh_redis_core::{Coordinator, Schedules};
 use botmesh_redis_core::{Executor, Layout};
+use botmesh_redis_core::{MessageQuery, Store};
 use botmesh_redis_tests::conformance::Runtime;
 use botmesh_redis_tests::{both_drivers, unique_prefix};
 use store_support::{store_on, Setup};

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use botmesh_redis_core::layout::RecordKind;
+use botmesh_redis_core::keys::RecordKind;
 use botmesh_redis_core::migrate::{
     migrate_to_cluster_layout, rollback_to_legacy_layout, Counts, MigrateOptions, MigrationReport,
     Namespace, RollbackOptions,

@@ -4,7 +4,7 @@
 //! there that is no canonical integer) spoils only its own datum.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use botmesh_redis_core::layout::RecordKind;
+use botmesh_redis_core::keys::RecordKind;
 use botmesh_redis_core::migrate::{migrate_to_cluster_layout, Counts, MigrateOptions, Namespace};
 use botmesh_redis_core::{Keyspace, Layout};
 use botmesh_redis_tests::conformance::Runtime;

@@ -5,8 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use botmesh_redis_core::migrate::{rollback_to_legacy_layout, MarkerOutcome, RollbackOptions};
-use botmesh_redis_core::store::{Store, StoreOptions};
 use botmesh_redis_core::Layout;
+use botmesh_redis_core::{Store, StoreOptions};
 use botmesh_redis_tests::conformance::Runtime;
 use botmesh_redis_tests::keyspace::{digest, Node};
 use botmesh_redis_tests::{both_drivers, unique_prefix};

@@ -9,8 +9,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use botmesh_redis_core::keys::slot;
-use botmesh_redis_core::store::{Started, Store, StoreOptions};
 use botmesh_redis_core::{ClientOptions, Error};
+use botmesh_redis_core::{Started, Store, StoreOptions};
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
 use botmesh_redis_tests::{both_drivers, server_version, ClusterOptions, RedisCluster};
 

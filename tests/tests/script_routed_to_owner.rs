@@ -9,8 +9,8 @@ mod driver_support;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use botmesh_redis_core::scripts::SAVE_MESSAGE;
-use botmesh_redis_core::store;
+use botmesh_redis_core::driver::scripts::SAVE_MESSAGE;
+use botmesh_redis_core::driver::store;
 use botmesh_redis_core::{ClientOptions, Executor, Keyspace, Layout};
 use botmesh_redis_tests::conformance::{exclusive, Client, Runtime};
 use botmesh_redis_tests::{both_drivers, shared_cluster, unique_prefix};

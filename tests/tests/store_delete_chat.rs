@@ -12,8 +12,8 @@ mod store_support;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use botmesh_redis_core::store::{MessageQuery, Store, StoreOptions};
 use botmesh_redis_core::{Error, Executor};
+use botmesh_redis_core::{MessageQuery, Store, StoreOptions};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
 use bytes::Bytes;

@@ -7,8 +7,8 @@ mod store_support;
 
 use std::time::Duration;
 
-use botmesh_redis_core::layout::RecordKind;
-use botmesh_redis_core::store::Store;
+use botmesh_redis_core::keys::RecordKind;
+use botmesh_redis_core::Store;
 use botmesh_redis_core::{Executor, Layout};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::Runtime;
@@ -32,7 +32,7 @@ async fn checkpoints_expire<E: Executor>(store: &Store<E>) {
         .set_checkpoint("forever", "f".into(), None)
         .await
         .unwrap();
-    let ids = |page: botmesh_redis_core::store::RecordPage| -> Vec<String> {
+    let ids = |page: botmesh_redis_core::RecordPage| -> Vec<String> {
         page.records.into_iter().map(|r| r.id).collect()
     };
     assert_eq!(
@@ -86,7 +86,7 @@ async fn user_entries_expire<E: Executor>(store: &Store<E>) {
         .set_user_data(user, "other", "short", "s".into(), Some(SHORT))
         .await
         .unwrap();
-    let keys = |entries: Vec<botmesh_redis_core::store::UserEntry>| -> Vec<(String, String)> {
+    let keys = |entries: Vec<botmesh_redis_core::UserEntry>| -> Vec<(String, String)> {
         entries.into_iter().map(|e| (e.ns, e.key)).collect()
     };
     assert_eq!(store.list_user_data(user, None).await.unwrap().len(), 3);

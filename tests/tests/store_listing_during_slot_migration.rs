@@ -13,8 +13,8 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 
 use botmesh_redis_core::keys::bucket;
-use botmesh_redis_core::layout::RecordKind;
-use botmesh_redis_core::store::Store;
+use botmesh_redis_core::keys::RecordKind;
+use botmesh_redis_core::Store;
 use botmesh_redis_core::{ClientOptions, Layout};
 use botmesh_redis_tests::conformance::{Client, Runtime};
 use botmesh_redis_tests::{both_drivers, parse_info, unique_prefix, ClusterOptions, RedisCluster};

@@ -8,8 +8,8 @@ mod store_support;
 
 use std::time::Duration;
 
-use botmesh_redis_core::store::{Message, MessageCursor, MessageQuery, Store};
 use botmesh_redis_core::{Access, Error, Executor, Layout, Request};
+use botmesh_redis_core::{Message, MessageCursor, MessageQuery, Store};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::Runtime;
 use bytes::Bytes;
@@ -190,7 +190,7 @@ async fn message_listing<E: Executor>(store: &Store<E>) {
 async fn pages<F, Fut>(limit: usize, mut list: F) -> Vec<(String, Bytes)>
 where
     F: FnMut(Option<String>, usize) -> Fut,
-    Fut: std::future::Future<Output = Result<botmesh_redis_core::store::RecordPage, Error>>,
+    Fut: std::future::Future<Output = Result<botmesh_redis_core::RecordPage, Error>>,
 {
     let mut after = None;
     let mut out = Vec::new();

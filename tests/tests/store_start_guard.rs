@@ -6,9 +6,10 @@ mod store_support;
 
 use std::collections::BTreeSet;
 
-use botmesh_redis_core::layout::{KeyError, RecordKind, CLUSTER_V1};
-use botmesh_redis_core::store::{Started, Store, StoreOptions};
+use botmesh_redis_core::keys::{RecordKind, CLUSTER_V1};
+use botmesh_redis_core::KeyError;
 use botmesh_redis_core::{Access, Error, Executor, Key, Keyspace, Layout, Request, Value};
+use botmesh_redis_core::{Started, Store, StoreOptions};
 use botmesh_redis_tests::conformance::{Client, Runtime};
 use botmesh_redis_tests::{both_drivers, shared_cluster, unique_prefix};
 use store_support::{store_on, Setup};
@@ -206,7 +207,7 @@ async fn configuration_errors<R: Runtime>() {
     let legacy_on_cluster = |component| {
         Error::Config(botmesh_redis_core::ConfigError::LegacyLayoutOnCluster { component })
     };
-    use botmesh_redis_core::coordinator::{Coordinator, Durability, Leases, Schedules};
+    use botmesh_redis_core::{Coordinator, Durability, Leases, Schedules};
     assert_eq!(
         Coordinator::new(cluster.clone(), legacy.clone(), "r").unwrap_err(),
         legacy_on_cluster("coordinator")

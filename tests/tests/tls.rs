@@ -6,10 +6,10 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use botmesh_redis_core::store::{MessageQuery, Store, StoreOptions};
 use botmesh_redis_core::{
     Access, ClientOptions, Error, Executor, Key, Layout, Request, TlsOptions, Value,
 };
+use botmesh_redis_core::{MessageQuery, Store, StoreOptions};
 use botmesh_redis_tests::conformance::{Client, Runtime};
 use botmesh_redis_tests::harness::{
     ClusterOptions, RedisCluster, ServerOptions, SingleNode, TlsFiles,

@@ -144,12 +144,10 @@ use botmesh_redis_runtime::{Client, Runtime};
 use botmesh_redis_harness::{
     parse_info, AdminConn, ClusterOptions, RedisCluster, ServerOptions, SingleNode,
 };
-use botmesh_redis_tokio::store::{MessageQuery, Store, StoreOptions};
+use botmesh_redis_tokio::driver::{store, Plan, Reply, Step};
 use botmesh_redis_tokio::Tokio;
-use botmesh_redis_tokio::{
-    store, Access, ClientOptions, Executor, Key, Keyspace, Layout, Plan, Reply, Request, Step,
-    Value,
-};
+use botmesh_redis_tokio::{Access, ClientOptions, Executor, Key, Keyspace, Layout, Request, Value};
+use botmesh_redis_tokio::{MessageQuery, Store, StoreOptions};
 use bytes::Bytes;
 use fred::interfaces::{ClientLike, KeysInterface, LuaInterface, SortedSetsInterface};
 use redis::aio::MultiplexedConnection;
@@ -1546,7 +1544,7 @@ async fn run<R: Runtime>(args: Args, servers: Servers, name: &str, peers: Peers)
 
     if args.runs("W1") {
         let total = args.scaled(200_000);
-        let source = botmesh_redis_core::scripts::SAVE_MESSAGE.source();
+        let source = botmesh_redis_core::driver::scripts::SAVE_MESSAGE.source();
         // fred is given the digest as the servers computed it (redis-rs's `Script` and our
         // client compute the same one themselves).
         let sha = fred::bytes_utils::Str::from(servers.load_script(source));

@@ -51,8 +51,9 @@
 //! use std::net::TcpStream;
 //! use std::time::Instant;
 //!
-//! use botmesh_redis_core::session::{Config, Output, Session};
-//! use botmesh_redis_core::{plan, Access, NodeAddr, Request};
+//! use botmesh_redis_core::driver::session::{Config, Output, Session};
+//! use botmesh_redis_core::driver::plan;
+//! use botmesh_redis_core::{Access, NodeAddr, Request};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let node = NodeAddr::new("127.0.0.1", 6379);

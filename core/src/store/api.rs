@@ -18,7 +18,7 @@ use super::{
 /// How to build a [`Store`]: the prefix, the layout, and what the client is.
 ///
 /// ```
-/// use botmesh_redis_core::store::StoreOptions;
+/// use botmesh_redis_core::driver::store::StoreOptions;
 /// use botmesh_redis_core::Layout;
 ///
 /// // On a cluster client: the cluster layout is the default, and the only one allowed.
@@ -83,7 +83,7 @@ impl StoreOptions {
 /// Build it with [`Store::new`], call [`Store::start`] once, then use it from any task.
 ///
 /// ```no_run
-/// use botmesh_redis_core::store::{MessageQuery, Store, StoreOptions};
+/// use botmesh_redis_core::driver::store::{MessageQuery, Store, StoreOptions};
 /// use botmesh_redis_core::{Error, Executor};
 ///
 /// async fn demo<E: Executor>(client: E, is_cluster: bool) -> Result<(), Error> {
@@ -185,7 +185,7 @@ impl<E: Executor> Store<E> {
     /// # #[cfg(feature = "json")]
     /// # mod example {
     /// use botmesh_redis_core::codec::Json;
-    /// use botmesh_redis_core::store::Store;
+    /// use botmesh_redis_core::driver::store::Store;
     /// use botmesh_redis_core::{Error, Executor};
     ///
     /// #[derive(serde::Serialize, serde::Deserialize)]

@@ -8,7 +8,7 @@
 //!   [`mget`], [`del`].
 //!
 //! ```
-//! use botmesh_redis_core::session::Config;
+//! use botmesh_redis_core::driver::session::Config;
 //! use botmesh_redis_core::testing::{get, set, Harness, SimCluster};
 //! use botmesh_redis_core::Value;
 //!

@@ -55,9 +55,10 @@ use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender};
 use futures_channel::oneshot;
 use futures_lite::{future, StreamExt};
 
-use botmesh_redis_core::request::{Access, Request};
-use botmesh_redis_core::session::{BoxedPlan, Completion, ConnId, Output, Session};
-use botmesh_redis_core::{ClientOptions, Deployment, Error, Executor, NodeAddr, Plan};
+use botmesh_redis_core::driver::request::{Access, Request};
+use botmesh_redis_core::driver::session::{BoxedPlan, Completion, ConnId, Output, Session};
+use botmesh_redis_core::driver::Plan;
+use botmesh_redis_core::{ClientOptions, Deployment, Error, Executor, NodeAddr};
 
 /// What a runtime supplies: tasks, a timer and TCP.
 pub trait Runtime: Send + Sync + 'static {

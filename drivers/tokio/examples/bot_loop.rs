@@ -15,9 +15,9 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use botmesh_redis_tokio::coord::{Begun, TurnOptions};
-use botmesh_redis_tokio::store::{MessageQuery, Store, StoreOptions};
+use botmesh_redis_tokio::{Begun, TurnOptions};
 use botmesh_redis_tokio::{Client, Error};
+use botmesh_redis_tokio::{MessageQuery, Store, StoreOptions};
 use tokio::sync::Mutex;
 
 const REPLICAS: usize = 3;

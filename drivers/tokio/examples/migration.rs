@@ -12,8 +12,8 @@
 //! BOTMESH_PREFIX=mybot   (default botmesh-example-migration)
 //! ```
 use botmesh_redis_tokio::migrate::{inspect_keyspace, migrate_to_cluster_layout, MigrateOptions};
-use botmesh_redis_tokio::store::{MessageQuery, Store, StoreOptions};
 use botmesh_redis_tokio::{Client, ClientOptions, Layout};
+use botmesh_redis_tokio::{MessageQuery, Store, StoreOptions};
 
 const CHATS: [&str; 2] = ["alice", "bob"];
 

@@ -13,9 +13,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use botmesh_redis_tokio::coordinator::{Coordinator, Schedules};
-use botmesh_redis_tokio::store::{Store, StoreOptions};
 use botmesh_redis_tokio::{Client, Error};
+use botmesh_redis_tokio::{Coordinator, Schedules};
+use botmesh_redis_tokio::{Store, StoreOptions};
 
 const LEADERSHIP: &str = "scheduler";
 /// The leadership's TTL: a leader renews well within it, and a leader that stops renewing is

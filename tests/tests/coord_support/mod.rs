@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use botmesh_redis_core::coordinator::Coordinator;
+use botmesh_redis_core::Coordinator;
 use botmesh_redis_core::{ClientOptions, Keyspace, Layout};
 use botmesh_redis_tests::conformance::{Client, Runtime};
 use botmesh_redis_tests::{shared_cluster, shared_single, unique_prefix};

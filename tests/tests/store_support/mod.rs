@@ -6,11 +6,11 @@
 use std::collections::BTreeSet;
 use std::future::Future;
 
-use botmesh_redis_core::store::{Store, StoreOptions};
+use botmesh_redis_core::driver::{Plan, Reply, Step};
 use botmesh_redis_core::{
-    Access, ClientOptions, Error, Executor, Key, Keyspace, Layout, Plan, Reply, Request, Step,
-    Value,
+    Access, ClientOptions, Error, Executor, Key, Keyspace, Layout, Request, Value,
 };
+use botmesh_redis_core::{Store, StoreOptions};
 use botmesh_redis_tests::conformance::{Client, Runtime};
 use botmesh_redis_tests::{shared_cluster, shared_single, unique_prefix};
 
