@@ -150,6 +150,19 @@ fn redact_url(url: &str) -> String {
     }
 }
 
+/// One node's URL: `"redis://127.0.0.1:6379"` is [`ClientOptions::url`]`("redis://127.0.0.1:6379")`.
+impl From<&str> for ClientOptions {
+    fn from(url: &str) -> Self {
+        ClientOptions::url(url)
+    }
+}
+
+impl From<String> for ClientOptions {
+    fn from(url: String) -> Self {
+        ClientOptions::url(url)
+    }
+}
+
 impl ClientOptions {
     /// One node: `redis://[user[:password]@]host:port`, or `rediss://...` for TLS (with the
     /// default [`TlsOptions`] unless [`ClientOptions::tls`] gives others).

@@ -145,3 +145,51 @@ fn migration_into_another_prefix_on_the_node() {
     assert!(out.contains("marker written"), "{out}");
     assert!(out.contains("messages: 6 copied, 0 kept"), "{out}");
 }
+
+#[test]
+fn quick_start_on_cluster() {
+    let out = run("quick_start", Target::Cluster);
+    assert_eq!(
+        out, "b\"hello\"\nsummary: 1 message(s) listed, layout cluster\n",
+        "{out}"
+    );
+}
+
+/// The README's quick start and `examples/quick_start.rs` are the same program: every line of
+/// the README's block is in the example, in order, except the `connect` line, whose seed and
+/// prefix the example takes from the environment. Whitespace is ignored: rustfmt breaks long
+/// chains in the example that the README keeps on one line.
+#[test]
+fn readme_quick_start_is_the_example() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).expect("README.md");
+    let example = std::fs::read_to_string(format!("{root}/drivers/tokio/examples/quick_start.rs"))
+        .expect("the quick_start example");
+    let block = readme
+        .split("```rust,no_run\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the README's first Rust block is its quick start");
+    let lines: Vec<&str> = block
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .collect();
+    assert_eq!(
+        lines.len(),
+        9,
+        "the quick start is 10 lines with `cargo add`:\n{block}"
+    );
+    let squeeze = |text: &str| text.split_whitespace().collect::<String>();
+    let example = squeeze(&example);
+    let mut rest = example.as_str();
+    for line in lines {
+        if line.contains("connect(ClientOptions::cluster([\"127.0.0.1:7000\"]), \"mybot\")") {
+            continue;
+        }
+        let wanted = squeeze(line);
+        let at = rest
+            .find(&wanted)
+            .unwrap_or_else(|| panic!("the example lacks, in order, the README's line {line:?}"));
+        rest = &rest[at + wanted.len()..];
+    }
+}

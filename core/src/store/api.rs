@@ -35,6 +35,19 @@ pub struct StoreOptions {
     cluster_client: bool,
 }
 
+/// A prefix alone: `connect(client_options, "mybot")`.
+impl From<&str> for StoreOptions {
+    fn from(prefix: &str) -> Self {
+        StoreOptions::new(prefix)
+    }
+}
+
+impl From<String> for StoreOptions {
+    fn from(prefix: String) -> Self {
+        StoreOptions::new(prefix)
+    }
+}
+
 impl StoreOptions {
     /// Options for `prefix`, on a single-node client, with the default layout.
     pub fn new(prefix: impl Into<String>) -> Self {
@@ -136,6 +149,16 @@ impl<E: Executor> Store<E> {
             ks,
             allow_legacy_data: options.allow_legacy_data,
         })
+    }
+
+    /// Builds the store ([`Store::new`]) and runs its start guard ([`Store::start`]): the one
+    /// call a bot makes before using it. The driver crates' `connect` does this over a new
+    /// client.
+    pub async fn open(executor: E, options: StoreOptions) -> Result<Self, Error> {
+        let store = Store::new(executor, options)?;
+        let started = store.start().await?;
+        tracing::debug!(prefix = store.ks.prefix(), ?started, "store started");
+        Ok(store)
     }
 
     /// The keyspace: prefix, layout, and every key name.

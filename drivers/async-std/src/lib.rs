@@ -1,28 +1,4 @@
-//! # botmesh-redis-async-std
-//!
-//! botmesh-redis on async-std and smol: the store of a multi-replica bot on Redis and Redis
-//! Cluster. This crate is only the [`Runtime`]: spawning, a
-//! timer and TCP. The client is `botmesh-redis-runtime`'s, the protocol logic
-//! `botmesh-redis-core`'s; both are re-exported, so this is the one crate to depend on.
-//!
-//! async-std is discontinued upstream in favour of smol. This driver is built on the crates
-//! async-std itself runs on (`async-io` for sockets and timers, `async-net`,
-//! `async-global-executor` for tasks), so it works the same under async-std, under smol, or
-//! from a plain thread with `futures_lite::future::block_on`.
-//!
-//! `rediss://` URLs and [`TlsOptions`] connect with TLS (rustls over `futures-rustls`), as in
-//! `botmesh-redis-tokio`; see the TLS section of `botmesh-redis-runtime`.
-//!
-//! ```no_run
-//! use botmesh_redis_async_std::{Access, Client, ClientOptions, Executor, Key, Request};
-//!
-//! # async fn demo() -> Result<(), botmesh_redis_async_std::Error> {
-//! let client = Client::connect(ClientOptions::cluster(["127.0.0.1:7000"])).await?;
-//! let key = Key::new("greeting");
-//! client.call(Request::cmd(Access::Write, "SET").key(&key).arg("hello").build()?).await?;
-//! client.close().await;
-//! # Ok(()) }
-//! ```
+#![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 
 use std::future::Future;
@@ -44,6 +20,21 @@ use botmesh_redis_runtime::{ReadHalf, WriteHalf};
 
 /// A client on async-std / smol.
 pub type Client = botmesh_redis_runtime::Client<AsyncStd>;
+
+/// Connects to Redis and opens the store: the one call a bot makes first.
+///
+/// `client` is one node's URL (`"redis://..."`, `"rediss://..."` for TLS) or
+/// [`ClientOptions`] (a cluster's seeds with [`ClientOptions::cluster`], credentials, TLS,
+/// timeouts); `store` is a prefix (`"mybot"`) or [`StoreOptions`]. The layout follows the
+/// client: `cluster:v1` on a cluster, legacy on a single node unless the options choose. The
+/// store's start guard runs before it is returned ([`Store::start`]); the client is
+/// [`Store::executor`], to close it at the end.
+pub async fn connect(
+    client: impl Into<ClientOptions>,
+    store: impl Into<StoreOptions>,
+) -> Result<Store<Client>, Error> {
+    botmesh_redis_runtime::connect::<AsyncStd>(client.into(), store.into()).await
+}
 
 /// The async-std (async-io) runtime.
 #[derive(Debug)]

@@ -58,7 +58,9 @@ use futures_lite::{future, StreamExt};
 use botmesh_redis_core::driver::request::{Access, Request};
 use botmesh_redis_core::driver::session::{BoxedPlan, Completion, ConnId, Output, Session};
 use botmesh_redis_core::driver::Plan;
-use botmesh_redis_core::{ClientOptions, Deployment, Error, Executor, NodeAddr};
+use botmesh_redis_core::{
+    ClientOptions, Deployment, Error, Executor, NodeAddr, Store, StoreOptions,
+};
 
 /// What a runtime supplies: tasks, a timer and TCP.
 pub trait Runtime: Send + Sync + 'static {
@@ -301,6 +303,24 @@ impl<R: Runtime> Client<R> {
         let _ = self.shared.tx.unbounded_send(Msg::Close);
         // The session task drops its end when it is done; that is the signal.
         let _ = self.shared.closed.recv().await;
+    }
+}
+
+/// Connects a client and opens a store on it ([`Store::open`]: built, then its start guard
+/// run): the driver crates' one entry point, `connect`. The store's layout follows the client
+/// (the cluster layout on a cluster, else legacy unless the options choose). The client is
+/// closed again when the store cannot open; [`Store::executor`] reaches it otherwise.
+pub async fn connect<R: Runtime>(
+    client: ClientOptions,
+    store: StoreOptions,
+) -> Result<Store<Client<R>>, Error> {
+    let client = Client::<R>::connect(client).await?;
+    match Store::open(client.clone(), store).await {
+        Ok(store) => Ok(store),
+        Err(e) => {
+            client.close().await;
+            Err(e)
+        }
     }
 }
 

@@ -1,40 +1,4 @@
-//! # botmesh-redis-tokio
-//!
-//! botmesh-redis on tokio: the store of a multi-replica bot on Redis and Redis Cluster. This
-//! crate is only the tokio [`Runtime`]: spawning, a timer and
-//! TCP. The client is `botmesh-redis-runtime`'s, the protocol logic `botmesh-redis-core`'s;
-//! both are re-exported, so this is the one crate to depend on.
-//!
-//! ```no_run
-//! use botmesh_redis_tokio::{Access, Client, ClientOptions, Executor, Key, Request};
-//!
-//! # async fn demo() -> Result<(), botmesh_redis_tokio::Error> {
-//! let client = Client::connect(ClientOptions::cluster(["127.0.0.1:7000"])).await?;
-//! let key = Key::new("greeting");
-//! client.call(Request::cmd(Access::Write, "SET").key(&key).arg("hello").build()?).await?;
-//! client.close().await;
-//! # Ok(()) }
-//! ```
-//!
-//! ## TLS
-//!
-//! `rediss://` URLs connect with TLS (rustls), trusting the Mozilla roots of `webpki-roots`:
-//! what a managed Redis or Valkey service needs. [`TlsOptions`] adds a private CA, a client
-//! certificate (mutual TLS) or a server-name override, for every node of a cluster alike:
-//!
-//! ```no_run
-//! use botmesh_redis_tokio::{Client, ClientOptions, TlsOptions};
-//!
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! let client = Client::connect(ClientOptions::url("rediss://default:secret@cache.example.com:6380")).await?;
-//! # client.close().await;
-//! let ca = std::fs::read("ca.crt")?;
-//! let options = ClientOptions::cluster(["10.0.0.1:6380", "10.0.0.2:6380"])
-//!     .tls(TlsOptions::new().root_certificates_pem(ca).only_these_roots());
-//! let cluster = Client::connect(options).await?;
-//! # cluster.close().await;
-//! # Ok(()) }
-//! ```
+#![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 
 use std::future::Future;
@@ -54,6 +18,21 @@ use botmesh_redis_runtime::{ReadHalf, WriteHalf};
 
 /// A client on tokio. Must be started within a tokio runtime (multi-thread or current-thread).
 pub type Client = botmesh_redis_runtime::Client<Tokio>;
+
+/// Connects to Redis and opens the store: the one call a bot makes first.
+///
+/// `client` is one node's URL (`"redis://..."`, `"rediss://..."` for TLS) or
+/// [`ClientOptions`] (a cluster's seeds with [`ClientOptions::cluster`], credentials, TLS,
+/// timeouts); `store` is a prefix (`"mybot"`) or [`StoreOptions`]. The layout follows the
+/// client: `cluster:v1` on a cluster, legacy on a single node unless the options choose. The
+/// store's start guard runs before it is returned ([`Store::start`]); the client is
+/// [`Store::executor`], to close it at the end.
+pub async fn connect(
+    client: impl Into<ClientOptions>,
+    store: impl Into<StoreOptions>,
+) -> Result<Store<Client>, Error> {
+    botmesh_redis_runtime::connect::<Tokio>(client.into(), store.into()).await
+}
 
 /// The tokio runtime.
 #[derive(Debug)]
