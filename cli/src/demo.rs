@@ -12,7 +12,7 @@ use botmesh_redis_tokio::driver::scan;
 use botmesh_redis_tokio::{
     Access, Client, ClientOptions, Error, Executor, Keyspace, Layout, Request, Value,
 };
-use botmesh_redis_tokio::{Coordinator, Durability, Schedules};
+use botmesh_redis_tokio::{Coordinator, Durability, Schedules, MAX_PAGE};
 use botmesh_redis_tokio::{MessageQuery, RecordPage, Store, StoreOptions};
 use bytes::Bytes;
 
@@ -499,7 +499,7 @@ async fn all_messages(store: &Store<Client>, chat: &str) -> Result<BTreeSet<Stri
     let mut query = MessageQuery::new().limit(100);
     loop {
         let page = store.list_messages(chat, &query).await?;
-        ids.extend(page.messages.into_iter().map(|m| m.id));
+        ids.extend(page.items.into_iter().map(|m| m.id));
         match page.next {
             Some(next) => query = query.after(Some(next)),
             None => return Ok(ids),
@@ -519,7 +519,7 @@ where
     let mut after = None;
     loop {
         let listed = page(after).await?;
-        ids.extend(listed.records.into_iter().map(|r| r.id));
+        ids.extend(listed.items.into_iter().map(|r| r.id));
         match listed.next {
             Some(next) => after = Some(next),
             None => return Ok(ids),
@@ -557,7 +557,10 @@ async fn check_listings(store: &Store<Client>, deleted: &Deleted) -> Result<Vec<
 
     let mut exact = true;
     for sender in &senders {
-        let entries = store.list_user_data(sender, None).await?;
+        let entries = store
+            .list_user_data(sender, None, None, MAX_PAGE)
+            .await?
+            .items;
         exact &= entries.len() == 1 && entries[0].ns == "profile" && entries[0].key == "last_chat";
     }
     out.push((

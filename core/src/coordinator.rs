@@ -201,9 +201,12 @@ impl<E: Executor> Coordinator<E> {
             .await
     }
 
-    /// The ids of the live replicas (at most 10,000), sorted.
+    /// The ids of every live replica, sorted. A `SCAN` of every master for the heartbeat keys:
+    /// its cost grows with the whole keyspace, so keep it off the per-update path.
     pub async fn live_replicas(&self) -> Result<Vec<String>, Error> {
-        self.exec.run(coord::live_replicas(&self.ks, 10_000)).await
+        self.exec
+            .run(coord::live_replicas(&self.ks, usize::MAX))
+            .await
     }
 }
 

@@ -85,8 +85,8 @@ use driver::{
 
 // The store and its records.
 pub use store::{
-    DeletedChat, Message, MessageCursor, MessagePage, MessageQuery, Record, RecordPage, Started,
-    Store, StoreOptions, UserEntry,
+    DeletedChat, Message, MessageCursor, MessagePage, MessageQuery, Page, Record, RecordPage,
+    Started, Store, StoreOptions, UserDataCursor, UserDataPage, UserEntry, MAX_PAGE,
 };
 // Coordination.
 pub use coord::{

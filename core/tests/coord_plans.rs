@@ -960,7 +960,7 @@ fn schedule_list_hides_markers() {
         assert_eq!(
             got.unwrap(),
             coord::SchedulePage {
-                schedules: vec![(
+                items: vec![(
                     live.to_owned(),
                     coord::Schedule {
                         token: 3,

@@ -391,8 +391,14 @@ fn user_data() {
             "DEL" => Ok(Value::Int(1)),
             other => panic!("unexpected {other}"),
         };
-        out.push_str(&run(user::list_user_data(&ks, uid, Some("n{s}")), answer));
-        out.push_str(&run(user::list_user_data(&ks, uid, None), answer));
+        out.push_str(&run(
+            user::list_user_data(&ks, uid, Some("n{s}"), None, 1000),
+            answer,
+        ));
+        out.push_str(&run(
+            user::list_user_data(&ks, uid, None, None, 1000),
+            answer,
+        ));
         out.push_str(&run(user::clear_user_data(&ks, uid, Some("n{s}")), answer));
         snap("user_data", layout, out);
     }

@@ -55,7 +55,7 @@ async fn store_and_lock(client: Client, layout: Layout) {
     let mut query = MessageQuery::new().limit(30);
     loop {
         let page = store.list_messages(chat, &query).await.unwrap();
-        listed.extend(page.messages);
+        listed.extend(page.items);
         match page.next {
             Some(next) => query = query.after(Some(next)),
             None => break,
@@ -82,7 +82,7 @@ async fn store_and_lock(client: Client, layout: Layout) {
         .await
         .unwrap();
     let chats = store.list_chats(None, 100).await.unwrap();
-    let chats: Vec<(String, Bytes)> = chats.records.into_iter().map(|r| (r.id, r.value)).collect();
+    let chats: Vec<(String, Bytes)> = chats.items.into_iter().map(|r| (r.id, r.value)).collect();
     assert_eq!(
         chats,
         [

@@ -52,7 +52,7 @@ async fn all_messages<R: Runtime>(
     let mut ids = Vec::new();
     loop {
         let page = store.list_messages(chat, &query).await?;
-        ids.extend(page.messages.into_iter().map(|m| m.id));
+        ids.extend(page.items.into_iter().map(|m| m.id));
         match page.next {
             Some(next) => query = query.after(Some(next)),
             None => return Ok(ids),
@@ -65,7 +65,7 @@ async fn all_chats<R: Runtime>(store: &Store<Client<R>>) -> Result<Vec<String>, 
     let mut ids = Vec::new();
     loop {
         let page = store.list_chats(after.as_deref(), 90).await?;
-        ids.extend(page.records.into_iter().map(|r| r.id));
+        ids.extend(page.items.into_iter().map(|r| r.id));
         match page.next {
             Some(next) => after = Some(next),
             None => return Ok(ids),

@@ -141,15 +141,15 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
         )])
         .collect();
     expected.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(listed.schedules, expected);
+    assert_eq!(listed.items, expected);
     assert_eq!(listed.next, None);
     // Pages of 5, each from the cursor of the one before, cover the listing exactly once.
     let mut paged = Vec::new();
     let mut after: Option<String> = None;
     loop {
         let page = schedules.list(after.as_deref(), 5).await.unwrap();
-        assert!(page.schedules.len() <= 5);
-        paged.extend(page.schedules);
+        assert!(page.items.len() <= 5);
+        paged.extend(page.items);
         match page.next {
             Some(next) => after = Some(next),
             None => break,
@@ -157,7 +157,7 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
     }
     assert_eq!(paged, expected);
     let first = schedules.list(None, 5).await.unwrap();
-    assert_eq!(first.schedules, expected[..5].to_vec());
+    assert_eq!(first.items, expected[..5].to_vec());
     assert_eq!(first.next.as_deref(), Some(expected[4].0.as_str()));
     client.close().await;
 }

@@ -12,7 +12,7 @@ use botmesh_redis_core::migrate::{
     RollbackOptions,
 };
 use botmesh_redis_core::{Coordinator, Schedules};
-use botmesh_redis_core::{Executor, Layout};
+use botmesh_redis_core::{Executor, Layout, MAX_PAGE};
 use botmesh_redis_core::{MessageQuery, Store};
 use botmesh_redis_tests::conformance::Runtime;
 use botmesh_redis_tests::{both_drivers, unique_prefix};
@@ -85,7 +85,7 @@ async fn read_everything<E: Executor>(store: &Store<E>) {
         .await
         .unwrap();
     let got: Vec<(String, i64, Vec<u8>)> = page
-        .messages
+        .items
         .iter()
         .map(|m| (m.id.clone(), m.time_ms, m.payload.to_vec()))
         .collect();
@@ -103,7 +103,7 @@ async fn read_everything<E: Executor>(store: &Store<E>) {
         Some(&b"chat record"[..])
     );
     let chats = store.list_chats(None, 10).await.unwrap();
-    assert_eq!(chats.records.len(), 1);
+    assert_eq!(chats.items.len(), 1);
     assert_eq!(
         store.get_contact("u1").await.unwrap().as_deref(),
         Some(&b"contact record"[..])
@@ -120,7 +120,15 @@ async fn read_everything<E: Executor>(store: &Store<E>) {
             .as_deref(),
         Some(&b"pt"[..])
     );
-    assert_eq!(store.list_user_data("u1", None).await.unwrap().len(), 1);
+    assert_eq!(
+        store
+            .list_user_data("u1", None, None, MAX_PAGE)
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
     assert_eq!(store.get_cursor("feed").await.unwrap(), Some(42));
     assert_eq!(
         store.get_conversation("chat-1").await.unwrap().as_deref(),

@@ -47,7 +47,7 @@ async fn listed_ids<E: Executor>(store: &Store<E>, chat: &str) -> BTreeSet<Strin
     let mut ids = BTreeSet::new();
     loop {
         let page = store.list_messages(chat, &query).await.unwrap();
-        ids.extend(page.messages.into_iter().map(|m| m.id));
+        ids.extend(page.items.into_iter().map(|m| m.id));
         match page.next {
             Some(next) => query = query.after(Some(next)),
             None => return ids,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use botmesh_redis_core::keys::RecordKind;
 use botmesh_redis_core::Store;
-use botmesh_redis_core::{Executor, Layout};
+use botmesh_redis_core::{Executor, Layout, MAX_PAGE};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::Runtime;
 use botmesh_redis_tests::eventually;
@@ -33,7 +33,7 @@ async fn checkpoints_expire<E: Executor>(store: &Store<E>) {
         .await
         .unwrap();
     let ids = |page: botmesh_redis_core::RecordPage| -> Vec<String> {
-        page.records.into_iter().map(|r| r.id).collect()
+        page.items.into_iter().map(|r| r.id).collect()
     };
     assert_eq!(
         ids(store.list_checkpoints(None, 100).await.unwrap()),
@@ -89,14 +89,28 @@ async fn user_entries_expire<E: Executor>(store: &Store<E>) {
     let keys = |entries: Vec<botmesh_redis_core::UserEntry>| -> Vec<(String, String)> {
         entries.into_iter().map(|e| (e.ns, e.key)).collect()
     };
-    assert_eq!(store.list_user_data(user, None).await.unwrap().len(), 3);
+    assert_eq!(
+        store
+            .list_user_data(user, None, None, MAX_PAGE)
+            .await
+            .unwrap()
+            .items
+            .len(),
+        3
+    );
     // As for checkpoints: the listing and the index are awaited together.
     let index = store.keyspace().user_index(user);
     eventually(
         BOUND,
         "the expired entries leave the listing and the index",
         || async {
-            let listed = keys(store.list_user_data(user, None).await.unwrap());
+            let listed = keys(
+                store
+                    .list_user_data(user, None, None, MAX_PAGE)
+                    .await
+                    .unwrap()
+                    .items,
+            );
             let pruned = match &index {
                 Some(index) => zmembers(store.executor(), index).await == ["ns:kept"],
                 None => true,
@@ -106,9 +120,10 @@ async fn user_entries_expire<E: Executor>(store: &Store<E>) {
     )
     .await;
     assert!(store
-        .list_user_data(user, Some("other"))
+        .list_user_data(user, Some("other"), None, MAX_PAGE)
         .await
         .unwrap()
+        .items
         .is_empty());
 }
 

@@ -30,7 +30,7 @@ async fn listed<R: Runtime>(store: &Store<Client<R>>, kind: RecordKind) -> Vec<S
             _ => store.list_checkpoints(after.as_deref(), 7).await,
         }
         .unwrap();
-        ids.extend(page.records.into_iter().map(|r| r.id));
+        ids.extend(page.items.into_iter().map(|r| r.id));
         match page.next {
             Some(next) => after = Some(next),
             None => return ids,

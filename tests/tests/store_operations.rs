@@ -9,7 +9,7 @@ mod store_support;
 use std::time::Duration;
 
 use botmesh_redis_core::{Access, Error, Executor, Layout, Request};
-use botmesh_redis_core::{Message, MessageCursor, MessageQuery, Store};
+use botmesh_redis_core::{Message, MessageCursor, MessageQuery, Store, MAX_PAGE};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::Runtime;
 use bytes::Bytes;
@@ -86,8 +86,8 @@ async fn list_all<E: Executor>(store: &Store<E>, chat: &str, query: MessageQuery
     let mut out = Vec::new();
     for _ in 0..1000 {
         let page = store.list_messages(chat, &query).await.unwrap();
-        assert!(page.messages.len() <= query.limit.max(1));
-        out.extend(page.messages);
+        assert!(page.items.len() <= query.limit.max(1));
+        out.extend(page.items);
         match page.next {
             Some(next) => query = query.after(Some(next)),
             None => return out,
@@ -140,7 +140,7 @@ async fn message_listing<E: Executor>(store: &Store<E>) {
         .list_messages(chat, &MessageQuery::new().from(2000))
         .await
         .unwrap();
-    assert!(empty.messages.is_empty() && empty.next.is_none());
+    assert!(empty.items.is_empty() && empty.next.is_none());
 
     // The cursor is a position: deleting its message, or moving it to another time, neither
     // skips nor repeats anything.
@@ -196,8 +196,8 @@ where
     let mut out = Vec::new();
     for _ in 0..1000 {
         let page = list(after.clone(), limit).await.unwrap();
-        assert!(page.records.len() <= limit);
-        out.extend(page.records.into_iter().map(|r| (r.id, r.value)));
+        assert!(page.items.len() <= limit);
+        out.extend(page.items.into_iter().map(|r| (r.id, r.value)));
         match page.next {
             Some(next) => after = Some(next),
             None => return out,
@@ -276,8 +276,8 @@ async fn chats_and_contacts<E: Executor>(store: &Store<E>) {
     assert_eq!(store.get_chat("}{").await.unwrap(), None);
     assert!(store.get_contact("}{").await.unwrap().is_some());
     let chats = store.list_chats(None, 1000).await.unwrap();
-    assert!(chats.records.iter().all(|r| r.id != "}{"));
-    assert_eq!(chats.records.len(), NASTY.len() - 1);
+    assert!(chats.items.iter().all(|r| r.id != "}{"));
+    assert_eq!(chats.items.len(), NASTY.len() - 1);
 }
 
 async fn checkpoints<E: Executor>(store: &Store<E>) {
@@ -305,8 +305,8 @@ async fn checkpoints<E: Executor>(store: &Store<E>) {
     assert!(!store.clear_checkpoint("").await.unwrap());
     assert_eq!(store.get_checkpoint("").await.unwrap(), None);
     let listed = store.list_checkpoints(None, 1000).await.unwrap();
-    assert_eq!(listed.records.len(), NASTY.len() - 1);
-    assert!(listed.records.iter().all(|r| !r.id.is_empty()));
+    assert_eq!(listed.items.len(), NASTY.len() - 1);
+    assert!(listed.items.iter().all(|r| !r.id.is_empty()));
     // Setting again without a TTL keeps it for good (and in the listing).
     store
         .set_checkpoint("a:b", "again".into(), None)
@@ -345,7 +345,7 @@ async fn user_data<E: Executor>(store: &Store<E>, setup: Setup) {
     }
     expected.sort();
     let listed: Vec<_> = store
-        .list_user_data(user, None)
+        .list_user_data(user, None, None, MAX_PAGE)
         .await
         .unwrap()
         .into_iter()
@@ -353,9 +353,29 @@ async fn user_data<E: Executor>(store: &Store<E>, setup: Setup) {
         .collect();
     assert_eq!(listed, expected);
 
+    // The same listing in pages of 4: each cursor continues exactly where its page ended.
+    let mut paged = Vec::new();
+    let mut after = None;
+    let mut pages = 0;
+    loop {
+        let page = store
+            .list_user_data(user, None, after.as_ref(), 4)
+            .await
+            .unwrap();
+        assert!(page.items.len() <= 4, "{page:?}");
+        pages += 1;
+        paged.extend(page.items.into_iter().map(|e| (e.ns, e.key, e.value)));
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(paged, expected);
+    assert_eq!(pages, expected.len().div_ceil(4));
+
     let ns = namespaces[0];
     let in_ns: Vec<_> = store
-        .list_user_data(user, Some(ns))
+        .list_user_data(user, Some(ns), None, MAX_PAGE)
         .await
         .unwrap()
         .into_iter()
@@ -376,11 +396,16 @@ async fn user_data<E: Executor>(store: &Store<E>, setup: Setup) {
     let cleared = store.clear_user_data(user, Some(ns)).await.unwrap();
     assert_eq!(cleared, (NASTY.len() - 1) as u64);
     assert!(store
-        .list_user_data(user, Some(ns))
+        .list_user_data(user, Some(ns), None, MAX_PAGE)
         .await
         .unwrap()
+        .items
         .is_empty());
-    let left = store.list_user_data(user, None).await.unwrap();
+    let left = store
+        .list_user_data(user, None, None, MAX_PAGE)
+        .await
+        .unwrap()
+        .items;
     assert_eq!(left.len(), expected.len() - NASTY.len());
 
     // Another user's data is another user's.
@@ -390,8 +415,21 @@ async fn user_data<E: Executor>(store: &Store<E>, setup: Setup) {
         .unwrap();
     let cleared = store.clear_user_data(user, None).await.unwrap();
     assert_eq!(cleared, left.len() as u64);
-    assert!(store.list_user_data(user, None).await.unwrap().is_empty());
-    assert_eq!(store.list_user_data("other", None).await.unwrap().len(), 1);
+    assert!(store
+        .list_user_data(user, None, None, MAX_PAGE)
+        .await
+        .unwrap()
+        .items
+        .is_empty());
+    assert_eq!(
+        store
+            .list_user_data("other", None, None, MAX_PAGE)
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
     assert_eq!(store.clear_user_data("nobody", None).await.unwrap(), 0);
 }
 
@@ -503,7 +541,7 @@ async fn split_ids_never_collide<E: Executor>(store: &Store<E>) {
             .list_messages(chat, &MessageQuery::new())
             .await
             .unwrap();
-        assert_eq!(page.messages.len(), 1, "{chat}");
+        assert_eq!(page.items.len(), 1, "{chat}");
     }
     // Users and namespaces split the same way.
     store
@@ -514,8 +552,16 @@ async fn split_ids_never_collide<E: Executor>(store: &Store<E>) {
         .set_user_data("a", "b:c", "k", "2".into(), None)
         .await
         .unwrap();
-    let a_b = store.list_user_data("a:b", None).await.unwrap();
-    let a = store.list_user_data("a", None).await.unwrap();
+    let a_b = store
+        .list_user_data("a:b", None, None, MAX_PAGE)
+        .await
+        .unwrap()
+        .items;
+    let a = store
+        .list_user_data("a", None, None, MAX_PAGE)
+        .await
+        .unwrap()
+        .items;
     assert_eq!(
         (a_b.len(), a.len(), &a_b[0].ns, &a[0].ns),
         (1, 1, &"c".to_owned(), &"b:c".to_owned())

@@ -88,10 +88,10 @@ async fn store_save_and_list<R: Runtime>(client: Client<R>, name: &str) {
         .list_messages("chat", &MessageQuery::new())
         .await
         .unwrap();
-    let ids: Vec<_> = page.messages.iter().map(|m| m.id.clone()).collect();
+    let ids: Vec<_> = page.items.iter().map(|m| m.id.clone()).collect();
     let want: Vec<_> = (0..20).map(|i| format!("m{i:02}")).collect();
     assert_eq!(ids, want);
-    assert_eq!(page.messages[7].payload, Bytes::from("message 7"));
+    assert_eq!(page.items[7].payload, Bytes::from("message 7"));
 }
 
 async fn single_node_over_rediss<R: Runtime>() {

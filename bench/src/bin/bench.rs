@@ -1013,7 +1013,7 @@ impl<R: Runtime> Worker for StoreListMessages<R> {
             .list_messages(&chat, &MessageQuery::new().limit(50))
             .await
             .map_err(describe)?;
-        match page.messages.len() {
+        match page.items.len() {
             50 => Ok(()),
             other => Err(format!("{chat}: a page of {other}")),
         }
@@ -1051,7 +1051,7 @@ impl<R: Runtime> Worker for StoreListChats<R> {
             .list_chats(Some(&after), 50)
             .await
             .map_err(describe)?;
-        match page.records.len() {
+        match page.items.len() {
             50 => Ok(()),
             other => Err(format!("after {after}: a page of {other}")),
         }

@@ -119,20 +119,13 @@ fn decode_schedule(v: Value) -> Result<Option<Schedule>, Error> {
     }))
 }
 
-/// The largest page of a schedule listing.
-pub const MAX_SCHEDULES: usize = 10_000;
-
-/// A page of live schedules, sorted by id.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SchedulePage {
-    /// The schedules of the page, with their ids.
-    pub schedules: Vec<(String, Schedule)>,
-    /// The cursor of the next page (the last id of this one), `None` after the last page.
-    pub next: Option<String>,
-}
+/// A page of live schedules with their ids, sorted by id; `next` is the id to list after for
+/// the next page, `None` after the last page.
+pub type SchedulePage = crate::store::Page<(String, Schedule)>;
 
 /// Lists the live schedules (deleted markers hidden) with ids after `after`, sorted by id: a
-/// page of `limit` (clamped to 1..=[`MAX_SCHEDULES`]) and the cursor of the next one. Cluster
+/// page of `limit` (clamped to 1..=[`MAX_PAGE`](crate::store::MAX_PAGE)) and the cursor of the
+/// next one. Cluster
 /// layout: the 32 bucket indexes, read in one batch, then the records; exact even while slots
 /// move. Legacy layout: `SCAN` for the records, the whole pattern, then the page is picked.
 pub fn schedule_list(
@@ -140,7 +133,7 @@ pub fn schedule_list(
     after: Option<&str>,
     limit: usize,
 ) -> Result<ListSchedules, Error> {
-    let limit = limit.clamp(1, MAX_SCHEDULES);
+    let limit = crate::store::clamp_limit(limit);
     let indexes = ks
         .record_indexes(RecordKind::Schedule)
         .iter()
@@ -209,7 +202,10 @@ impl ListSchedules {
             let next = more
                 .then(|| schedules.last().map(|(id, _)| id.clone()))
                 .flatten();
-            return Step::Done(Ok(SchedulePage { schedules, next }));
+            return Step::Done(Ok(SchedulePage {
+                items: schedules,
+                next,
+            }));
         }
         let end = (self.next + SCHEDULE_READ_CHUNK).min(self.ids.len());
         let batch = self.ids[self.next..end]

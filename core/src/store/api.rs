@@ -12,7 +12,7 @@ use crate::layout::{Keyspace, Layout, RecordKind};
 
 use super::{
     conv, cursor, delete_chat, guard, messages, records, user, DeletedChat, Message, MessagePage,
-    MessageQuery, RecordPage, Started, UserEntry,
+    MessageQuery, RecordPage, Started, UserDataCursor, UserDataPage,
 };
 
 /// How to build a [`Store`]: the prefix, the layout, and what the client is.
@@ -93,21 +93,19 @@ impl StoreOptions {
 /// The store of a bot's shared state, over an [`Executor`] such as
 /// `botmesh_redis_tokio::Client`. Cheap to clone: clones share the executor.
 ///
-/// Build it with [`Store::new`], call [`Store::start`] once, then use it from any task.
+/// Open it with [`Store::open`] (or a driver crate's `connect`), then use it from any task.
 ///
 /// ```no_run
-/// use botmesh_redis_core::driver::store::{MessageQuery, Store, StoreOptions};
-/// use botmesh_redis_core::{Error, Executor};
+/// use botmesh_redis_core::{Error, Executor, MessageQuery, Store, StoreOptions};
 ///
-/// async fn demo<E: Executor>(client: E, is_cluster: bool) -> Result<(), Error> {
-///     let store = Store::new(client, StoreOptions::new("mybot").cluster_client(is_cluster))?;
-///     store.start().await?;
+/// async fn demo<E: Executor>(client: E) -> Result<(), Error> {
+///     let store = Store::open(client, StoreOptions::new("mybot")).await?;
 ///
 ///     store.save_message("chat-1", "m1", 1_700_000_000_000, "hello".into()).await?;
 ///     let mut query = MessageQuery::new().limit(50);
 ///     loop {
 ///         let page = store.list_messages("chat-1", &query).await?;
-///         for message in &page.messages {
+///         for message in &page.items {
 ///             println!("{} {} {:?}", message.time_ms, message.id, message.payload);
 ///         }
 ///         match page.next {
@@ -427,15 +425,19 @@ impl<E: Executor> Store<E> {
         self.executor.run(plan).await
     }
 
-    /// Lists a user's live entries, in namespace `ns` or all, sorted by namespace then key.
+    /// Lists a user's live entries, in namespace `ns` or all, sorted by namespace then key: the
+    /// page of `limit` (clamped to `1..=`[`MAX_PAGE`](crate::store::MAX_PAGE)) after `after`, and
+    /// the cursor of the next page.
     pub async fn list_user_data(
         &self,
         user: &str,
         ns: Option<&str>,
-    ) -> Result<Vec<UserEntry>, Error> {
+        after: Option<&UserDataCursor>,
+        limit: usize,
+    ) -> Result<UserDataPage, Error> {
         user::check_legacy_ids(&self.ks, user, ns)?;
         self.executor
-            .run(user::list_user_data(&self.ks, user, ns))
+            .run(user::list_user_data(&self.ks, user, ns, after, limit))
             .await
     }
 

@@ -99,15 +99,9 @@ impl MessageQuery {
     }
 }
 
-/// One page of a chat's messages, in `(time, id)` order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MessagePage {
-    /// The messages of the page. A message deleted while the page was read is left out, so a
-    /// page can be shorter than the limit even when more follow.
-    pub messages: Vec<Message>,
-    /// The cursor of the next page; `None` when the range holds nothing after this page.
-    pub next: Option<MessageCursor>,
-}
+/// One page of a chat's messages, in `(time, id)` order; `next` is the cursor of the next page
+/// ([`MessageQuery::after`]), `None` when the range holds nothing after this page.
+pub type MessagePage = super::Page<Message, MessageCursor>;
 
 /// Saves a message: item and log entry in one script call, in the chat's slot. Saving an
 /// existing id replaces its payload and time. Yields `true` when the message is new.
@@ -243,7 +237,7 @@ impl ListMessages {
         let Some(last) = last else {
             self.state = ListState::Finished;
             return Ok(Step::Done(Ok(MessagePage {
-                messages: Vec::new(),
+                items: Vec::new(),
                 next: None,
             })));
         };
@@ -279,7 +273,7 @@ impl Plan for ListMessages {
             ListState::Page => one(replies).and_then(|page| self.items_step(page)),
             ListState::Items { next } => one(replies).and_then(|items| {
                 Ok(Step::Done(Ok(MessagePage {
-                    messages: parse_items(items)?,
+                    items: parse_items(items)?,
                     next,
                 })))
             }),

@@ -50,15 +50,9 @@ pub struct Record {
     pub value: Bytes,
 }
 
-/// One page of a listing of records, in byte order of the ids.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RecordPage {
-    /// The records of the page. A record deleted while the page was read is left out, so a page
-    /// can be shorter than the limit even when more follow.
-    pub records: Vec<Record>,
-    /// The id to list after for the next page; `None` when this page is the last.
-    pub next: Option<String>,
-}
+/// One page of a listing of records, in byte order of the ids; `next` is the id to list after
+/// for the next page, `None` when this page is the last.
+pub type RecordPage = super::Page<Record>;
 
 fn plain_kind(kind: RecordKind) -> Result<(), Error> {
     match kind {
@@ -290,7 +284,7 @@ impl ListRecords {
         if sorted.is_empty() {
             self.state = State::Finished;
             return Ok(Step::Done(Ok(RecordPage {
-                records: Vec::new(),
+                items: Vec::new(),
                 next,
             })));
         }
@@ -348,7 +342,10 @@ impl ListRecords {
                     }
                 }
                 records.sort_by(|a, b| a.id.cmp(&b.id));
-                Ok(Step::Done(Ok(RecordPage { records, next })))
+                Ok(Step::Done(Ok(RecordPage {
+                    items: records,
+                    next,
+                })))
             }
             State::Start | State::Finished => Err(misuse("ListRecords resumed out of order")),
         }

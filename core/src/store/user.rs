@@ -25,7 +25,7 @@ use crate::request::{Access, Arg, Request};
 use crate::scan::{scan, Scan};
 use crate::value::Value;
 
-use super::{forward, one, ttl_arg, values, MAX_PAGE};
+use super::{clamp_limit, forward, one, ttl_arg, values, MAX_PAGE};
 use crate::scripts::DELETE_INDEXED_CHUNK;
 use crate::scripts::{DELETE_INDEXED, LIST_EXPIRING_INDEX, SET_EXPIRING_INDEXED};
 
@@ -39,6 +39,20 @@ pub struct UserEntry {
     /// The value, as stored.
     pub value: Bytes,
 }
+
+/// Where a listing of a user's data goes on: the namespace and key of the last entry of a page
+/// (entries are listed by namespace, then key).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UserDataCursor {
+    /// The namespace.
+    pub ns: String,
+    /// The key within the namespace.
+    pub key: String,
+}
+
+/// One page of a user's entries, sorted by namespace then key; `next` is where the next page
+/// starts, `None` after the last page.
+pub type UserDataPage = super::Page<UserEntry, UserDataCursor>;
 
 /// The index member of an entry: `enc(ns) ":" enc(key)`.
 fn member(ns: &str, key: &str) -> String {
@@ -175,24 +189,38 @@ fn legacy_scan(ks: &Keyspace, user: &str, ns: Option<&str>) -> Scan {
     scan(ks.user_pattern(user, ns).unwrap_or_default(), usize::MAX)
 }
 
-/// Lists a user's entries, in one namespace or all, sorted by namespace then key.
-pub fn list_user_data(ks: &Keyspace, user: &str, ns: Option<&str>) -> ListUserData {
+/// Lists a user's entries, in one namespace or all, sorted by namespace then key: the page of
+/// `limit` (clamped to `1..=`[`MAX_PAGE`]) after `after`, and the cursor of the next one.
+pub fn list_user_data(
+    ks: &Keyspace,
+    user: &str,
+    ns: Option<&str>,
+    after: Option<&UserDataCursor>,
+    limit: usize,
+) -> ListUserData {
     ListUserData {
         ks: ks.clone(),
         user: user.to_owned(),
         ns: ns.map(str::to_owned),
+        after: after.cloned(),
+        limit: clamp_limit(limit),
+        next: None,
         state: ListState::Start,
     }
 }
 
 /// The plan of [`list_user_data`]: the live members of the user's index (cluster) or a scan
-/// (legacy), then the values (`MGET`s of up to 1000 entries, all in the user's slot, or one `GET`
+/// (legacy), sorted, then the values of the page (one `MGET` in the user's slot, or one `GET`
 /// per key in the legacy layout). An entry deleted or expired in between is left out.
 #[derive(Debug)]
 pub struct ListUserData {
     ks: Keyspace,
     user: String,
     ns: Option<String>,
+    after: Option<UserDataCursor>,
+    limit: usize,
+    /// The cursor of the next page, once the page's ids are known.
+    next: Option<UserDataCursor>,
     state: ListState,
 }
 
@@ -206,7 +234,7 @@ enum ListState {
 }
 
 impl ListUserData {
-    fn begin(&mut self) -> Result<Step<Vec<UserEntry>>, Error> {
+    fn begin(&mut self) -> Result<Step<UserDataPage>, Error> {
         match self.ks.user_index(&self.user) {
             Some(index) => {
                 let request = Request::script_in(
@@ -228,7 +256,7 @@ impl ListUserData {
         }
     }
 
-    fn scanned(&mut self, step: Step<Vec<Bytes>>) -> Result<Step<Vec<UserEntry>>, Error> {
+    fn scanned(&mut self, step: Step<Vec<Bytes>>) -> Result<Step<UserDataPage>, Error> {
         match forward(step) {
             Ok(keys) => {
                 let entries = legacy_entries(&self.ks, &self.user, self.ns.as_deref(), &keys);
@@ -238,16 +266,32 @@ impl ListUserData {
         }
     }
 
-    fn fetch(&mut self, entries: Vec<(String, String)>) -> Result<Step<Vec<UserEntry>>, Error> {
-        let sorted: Vec<(String, String)> = entries
+    fn fetch(&mut self, entries: Vec<(String, String)>) -> Result<Step<UserDataPage>, Error> {
+        let mut sorted: Vec<(String, String)> = entries
             .into_iter()
             .filter(|(ns, _)| self.ns.as_ref().is_none_or(|want| want == ns))
+            .filter(|(ns, key)| {
+                self.after
+                    .as_ref()
+                    .is_none_or(|after| (ns.as_str(), key.as_str()) > (&after.ns, &after.key))
+            })
             .collect::<BTreeSet<_>>()
             .into_iter()
+            .take(self.limit + 1)
             .collect();
+        if sorted.len() > self.limit {
+            sorted.truncate(self.limit);
+            self.next = sorted.last().map(|(ns, key)| UserDataCursor {
+                ns: ns.clone(),
+                key: key.clone(),
+            });
+        }
         if sorted.is_empty() {
             self.state = ListState::Finished;
-            return Ok(Step::Done(Ok(Vec::new())));
+            return Ok(Step::Done(Ok(UserDataPage {
+                items: Vec::new(),
+                next: None,
+            })));
         }
         // Entries of one user share a slot in the cluster layout; legacy keys do not.
         let per_request = match self.ks.user_index(&self.user) {
@@ -275,7 +319,7 @@ impl ListUserData {
         &mut self,
         state: ListState,
         replies: Vec<Reply>,
-    ) -> Result<Step<Vec<UserEntry>>, Error> {
+    ) -> Result<Step<UserDataPage>, Error> {
         match state {
             ListState::Index => {
                 let members = one(replies)?.into_array()?;
@@ -300,7 +344,10 @@ impl ListUserData {
                         }
                     }
                 }
-                Ok(Step::Done(Ok(out)))
+                Ok(Step::Done(Ok(UserDataPage {
+                    items: out,
+                    next: self.next.take(),
+                })))
             }
             ListState::Start | ListState::Finished => {
                 Err(misuse("ListUserData resumed out of order"))
@@ -310,16 +357,16 @@ impl ListUserData {
 }
 
 impl Plan for ListUserData {
-    type Output = Vec<UserEntry>;
+    type Output = UserDataPage;
 
-    fn start(&mut self) -> Step<Vec<UserEntry>> {
+    fn start(&mut self) -> Step<UserDataPage> {
         match self.state {
             ListState::Start => self.begin().unwrap_or_else(|e| Step::Done(Err(e))),
             _ => Step::Done(Err(misuse("ListUserData::start called twice"))),
         }
     }
 
-    fn resume(&mut self, replies: Vec<Reply>) -> Step<Vec<UserEntry>> {
+    fn resume(&mut self, replies: Vec<Reply>) -> Step<UserDataPage> {
         let state = std::mem::replace(&mut self.state, ListState::Finished);
         self.on_replies(state, replies)
             .unwrap_or_else(|e| Step::Done(Err(e)))

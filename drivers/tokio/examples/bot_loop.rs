@@ -101,7 +101,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let expected: Vec<i64> = (1..=PER_CHAT as i64).collect();
     for chat in (1..=CHATS).map(|c| format!("run{run}-chat{c}")) {
         let page = store.list_messages(&chat, &MessageQuery::new()).await?;
-        let saved: Vec<i64> = page.messages.iter().map(|m| m.time_ms).collect();
+        let saved: Vec<i64> = page.items.iter().map(|m| m.time_ms).collect();
         if saved != expected || sent.get(&chat) != Some(&expected) {
             return Err(format!(
                 "{chat}: saved {saved:?}, replies sent {:?}",

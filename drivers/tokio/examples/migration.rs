@@ -117,7 +117,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let page = store
             .list_messages(chat, &MessageQuery::new().limit(10))
             .await?;
-        let ids: Vec<&str> = page.messages.iter().map(|m| m.id.as_str()).collect();
+        let ids: Vec<&str> = page.items.iter().map(|m| m.id.as_str()).collect();
         if ids != ["m1", "m2", "m3"] || store.get_chat(chat).await?.is_none() {
             return Err(format!("chat {chat:?} after the migration: messages {ids:?}").into());
         }

@@ -12,10 +12,10 @@ async fn main() -> Result<(), botmesh_redis_tokio::Error> {
         .save_message("chat-1", "m1", 1_700_000_000_000, "hello".into())
         .await?;
     let page = store.list_messages("chat-1", &MessageQuery::new()).await?;
-    println!("{:?}", page.messages[0].payload);
+    println!("{:?}", page.items[0].payload);
     println!(
         "summary: {} message(s) listed, layout {}",
-        page.messages.len(),
+        page.items.len(),
         store.layout().name()
     );
     store.executor().close().await;
