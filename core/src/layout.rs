@@ -7,7 +7,6 @@
 // Segments are written straight into the key being formatted, without a String of their own.
 use crate::keys::{bucket, enc_display as enc, Key, BUCKET_COUNT};
 use std::fmt;
-use std::fmt::Write as _;
 
 /// The value of the layout marker key in the cluster layout.
 pub const CLUSTER_V1: &str = "cluster:v1";
@@ -316,17 +315,6 @@ impl Keyspace {
     pub fn record_index(&self, kind: RecordKind, b: u8) -> Option<Key> {
         (self.is_cluster() && b < BUCKET_COUNT)
             .then(|| self.key(format_args!("{{{}:{b}}}:idx", kind.tag())))
-    }
-
-    /// What every record key of bucket `b` of `kind` starts with, `p:{<kind>:<b>}:r:`, the
-    /// rest being `enc(id)` (cluster layout only; `None` in legacy or out of range). The one
-    /// script that derives record keys (`list_bucket`) is handed this.
-    pub fn record_key_head(&self, kind: RecordKind, b: u8) -> Option<String> {
-        (self.is_cluster() && b < BUCKET_COUNT).then(|| {
-            let mut head = String::with_capacity(self.prefix.len() + 16);
-            let _ = write!(head, "{}:{{{}:{b}}}:r:", self.prefix, kind.tag());
-            head
-        })
     }
 
     /// All bucket indexes of `kind`, in bucket order (empty in the legacy layout).

@@ -42,9 +42,6 @@ manifest! {
     SET_EXPIRING_INDEXED = "set_expiring_indexed";
     /// Deletes a value and its index member together.
     DELETE_INDEXED = "delete_indexed";
-    /// Reads one bucket's ids after a cursor with their records: a listing of chats or
-    /// contacts in one call per bucket.
-    LIST_BUCKET = "list_bucket";
     /// Drops the expired members of an expiry-scored index and lists the others.
     LIST_EXPIRING_INDEX = "list_expiring_index";
     // --- user data (store/user)

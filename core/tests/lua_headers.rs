@@ -13,7 +13,6 @@
 //! -- KEYS[3..] <optional, last KEYS line only: a variable tail of keys>
 //! -- ARGV[1] <what the first argument is>
 //! -- ARGV[2..] <optional, last ARGV line only: a variable tail of arguments>
-//! -- DERIVES <local> <optional: a key the script derives, how, and why it is in KEYS[1]'s slot>
 //! -- Returns <what the script returns>
 //! -- <continuation lines, optional>
 //! ```
@@ -23,10 +22,6 @@
 //!   by their first key). `ARGV` lines follow, numbered the same way; there may be none.
 //!   Each declaration has a description. Only the last line of each group may be a variable tail
 //!   `[n..]`.
-//! - `DERIVES` lines (optional) follow the `ARGV` lines. Each names a local that holds a key
-//!   the script builds, and says how and why it is in the slot of `KEYS[1]`: the one exception
-//!   to "no script builds a key name", for a read that would otherwise take a second round
-//!   trip (`list_bucket`). A derived key may only be read (`GET`).
 //! - One `-- Returns ...` line follows the declarations. Other comment lines between the
 //!   declarations are taken as continuations of the line before.
 //!
@@ -38,8 +33,7 @@
 //! - No script builds a key name: in every `redis.call(...)` / `redis.pcall(...)` the command
 //!   is a string literal, and every key argument is `KEYS[...]`, a local bound only by
 //!   `local x = KEYS[...]` (or `for _, x in ipairs(KEYS)`), or a spread `unpack(KEYS, ...)`
-//!   where the command takes a variable number of keys, or, for a read-only command
-//!   ([`DERIVED_READS`]), a local the header declares with `DERIVES`. Which arguments are keys depends on the
+//!   where the command takes a variable number of keys. Which arguments are keys depends on the
 //!   command (see [`key_positions`]): the first argument by default; both for `RENAME`,
 //!   `RENAMENX`, `SMOVE`, `LMOVE`, `RPOPLPUSH`, `COPY`, `ZRANGESTORE`...; the destination and
 //!   the `numkeys` sources for `ZUNIONSTORE`/`ZINTERSTORE`/`ZDIFFSTORE`; all of them for `DEL`,
@@ -241,8 +235,6 @@ impl Declared {
 struct Header {
     keys: Declared,
     argv: Declared,
-    /// The locals declared by `DERIVES` lines: keys the script builds, only read.
-    derived: BTreeSet<String>,
     /// The number of lines in the header.
     lines: usize,
 }
@@ -284,23 +276,9 @@ fn parse_header(stem: &str, src: &str) -> Result<Header, Vec<String>> {
     let mut stage = Stage::Description;
     let mut groups: BTreeMap<&str, Declared> = BTreeMap::new();
     let mut returns = 0;
-    let mut derived = BTreeSet::new();
     for (i, line) in lines.iter().enumerate().skip(1) {
         let n = i + 1;
         let rest = line.trim_start_matches('-').trim_start();
-        if let Some(decl) = rest.strip_prefix("DERIVES ") {
-            if stage == Stage::Description || stage == Stage::Returns {
-                problems.push(format!(
-                    "line {n}: DERIVES must follow the KEYS and ARGV lines"
-                ));
-            }
-            match decl.split_once(' ') {
-                Some((name, text)) if !name.is_empty() && !text.trim().is_empty() => {
-                    derived.insert(name.to_owned());
-                }
-                _ => problems.push(format!("line {n}: DERIVES needs a local and a description")),
-            }
-        }
         for (group, group_stage) in [("KEYS", Stage::Keys), ("ARGV", Stage::Argv)] {
             let Some(parsed) = declaration(rest, group) else {
                 continue;
@@ -351,7 +329,6 @@ fn parse_header(stem: &str, src: &str) -> Result<Header, Vec<String>> {
         Ok(Header {
             keys,
             argv: groups.remove("ARGV").unwrap_or_default(),
-            derived,
             lines: lines.len(),
         })
     } else {
@@ -558,15 +535,11 @@ fn call_args(tokens: &[Token], open: usize) -> Option<Vec<&[Token]>> {
     Some(args)
 }
 
-/// The commands that may take a key a script derives (`DERIVES`): reads of one key.
-const DERIVED_READS: &[&str] = &["GET"];
-
 /// Checks the key arguments of one `redis.call`/`redis.pcall`; `args` excludes the command.
 fn check_call(
     command: &str,
     args: &[&[Token]],
     locals: &BTreeSet<String>,
-    derived: &BTreeSet<String>,
     line: usize,
     problems: &mut Vec<String>,
 ) {
@@ -608,12 +581,6 @@ fn check_call(
     for (i, spread_allowed) in positions {
         match args.get(i) {
             Some(arg) if is_key(arg, locals) || (spread_allowed && is_keys_spread(arg)) => {}
-            Some(
-                [Token {
-                    tok: Tok::Ident(name),
-                    ..
-                }],
-            ) if derived.contains(name) && DERIVED_READS.contains(&command) => {}
             Some(arg) => problems.push(format!(
                 "line {}: {command}: key argument {} is `{}`, not KEYS[n] or a local bound to one",
                 arg.first().map_or(line, |t| t.line),
@@ -696,14 +663,7 @@ fn check_body(header: &Header, body: &[Token]) -> Vec<String> {
                     continue;
                 }
             };
-            check_call(
-                &command,
-                &args[1..],
-                &locals,
-                &header.derived,
-                t.line,
-                &mut problems,
-            );
+            check_call(&command, &args[1..], &locals, t.line, &mut problems);
         }
     }
     problems
@@ -884,51 +844,6 @@ fn a_key_built_from_argv_is_rejected() {
     assert_eq!(
         problems,
         "line 6: GET: key argument 1 is `\"bot:\" .. ARGV [ 1 ]`, not KEYS[n] or a local bound to one"
-    );
-}
-
-/// A header with a derived key, as `list_bucket` declares its records.
-const DERIVING: &str = "\
--- t: reads records next to an index.
--- KEYS[1] the index
--- ARGV[1] the head of the record keys
--- DERIVES record_key ARGV[1] then an id, in KEYS[1]'s slot
--- Returns the values
-";
-
-#[test]
-fn a_derived_key_may_only_be_read() {
-    let read = format!(
-        "{DERIVING}local record_key = ARGV[1] .. 'x'\nreturn redis.call('GET', record_key)\n"
-    );
-    let header = check_script("t", &read).unwrap();
-    assert_eq!(header.derived, BTreeSet::from(["record_key".to_owned()]));
-
-    let write = format!(
-        "{DERIVING}local record_key = ARGV[1] .. 'x'\nreturn redis.call('SET', record_key, 1)\n"
-    );
-    assert_eq!(
-        rejected("t", &write),
-        "line 7: SET: key argument 1 is `record_key`, not KEYS[n] or a local bound to one"
-    );
-
-    let undeclared =
-        format!("{DERIVING}local other = ARGV[1] .. 'x'\nreturn redis.call('GET', other)\n");
-    assert_eq!(
-        rejected("t", &undeclared),
-        "line 7: GET: key argument 1 is `other`, not KEYS[n] or a local bound to one"
-    );
-
-    let misplaced = "\
--- t: a derived key before the keys.
--- DERIVES record_key somewhere
--- KEYS[1] the index
--- Returns nothing
-return 1
-";
-    assert_eq!(
-        rejected("t", misplaced),
-        "line 2: DERIVES must follow the KEYS and ARGV lines"
     );
 }
 

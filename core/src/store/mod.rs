@@ -23,9 +23,6 @@
 //! [`Request::single_node_script`]. Scripts never build key names: where a script needs keys
 //! that depend on data (the items of a page of messages, the members of a chunk), the plan reads
 //! the ids first, builds the keys in Rust with [`Keyspace`](crate::layout::Keyspace) and passes them as `KEYS`.
-//! The one exception is a read: `list_bucket` derives the record keys of a bucket from the head
-//! the plan gives it, so a listing of chats or contacts is one call per bucket (see
-//! [`records::list_records`]).
 
 use std::time::Duration;
 

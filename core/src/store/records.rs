@@ -25,6 +25,7 @@
 //! a scan of the whole keyspace per page.
 
 use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -38,9 +39,7 @@ use crate::scan::{scan, Scan};
 use crate::value::Value;
 
 use super::{clamp_limit, forward, ttl_arg, values};
-use crate::scripts::{
-    DELETE_INDEXED, LIST_BUCKET, LIST_EXPIRING_INDEX, SET_EXPIRING_INDEXED, SET_INDEXED,
-};
+use crate::scripts::{DELETE_INDEXED, LIST_EXPIRING_INDEX, SET_EXPIRING_INDEXED, SET_INDEXED};
 
 /// A record: its id and value.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -181,30 +180,13 @@ pub fn list_records(
     })
 }
 
-/// The records read per bucket by one `list_bucket` call, for a page of `limit`: three times
-/// a bucket's fair share of the page, at least 8, at most the ids the call returns. A page's
-/// ids spread over the 32 buckets by FNV-1a, so a bucket holding more of the page than this is
-/// rare (for a page of 100, about 1 in 100,000); its other records are read afterwards.
-fn reads_per_bucket(limit: usize) -> usize {
-    let share = (limit + 1).div_ceil(usize::from(BUCKET_COUNT));
-    (3 * share).max(8).min(limit + 1)
-}
-
 /// The plan of [`list_records`].
 ///
 /// ```text
-///           chats, contacts: 32 list_bucket calls (ids and records) ──┐
-///           checkpoints: 32 expiry index reads (ids) ─────────────────┤
-/// start ──┤                                                           ├──► merge, sort, page
-///           legacy:  SCAN loop (ids) ─────────────────────────────────┘          │
-///      Done(page) ◄── MGET per bucket of the page's records not read yet ◄───────┘
+///           cluster: 32 index reads ──┐
+/// start ──┤                           ├──► merge, sort, page ──► MGET per bucket ──► Done(page)
+///           legacy:  SCAN loop ───────┘          └──no ids──► Done(empty page)
 /// ```
-///
-/// Chats and contacts take 32 commands in the common case: each bucket's call returns its ids
-/// after the cursor with the records of the first [`reads_per_bucket`] of them. Only a page
-/// record that no call read (a bucket holding an unusual share of the page, or a record moved
-/// away by a live slot migration while its index stayed) costs an `MGET`, with declared keys,
-/// routed and redirected as usual, so the listing stays exact while slots move.
 #[derive(Debug)]
 pub struct ListRecords {
     ks: Keyspace,
@@ -217,18 +199,14 @@ pub struct ListRecords {
 #[derive(Debug)]
 enum State {
     Start,
-    /// Waiting for the 32 `list_bucket` calls (chats and contacts, cluster layout).
-    Buckets,
-    /// Waiting for the 32 bucket indexes (checkpoints, cluster layout).
+    /// Waiting for the 32 bucket indexes (cluster layout).
     Indexes,
     /// Scanning the records' pattern (legacy layout).
     Scanning(Scan),
-    /// Waiting for the records, one reply per group of ids; `found` holds the page's records
-    /// already read.
+    /// Waiting for the records, one reply per group of ids.
     Fetching {
         groups: Vec<Vec<String>>,
         next: Option<String>,
-        found: Vec<Record>,
     },
     Finished,
 }
@@ -247,32 +225,6 @@ impl ListRecords {
             Some(after) => format!("({after}"),
             None => "-".to_owned(),
         };
-        if !expiring {
-            let reads = reads_per_bucket(self.limit);
-            let batch = (0..BUCKET_COUNT)
-                .filter_map(|b| {
-                    let index = self.ks.record_index(self.kind, b)?;
-                    let head = self.ks.record_key_head(self.kind, b)?;
-                    Some((index, head))
-                })
-                .map(|(index, head)| {
-                    Request::script_in(
-                        &self.ks,
-                        &LIST_BUCKET,
-                        Access::Read,
-                        vec![index],
-                        vec![
-                            Bytes::from(min.clone()),
-                            Bytes::from((self.limit + 1).to_string()),
-                            Bytes::from(reads.to_string()),
-                            Bytes::from(head),
-                        ],
-                    )
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            self.state = State::Buckets;
-            return Ok(Step::Send(batch));
-        }
         let batch = (0..BUCKET_COUNT)
             .filter_map(|b| self.ks.record_index(self.kind, b))
             .map(|index| {
@@ -310,51 +262,32 @@ impl ListRecords {
                     .iter()
                     .filter_map(|key| key.strip_prefix(head.as_bytes()))
                     .filter_map(|id| std::str::from_utf8(id).ok())
-                    .map(|id| (id.to_owned(), None));
+                    .map(str::to_owned);
                 self.page(ids)
             }
             Err(step) => Ok(step),
         }
     }
 
-    /// Keeps the first `limit` ids after the cursor, each with its record when already read,
-    /// and asks for the records not read yet.
-    fn page(
-        &mut self,
-        ids: impl Iterator<Item = (String, Option<Bytes>)>,
-    ) -> Result<Step<RecordPage>, Error> {
+    /// Keeps the first `limit` ids after the cursor and asks for their records.
+    fn page(&mut self, ids: impl Iterator<Item = String>) -> Result<Step<RecordPage>, Error> {
         let after = self.after.as_deref();
-        // A record read wins over the same id without one (ids are unique per bucket, so
-        // this only merges a bucket's answer with itself).
-        let mut merged: BTreeMap<String, Option<Bytes>> = BTreeMap::new();
-        for (id, value) in ids.filter(|(id, _)| after.is_none_or(|a| id.as_str() > a)) {
-            let slot = merged.entry(id).or_default();
-            if value.is_some() {
-                *slot = value;
-            }
-        }
-        let mut sorted: Vec<(String, Option<Bytes>)> =
-            merged.into_iter().take(self.limit + 1).collect();
+        let mut sorted: Vec<String> = ids
+            .filter(|id| after.is_none_or(|a| id.as_str() > a))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .take(self.limit + 1)
+            .collect();
         let more = sorted.len() > self.limit;
         sorted.truncate(self.limit);
-        let next = if more {
-            sorted.last().map(|(id, _)| id.clone())
-        } else {
-            None
-        };
-        let mut found = Vec::new();
-        let mut unread = Vec::new();
-        for (id, value) in sorted {
-            match value {
-                Some(value) => found.push(Record { id, value }),
-                None => unread.push(id),
-            }
-        }
-        if unread.is_empty() {
+        let next = if more { sorted.last().cloned() } else { None };
+        if sorted.is_empty() {
             self.state = State::Finished;
-            return Ok(Step::Done(Ok(RecordPage { items: found, next })));
+            return Ok(Step::Done(Ok(RecordPage {
+                items: Vec::new(),
+                next,
+            })));
         }
-        let sorted = unread;
         // One MGET per slot: a bucket in the cluster layout, a key in the legacy layout.
         let groups: Vec<Vec<String>> = match self.ks.layout() {
             Layout::Cluster => {
@@ -376,38 +309,19 @@ impl ListRecords {
                     .build()
             })
             .collect::<Result<Vec<_>, _>>()?;
-        self.state = State::Fetching {
-            groups,
-            next,
-            found,
-        };
+        self.state = State::Fetching { groups, next };
         Ok(Step::Send(batch))
     }
 
     fn on_replies(&mut self, state: State, replies: Vec<Reply>) -> Result<Step<RecordPage>, Error> {
         match state {
-            State::Buckets => {
-                let mut ids = Vec::new();
-                for reply in values(replies, usize::from(BUCKET_COUNT))? {
-                    let mut pairs = reply.into_array()?.into_iter();
-                    while let Some(id) = pairs.next() {
-                        let Some(value) = pairs.next() else {
-                            return Err(Error::UnexpectedReply {
-                                detail: "list_bucket answered an id without its value".into(),
-                            });
-                        };
-                        ids.push((id.into_string()?, value.into_opt_bytes()?));
-                    }
-                }
-                self.page(ids.into_iter())
-            }
             State::Indexes => {
                 // Chats and contacts come after the cursor already (BYLEX); an expiry index
                 // lists every live member, and `page` drops those up to the cursor.
                 let mut ids = Vec::new();
                 for reply in values(replies, usize::from(BUCKET_COUNT))? {
                     for member in reply.into_array()? {
-                        ids.push((member.into_string()?, None));
+                        ids.push(member.into_string()?);
                     }
                 }
                 self.page(ids.into_iter())
@@ -417,12 +331,8 @@ impl ListRecords {
                 self.state = State::Scanning(scan);
                 self.scanned(step)
             }
-            State::Fetching {
-                groups,
-                next,
-                found,
-            } => {
-                let mut records = found;
+            State::Fetching { groups, next } => {
+                let mut records = Vec::new();
                 let replies = values(replies, groups.len())?;
                 for (ids, reply) in groups.into_iter().zip(replies) {
                     for (id, value) in ids.into_iter().zip(reply.into_array()?) {
@@ -456,19 +366,5 @@ impl Plan for ListRecords {
         let state = std::mem::replace(&mut self.state, State::Finished);
         self.on_replies(state, replies)
             .unwrap_or_else(|e| Step::Done(Err(e)))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::reads_per_bucket;
-
-    #[test]
-    fn a_bucket_reads_three_times_its_share_of_the_page() {
-        assert_eq!(reads_per_bucket(1), 2);
-        assert_eq!(reads_per_bucket(3), 4);
-        assert_eq!(reads_per_bucket(10), 8);
-        assert_eq!(reads_per_bucket(100), 12);
-        assert_eq!(reads_per_bucket(1000), 96);
     }
 }
