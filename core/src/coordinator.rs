@@ -275,7 +275,7 @@ impl<E: Executor> Schedules<E> {
     }
 
     /// A page of live schedules (deleted markers hidden) with ids after `after`, sorted by id:
-    /// at most `limit` (a page holds at most [`MAX_SCHEDULES`](crate::coord::MAX_SCHEDULES)),
+    /// at most `limit` (a page holds at most [`MAX_PAGE`](crate::MAX_PAGE)),
     /// and the cursor of the next page: pass it as `after` until it is `None`.
     pub async fn list(&self, after: Option<&str>, limit: usize) -> Result<SchedulePage, Error> {
         self.exec

@@ -105,8 +105,8 @@ pub use layout::{KeyError, ParseLayoutError};
 pub use executor::{Deployment, Executor};
 pub use layout::{Keyspace, Layout};
 #[cfg(feature = "serde")]
-pub use options::{ClientConfig, StoreConfig, TurnConfig};
-pub use options::{ClientOptions, TlsOptions};
+pub use options::{ClientConfig, StoreConfig, TlsConfig, TurnConfig};
+pub use options::{ClientOptions, Pem, TlsOptions};
 // Raw commands, for what the typed API does not cover (`Executor::call`).
 /// Record values and message bodies are `Bytes`; re-exported so a caller needs no extra
 /// dependency to build one.

@@ -43,10 +43,31 @@ pub struct ClientOptions {
 /// subject alternative name.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct TlsOptions {
-    roots: Vec<Vec<u8>>,
+    roots: Vec<Pem>,
     only_given_roots: bool,
-    client_cert: Option<(Vec<u8>, Vec<u8>)>,
+    client_cert: Option<(Pem, Pem)>,
     server_name: Option<String>,
+}
+
+/// PEM text for [`TlsOptions`]: given in memory, or a file the driver reads when the client
+/// starts (the core reads no files), so a bad path is a configuration error at start.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Pem {
+    /// The PEM text itself.
+    Bytes(Vec<u8>),
+    /// A file holding it.
+    File(std::path::PathBuf),
+}
+
+impl fmt::Debug for Pem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            // PEM may be a private key: only its size is shown.
+            Pem::Bytes(bytes) => write!(f, "Pem::Bytes({} bytes)", bytes.len()),
+            Pem::File(path) => f.debug_tuple("Pem::File").field(path).finish(),
+        }
+    }
 }
 
 impl fmt::Debug for TlsOptions {
@@ -72,7 +93,13 @@ impl TlsOptions {
     /// a private CA. The public roots stay trusted unless [`TlsOptions::only_these_roots`] is
     /// set.
     pub fn root_certificates_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.roots.push(pem.into());
+        self.roots.push(Pem::Bytes(pem.into()));
+        self
+    }
+
+    /// [`TlsOptions::root_certificates_pem`] from a file, read when the client starts.
+    pub fn root_certificates_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.roots.push(Pem::File(path.into()));
         self
     }
 
@@ -90,7 +117,17 @@ impl TlsOptions {
         chain: impl Into<Vec<u8>>,
         key: impl Into<Vec<u8>>,
     ) -> Self {
-        self.client_cert = Some((chain.into(), key.into()));
+        self.client_cert = Some((Pem::Bytes(chain.into()), Pem::Bytes(key.into())));
+        self
+    }
+
+    /// [`TlsOptions::client_certificate_pem`] from two files, read when the client starts.
+    pub fn client_certificate_files(
+        mut self,
+        chain: impl Into<std::path::PathBuf>,
+        key: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        self.client_cert = Some((Pem::File(chain.into()), Pem::File(key.into())));
         self
     }
 
@@ -103,8 +140,8 @@ impl TlsOptions {
         self
     }
 
-    /// The extra root certificates, as given (PEM).
-    pub fn roots_pem(&self) -> &[Vec<u8>] {
+    /// The extra root certificates, as given.
+    pub fn roots_pem(&self) -> &[Pem] {
         &self.roots
     }
 
@@ -113,11 +150,9 @@ impl TlsOptions {
         self.only_given_roots
     }
 
-    /// The client certificate chain and key (PEM), if any.
-    pub fn client_certificate(&self) -> Option<(&[u8], &[u8])> {
-        self.client_cert
-            .as_ref()
-            .map(|(chain, key)| (chain.as_slice(), key.as_slice()))
+    /// The client certificate chain and key, if any.
+    pub fn client_certificate(&self) -> Option<(&Pem, &Pem)> {
+        self.client_cert.as_ref().map(|(chain, key)| (chain, key))
     }
 
     /// The server-name override, if any.
@@ -346,7 +381,7 @@ impl ClientOptions {
 }
 
 #[cfg(feature = "serde")]
-pub use config::{ClientConfig, StoreConfig, TurnConfig};
+pub use config::{ClientConfig, StoreConfig, TlsConfig, TurnConfig};
 
 /// Options as a config file writes them (feature `serde`): plain data with `deny_unknown_fields`,
 /// durations in whole milliseconds (`connect_timeout_ms = 2000`), converted into the real options
@@ -357,11 +392,12 @@ pub use config::{ClientConfig, StoreConfig, TurnConfig};
 #[cfg(feature = "serde")]
 mod config {
     use std::fmt;
+    use std::path::PathBuf;
     use std::time::Duration;
 
     use serde::{Deserialize, Serialize};
 
-    use super::{parse_url, redact_url, ClientOptions};
+    use super::{parse_url, redact_url, ClientOptions, TlsOptions};
     use crate::coord::TurnOptions;
     use crate::error::{ConfigError, Error};
     use crate::layout::Layout;
@@ -417,6 +453,74 @@ mod config {
         pub stall_refresh_ms: Option<u64>,
         /// [`ClientOptions::refresh_interval`] in ms.
         pub refresh_interval_ms: Option<u64>,
+        /// TLS to every node ([`ClientOptions::tls`]), with these settings; left out, TLS
+        /// follows the URLs' scheme (`rediss://`) with the default settings.
+        pub tls: Option<TlsConfig>,
+    }
+
+    /// What a config file says about TLS: files of PEM text, read when the client starts
+    /// ([`TlsOptions`]). An empty section (`[client.tls]`) turns TLS on with the public roots.
+    ///
+    /// ```
+    /// use botmesh_redis_core::ClientConfig;
+    ///
+    /// let config: ClientConfig = serde_json::from_str(
+    ///     r#"{ "nodes": ["10.0.0.1:6380"],
+    ///          "tls": { "ca_file": "/etc/redis/ca.crt", "only_these_roots": true,
+    ///                   "cert_file": "/etc/redis/client.crt", "key_file": "/etc/redis/client.key" } }"#,
+    /// )?;
+    /// let options = config.into_options()?;
+    /// assert!(options.tls_settings()?.is_some());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+    #[serde(default, deny_unknown_fields)]
+    #[non_exhaustive]
+    pub struct TlsConfig {
+        /// A PEM bundle of root certificates to trust ([`TlsOptions::root_certificates_file`]).
+        pub ca_file: Option<PathBuf>,
+        /// Trust only `ca_file`, not the public roots ([`TlsOptions::only_these_roots`]).
+        pub only_these_roots: bool,
+        /// The client certificate chain, PEM, for mutual TLS; needs `key_file`
+        /// ([`TlsOptions::client_certificate_files`]).
+        pub cert_file: Option<PathBuf>,
+        /// The client's private key, PEM; needs `cert_file`.
+        pub key_file: Option<PathBuf>,
+        /// The name every server's certificate is checked against
+        /// ([`TlsOptions::server_name`]).
+        pub server_name: Option<String>,
+    }
+
+    impl TlsConfig {
+        fn into_options(self) -> Result<TlsOptions, Error> {
+            let mut tls = TlsOptions::new();
+            match self.ca_file {
+                Some(path) => tls = tls.root_certificates_file(path),
+                None if self.only_these_roots => {
+                    return Err(tls_config("only_these_roots needs ca_file"))
+                }
+                None => {}
+            }
+            if self.only_these_roots {
+                tls = tls.only_these_roots();
+            }
+            match (self.cert_file, self.key_file) {
+                (Some(cert), Some(key)) => tls = tls.client_certificate_files(cert, key),
+                (None, None) => {}
+                _ => return Err(tls_config("cert_file and key_file go together")),
+            }
+            if let Some(name) = self.server_name {
+                tls = tls.server_name(name);
+            }
+            Ok(tls)
+        }
+    }
+
+    fn tls_config(reason: &str) -> Error {
+        ConfigError::Tls {
+            reason: format!("tls: {reason}"),
+        }
+        .into()
     }
 
     impl fmt::Debug for ClientConfig {
@@ -437,6 +541,7 @@ mod config {
                 .field("response_timeout_ms", &self.response_timeout_ms)
                 .field("stall_refresh_ms", &self.stall_refresh_ms)
                 .field("refresh_interval_ms", &self.refresh_interval_ms)
+                .field("tls", &self.tls)
                 .finish()
         }
     }
@@ -501,6 +606,9 @@ mod config {
             }
             if let Some(d) = millis("refresh_interval_ms", self.refresh_interval_ms)? {
                 options = options.refresh_interval(d);
+            }
+            if let Some(tls) = self.tls {
+                options = options.tls(tls.into_options()?);
             }
             Ok(options)
         }
@@ -807,7 +915,7 @@ mod tests {
                 .tls_settings(),
             Ok(Some(tls.clone()))
         );
-        assert_eq!(tls.roots_pem(), [b"pem".to_vec()]);
+        assert_eq!(tls.roots_pem(), [Pem::Bytes(b"pem".to_vec())]);
         assert!(tls.trusts_only_given_roots());
         assert_eq!(tls.server_name_override(), Some("redis.internal"));
         assert_eq!(tls.client_certificate(), None);

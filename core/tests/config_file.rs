@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use botmesh_redis_core::driver::options::{ClientConfig, StoreConfig, TurnConfig};
 use botmesh_redis_core::driver::session::{Auth, Endpoints};
+use botmesh_redis_core::{ClientConfig, StoreConfig, TlsOptions, TurnConfig};
 use botmesh_redis_core::{ConfigError, Error, Layout, NodeAddr};
 use serde::Deserialize;
 
@@ -160,6 +160,37 @@ fn client_configs_that_are_refused() {
     assert!(refused("url = \"h:1\"\nretry_base_ms = 0\n").contains("retry_base_ms"));
     assert!(refused("nodes = [\"h:1\", \"http://h:2\"]\n").contains("unsupported scheme"));
     assert!(refused("url = \"redis://h:1/3\"\n").contains("database 0"));
+    assert!(refused("url = \"h:1\"\n[tls]\nonly_these_roots = true\n")
+        .contains("only_these_roots needs ca_file"));
+    assert!(refused("url = \"h:1\"\n[tls]\ncert_file = \"c.crt\"\n")
+        .contains("cert_file and key_file go together"));
+}
+
+#[test]
+fn a_tls_section_turns_tls_on_with_its_files() {
+    let plain: ClientConfig = toml::from_str("url = \"redis://h:1\"\n").unwrap();
+    assert_eq!(plain.into_options().unwrap().tls_settings().unwrap(), None);
+    let empty: ClientConfig = toml::from_str("url = \"redis://h:1\"\n[tls]\n").unwrap();
+    assert_eq!(
+        empty.into_options().unwrap().tls_settings().unwrap(),
+        Some(TlsOptions::new())
+    );
+    let full: ClientConfig = toml::from_str(
+        "nodes = [\"h:1\"]\n[tls]\nca_file = \"/ca.crt\"\nonly_these_roots = true\n\
+         cert_file = \"/c.crt\"\nkey_file = \"/c.key\"\nserver_name = \"redis.internal\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        full.into_options().unwrap().tls_settings().unwrap(),
+        Some(
+            TlsOptions::new()
+                .root_certificates_file("/ca.crt")
+                .only_these_roots()
+                .client_certificate_files("/c.crt", "/c.key")
+                .server_name("redis.internal")
+        )
+    );
+    assert!(toml::from_str::<ClientConfig>("url = \"h:1\"\n[tls]\nca = \"x\"\n").is_err());
 }
 
 #[test]

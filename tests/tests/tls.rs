@@ -196,6 +196,36 @@ async fn mutual_tls_needs_the_client_certificate<R: Runtime>() {
     client.close().await;
 }
 
+/// The CA, the client certificate and its key read from files when the client starts (what a
+/// config file's `[tls]` section gives), against a server that requires client certificates;
+/// a missing file is a configuration error naming it.
+async fn pem_files_are_read_when_the_client_starts<R: Runtime>() {
+    let from_files = TlsOptions::new()
+        .root_certificates_file(files().path("ca.crt"))
+        .only_these_roots()
+        .client_certificate_files(files().path("client.crt"), files().path("client.key"));
+    let client =
+        Client::<R>::connect(ClientOptions::url(mutual().tls_url().unwrap()).tls(from_files))
+            .await
+            .unwrap();
+    ping_set_get(&client, "tls-files").await;
+    client.close().await;
+
+    let missing = files().path("no-such-ca.crt");
+    let options = ClientOptions::url("rediss://127.0.0.1:1")
+        .tls(TlsOptions::new().root_certificates_file(&missing));
+    match Client::<R>::start(options) {
+        Err(Error::Config(botmesh_redis_core::ConfigError::Tls { reason })) => assert_eq!(
+            reason.split(": No such file").next().unwrap(),
+            format!(
+                "cannot read the root certificate bundle {}",
+                missing.display()
+            )
+        ),
+        other => panic!("expected a config error, got {other:?}"),
+    }
+}
+
 async fn bad_pem_is_a_config_error<R: Runtime>() {
     let bad_root = ClientOptions::url("rediss://127.0.0.1:1")
         .tls(TlsOptions::new().root_certificates_pem(b"not a certificate".to_vec()));
@@ -228,5 +258,6 @@ both_drivers!(
     an_untrusted_ca_is_a_connect_error,
     the_public_roots_do_not_trust_the_test_ca,
     mutual_tls_needs_the_client_certificate,
+    pem_files_are_read_when_the_client_starts,
     bad_pem_is_a_config_error,
 );

@@ -57,7 +57,7 @@ pub const MAX_PAGE: usize = 1000;
 
 /// One page of a listing and where the next one starts: every listing of the store and of the
 /// coordination types answers in this shape ([`MessagePage`], [`RecordPage`],
-/// [`UserDataPage`](user::UserDataPage), [`SchedulePage`](crate::coord::SchedulePage)).
+/// [`UserDataPage`], [`SchedulePage`](crate::coord::SchedulePage)).
 ///
 /// A page holds at most the limit asked for (clamped to `1..=`[`MAX_PAGE`]). An item deleted
 /// while the page was read is left out, so a page can be shorter than the limit even when more

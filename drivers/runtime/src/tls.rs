@@ -10,7 +10,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 
-use botmesh_redis_core::{ConfigError, Error, NodeAddr, TlsOptions};
+use botmesh_redis_core::{ConfigError, Error, NodeAddr, Pem, TlsOptions};
 
 pub use rustls;
 
@@ -32,8 +32,9 @@ impl TlsConnector {
             roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
         }
         for pem in options.roots_pem() {
+            let pem = read(pem, "the root certificate bundle")?;
             let mut found = 0;
-            for cert in CertificateDer::pem_slice_iter(pem) {
+            for cert in CertificateDer::pem_slice_iter(&pem) {
                 let cert = cert.map_err(|e| bad("a root certificate is not valid PEM", &e))?;
                 roots
                     .add(cert)
@@ -60,7 +61,9 @@ impl TlsConnector {
         let config = match options.client_certificate() {
             None => builder.with_no_client_auth(),
             Some((chain_pem, key_pem)) => {
-                let chain = CertificateDer::pem_slice_iter(chain_pem)
+                let chain_pem = read(chain_pem, "the client certificate")?;
+                let key_pem = read(key_pem, "the client key")?;
+                let chain = CertificateDer::pem_slice_iter(&chain_pem)
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| bad("the client certificate is not valid PEM", &e))?;
                 if chain.is_empty() {
@@ -68,7 +71,7 @@ impl TlsConnector {
                         "the client certificate holds no PEM CERTIFICATE block".to_owned(),
                     ));
                 }
-                let key = PrivateKeyDer::from_pem_slice(key_pem)
+                let key = PrivateKeyDer::from_pem_slice(&key_pem)
                     .map_err(|e| bad("the client key is not a valid PEM private key", &e))?;
                 builder
                     .with_client_auth_cert(chain, key)
@@ -136,6 +139,18 @@ pub(crate) fn describe_failure(e: &io::Error) -> String {
         _ => "the TLS handshake failed",
     };
     format!("TLS handshake failed: {what}: {tls}")
+}
+
+/// The PEM text of `pem`, reading its file (once, when the client starts); `what` names it in
+/// the error.
+fn read<'a>(pem: &'a Pem, what: &str) -> Result<std::borrow::Cow<'a, [u8]>, Error> {
+    match pem {
+        Pem::Bytes(bytes) => Ok(std::borrow::Cow::Borrowed(bytes)),
+        Pem::File(path) => std::fs::read(path)
+            .map(std::borrow::Cow::Owned)
+            .map_err(|e| tls_error(format!("cannot read {what} {}: {e}", path.display()))),
+        _ => Err(tls_error(format!("{what}: an unknown PEM source"))),
+    }
 }
 
 /// A TLS setting that cannot be used, as a configuration error.
