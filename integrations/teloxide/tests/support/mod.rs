@@ -110,3 +110,76 @@ pub(crate) async fn turns<S>(storage: &DialogueStorage<S>, replica: &str) -> Cha
 pub(crate) async fn client(setup: Setup) -> Client {
     Client::connect(setup.client_options()).await.unwrap()
 }
+
+/// Whether a failed call may have run (its reply was lost, or it timed out after being sent).
+pub(crate) fn outcome_unknown(e: &botmesh_redis_tokio::Error) -> bool {
+    matches!(
+        e,
+        botmesh_redis_tokio::Error::ReplyLost { .. }
+            | botmesh_redis_tokio::Error::Timeout {
+                outcome_unknown: true
+            }
+    )
+}
+
+/// One update's read-modify-write of a chat's counting dialogue, as a handler does it: read,
+/// work for `work` (the handler's own processing), write back one more.
+pub(crate) async fn count_one<S>(
+    storage: &Arc<DialogueStorage<S>>,
+    chat: teloxide::types::ChatId,
+    update: u64,
+    work: Duration,
+) -> Result<(), Rmw>
+where
+    S: teloxide::dispatching::dialogue::Serializer<State> + Send + Sync + 'static,
+    <S as teloxide::dispatching::dialogue::Serializer<State>>::Error:
+        std::fmt::Debug + std::fmt::Display,
+{
+    use teloxide::dispatching::dialogue::Storage;
+    let state: Option<State> = Arc::clone(storage)
+        .get_dialogue(chat)
+        .await
+        .map_err(|e| Rmw::NotWritten(e.to_string()))?;
+    let count = match state {
+        Some(State::Counting { count, .. }) => count,
+        _ => 0,
+    };
+    if !work.is_zero() {
+        // The handler's own work between its read and its write (not a synchronisation).
+        tokio::time::sleep(work).await;
+    }
+    let next = State::Counting {
+        count: count + 1,
+        last: Some(update),
+    };
+    match Arc::clone(storage).update_dialogue(chat, next).await {
+        Ok(()) => Ok(()),
+        Err(botmesh_redis_teloxide::DialogueStorageError::RedisError(e)) if outcome_unknown(&e) => {
+            Err(Rmw::Unknown(e.to_string()))
+        }
+        Err(e) => Err(Rmw::NotWritten(e.to_string())),
+    }
+}
+
+/// How a read-modify-write failed.
+#[derive(Debug)]
+pub(crate) enum Rmw {
+    /// Nothing was written: the update may be handled again.
+    NotWritten(String),
+    /// The write may or may not have happened.
+    Unknown(String),
+}
+
+/// The count a chat's dialogue holds.
+pub(crate) async fn count_of<S>(storage: &Arc<DialogueStorage<S>>, chat: teloxide::types::ChatId) -> u64
+where
+    S: teloxide::dispatching::dialogue::Serializer<State> + Send + Sync + 'static,
+    <S as teloxide::dispatching::dialogue::Serializer<State>>::Error:
+        std::fmt::Debug + std::fmt::Display,
+{
+    use teloxide::dispatching::dialogue::Storage;
+    match Arc::clone(storage).get_dialogue(chat).await.unwrap() {
+        Some(State::Counting { count, .. }) => count,
+        _ => 0,
+    }
+}
