@@ -71,7 +71,10 @@ async fn run(setup: Setup, with_turns: bool) -> u64 {
 async fn under_turns_every_update_counts() {
     for setup in SETUPS {
         let count = run(setup, true).await;
-        assert_eq!(count, UPDATES, "{setup:?}: {count} of {UPDATES} updates kept under turns");
+        assert_eq!(
+            count, UPDATES,
+            "{setup:?}: {count} of {UPDATES} updates kept under turns"
+        );
     }
 }
 

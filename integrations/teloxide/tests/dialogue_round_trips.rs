@@ -30,22 +30,36 @@ where
         State::Start,
         State::ReceiveName,
         State::ReceiveAge { name: "Ana".into() },
-        State::Counting { count: 7, last: Some(6) },
+        State::Counting {
+            count: 7,
+            last: Some(6),
+        },
     ];
     for chat in CHATS {
         let id = ChatId(chat);
         let none: Option<State> = Arc::clone(&storage).get_dialogue(id).await.unwrap();
         assert_eq!(none, None, "{setup:?} chat {chat}: no dialogue yet");
         for state in &states {
-            Arc::clone(&storage).update_dialogue(id, state.clone()).await.unwrap();
+            Arc::clone(&storage)
+                .update_dialogue(id, state.clone())
+                .await
+                .unwrap();
             let read = Arc::clone(&storage).get_dialogue(id).await.unwrap();
             assert_eq!(read.as_ref(), Some(state), "{setup:?} chat {chat}");
         }
         // The key is the store's conversation of the chat id in decimal, with no TTL.
         let key = dialogue_key(&prefix, chat);
         let mut conn = setup.conn_for_key(&key);
-        assert_eq!(conn.cmd(&["EXISTS", key.as_str()]).unwrap().as_int(), Some(1), "{key}");
-        assert_eq!(conn.cmd(&["PTTL", key.as_str()]).unwrap().as_int(), Some(-1), "{key}");
+        assert_eq!(
+            conn.cmd(&["EXISTS", key.as_str()]).unwrap().as_int(),
+            Some(1),
+            "{key}"
+        );
+        assert_eq!(
+            conn.cmd(&["PTTL", key.as_str()]).unwrap().as_int(),
+            Some(-1),
+            "{key}"
+        );
 
         <DialogueStorage<S> as Storage<State>>::remove_dialogue(Arc::clone(&storage), id)
             .await
@@ -53,8 +67,7 @@ where
         let gone: Option<State> = Arc::clone(&storage).get_dialogue(id).await.unwrap();
         assert_eq!(gone, None);
         let again =
-            <DialogueStorage<S> as Storage<State>>::remove_dialogue(Arc::clone(&storage), id)
-                .await;
+            <DialogueStorage<S> as Storage<State>>::remove_dialogue(Arc::clone(&storage), id).await;
         assert!(
             matches!(again, Err(DialogueStorageError::DialogueNotFound)),
             "{setup:?}: removing a missing dialogue is DialogueNotFound, as in teloxide; got {again:?}"
@@ -74,7 +87,12 @@ async fn json_round_trips_in_every_setup() {
 #[tokio::test]
 async fn cbor_round_trips_in_every_setup() {
     for setup in SETUPS {
-        round_trips(setup, teloxide::dispatching::dialogue::serializer::Cbor, "cbor").await;
+        round_trips(
+            setup,
+            teloxide::dispatching::dialogue::serializer::Cbor,
+            "cbor",
+        )
+        .await;
     }
 }
 
@@ -82,7 +100,12 @@ async fn cbor_round_trips_in_every_setup() {
 #[tokio::test]
 async fn bincode_round_trips_in_every_setup() {
     for setup in SETUPS {
-        round_trips(setup, teloxide::dispatching::dialogue::serializer::Bincode, "bincode").await;
+        round_trips(
+            setup,
+            teloxide::dispatching::dialogue::serializer::Bincode,
+            "bincode",
+        )
+        .await;
     }
 }
 
@@ -93,9 +116,15 @@ async fn unreadable_dialogue_is_a_serde_error() {
         let prefix = prefix("garbage");
         let storage = setup.storage(&prefix, Json).await;
         let key = dialogue_key(&prefix, 7);
-        setup.conn_for_key(&key).cmd(&["SET", key.as_str(), "not json {"]).unwrap();
+        setup
+            .conn_for_key(&key)
+            .cmd(&["SET", key.as_str(), "not json {"])
+            .unwrap();
         let read: Result<Option<State>, _> = Arc::clone(&storage).get_dialogue(ChatId(7)).await;
-        assert!(matches!(read, Err(DialogueStorageError::SerdeError(_))), "{read:?}");
+        assert!(
+            matches!(read, Err(DialogueStorageError::SerdeError(_))),
+            "{read:?}"
+        );
         storage.close().await;
     }
 }
@@ -107,15 +136,24 @@ async fn ttl_is_set_by_every_update() {
         let prefix = prefix("ttl");
         let storage = DialogueStorage::open_with(
             setup.client_options(),
-            setup.storage_options(&prefix).ttl(Some(Duration::from_secs(300))),
+            setup
+                .storage_options(&prefix)
+                .ttl(Some(Duration::from_secs(300))),
             Json,
         )
         .await
         .unwrap();
         assert_eq!(storage.ttl(), Some(Duration::from_secs(300)));
-        Arc::clone(&storage).update_dialogue(ChatId(1), State::ReceiveName).await.unwrap();
+        Arc::clone(&storage)
+            .update_dialogue(ChatId(1), State::ReceiveName)
+            .await
+            .unwrap();
         let key = dialogue_key(&prefix, 1);
-        let pttl = setup.conn_for_key(&key).cmd(&["PTTL", key.as_str()]).unwrap().as_int();
+        let pttl = setup
+            .conn_for_key(&key)
+            .cmd(&["PTTL", key.as_str()])
+            .unwrap()
+            .as_int();
         assert!(
             matches!(pttl, Some(t) if t > 290_000 && t <= 300_000),
             "{setup:?}: PTTL {pttl:?}"
@@ -123,9 +161,20 @@ async fn ttl_is_set_by_every_update() {
         storage.close().await;
 
         let forever = setup.storage(&prefix, Json).await;
-        Arc::clone(&forever).update_dialogue(ChatId(1), State::ReceiveName).await.unwrap();
-        let pttl = setup.conn_for_key(&key).cmd(&["PTTL", key.as_str()]).unwrap().as_int();
-        assert_eq!(pttl, Some(-1), "{setup:?}: an update without a TTL keeps none");
+        Arc::clone(&forever)
+            .update_dialogue(ChatId(1), State::ReceiveName)
+            .await
+            .unwrap();
+        let pttl = setup
+            .conn_for_key(&key)
+            .cmd(&["PTTL", key.as_str()])
+            .unwrap()
+            .as_int();
+        assert_eq!(
+            pttl,
+            Some(-1),
+            "{setup:?}: an update without a TTL keeps none"
+        );
         forever.close().await;
     }
 }
@@ -178,7 +227,10 @@ async fn open_and_open_cluster_are_drop_ins() {
         .await
         .unwrap();
     assert_eq!(single.store().layout(), Layout::Legacy);
-    assert_eq!(single.store().keyspace().prefix(), botmesh_redis_teloxide::DEFAULT_PREFIX);
+    assert_eq!(
+        single.store().keyspace().prefix(),
+        botmesh_redis_teloxide::DEFAULT_PREFIX
+    );
     let cluster =
         DialogueStorage::open_cluster(botmesh_redis_harness::shared_cluster().seeds(), Json)
             .await
@@ -186,8 +238,14 @@ async fn open_and_open_cluster_are_drop_ins() {
     assert_eq!(cluster.store().layout(), Layout::Cluster);
     let erased = <DialogueStorage<Json> as Storage<State>>::erase(Arc::clone(&cluster));
     let chat = ChatId(-987_654_321_012);
-    Arc::clone(&erased).update_dialogue(chat, State::ReceiveName).await.unwrap();
-    assert_eq!(Arc::clone(&erased).get_dialogue(chat).await.unwrap(), Some(State::ReceiveName));
+    Arc::clone(&erased)
+        .update_dialogue(chat, State::ReceiveName)
+        .await
+        .unwrap();
+    assert_eq!(
+        Arc::clone(&erased).get_dialogue(chat).await.unwrap(),
+        Some(State::ReceiveName)
+    );
     erased.remove_dialogue(chat).await.unwrap();
     single.close().await;
     cluster.close().await;
@@ -197,5 +255,8 @@ async fn open_and_open_cluster_are_drop_ins() {
 #[tokio::test]
 async fn open_of_a_dead_address_is_a_redis_error() {
     let refused = DialogueStorage::open("redis://127.0.0.1:1", Json).await;
-    assert!(matches!(refused, Err(DialogueStorageError::RedisError(_))), "{refused:?}");
+    assert!(
+        matches!(refused, Err(DialogueStorageError::RedisError(_))),
+        "{refused:?}"
+    );
 }

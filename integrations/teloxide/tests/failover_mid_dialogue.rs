@@ -78,7 +78,9 @@ async fn failover_in_the_middle_keeps_every_count_exact() {
         arrivals.tick().await;
         if update == BEFORE {
             let cluster = Arc::clone(&cluster);
-            failover = Some(tokio::task::spawn_blocking(move || cluster.failover(victim)));
+            failover = Some(tokio::task::spawn_blocking(move || {
+                cluster.failover(victim)
+            }));
         }
         if finished_at.is_none() && failover.as_ref().is_some_and(|f| f.is_finished()) {
             finished_at = Some(update);
@@ -110,7 +112,10 @@ async fn failover_in_the_middle_keeps_every_count_exact() {
                     Err(Rmw::Unknown(_)) => *tally.unknown.entry(chat_n).or_default() += 1,
                     Err(Rmw::NotWritten(e)) => {
                         tally.redelivered += 1;
-                        assert!(attempt < ATTEMPTS, "update {update} failed {ATTEMPTS} times: {e}");
+                        assert!(
+                            attempt < ATTEMPTS,
+                            "update {update} failed {ATTEMPTS} times: {e}"
+                        );
                         continue;
                     }
                 }
@@ -142,7 +147,10 @@ async fn failover_in_the_middle_keeps_every_count_exact() {
         );
     }
     assert_eq!(handled, updates, "every update handled once: {tally:?}");
-    assert_eq!(tally.lost_turns, 0, "no turn lost in a manual failover: {tally:?}");
+    assert_eq!(
+        tally.lost_turns, 0,
+        "no turn lost in a manual failover: {tally:?}"
+    );
     eprintln!(
         "failover of {victim} to {promoted}: {updates} updates ({BEFORE} before it, it finished \
          at update {}), {} redelivered attempts, \

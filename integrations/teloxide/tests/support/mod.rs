@@ -171,7 +171,10 @@ pub(crate) enum Rmw {
 }
 
 /// The count a chat's dialogue holds.
-pub(crate) async fn count_of<S>(storage: &Arc<DialogueStorage<S>>, chat: teloxide::types::ChatId) -> u64
+pub(crate) async fn count_of<S>(
+    storage: &Arc<DialogueStorage<S>>,
+    chat: teloxide::types::ChatId,
+) -> u64
 where
     S: teloxide::dispatching::dialogue::Serializer<State> + Send + Sync + 'static,
     <S as teloxide::dispatching::dialogue::Serializer<State>>::Error:
