@@ -132,7 +132,7 @@ async fn failover_in_the_middle_keeps_every_count_exact() {
     let promoted = failover.unwrap().await.unwrap().unwrap();
     assert_ne!(promoted, victim);
 
-    let tally = tally.lock().unwrap();
+    let tally = std::mem::take(&mut *tally.lock().unwrap());
     let storage = &replicas[0].0;
     let mut handled = 0;
     for chat in 0..CHATS {
@@ -159,7 +159,6 @@ async fn failover_in_the_middle_keeps_every_count_exact() {
         tally.redelivered,
         tally.unknown.values().sum::<u64>()
     );
-    drop(tally);
     for (storage, turns) in replicas {
         turns.stop().await.ok();
         storage.close().await;
