@@ -1,7 +1,8 @@
 //! The dialogue workload of a busy bot, on our storage and on teloxide's own `RedisStorage`:
 //! 64 chats at once, each a loop of `get_dialogue` then `update_dialogue` (one update = both),
 //! for a fixed time, on a single node the harness starts (and ours also on a 3-master x 1-replica
-//! cluster). Prints updates per second and the p50 / p99 / max latency of one update.
+//! cluster, and ours again with each update inside the chat's turn, as a multi-replica bot runs
+//! it). Prints updates per second and the p50 / p99 / max latency of one update.
 //!
 //! ```sh
 //! cargo bench -p botmesh-redis-teloxide --bench dialogues -- --seconds 10 --rounds 3
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use botmesh_redis_harness::{ClusterOptions, RedisCluster, ServerOptions, SingleNode};
-use botmesh_redis_teloxide::{DialogueStorage, StorageOptions};
+use botmesh_redis_teloxide::{ChatTurns, DialogueStorage, StorageOptions};
 use botmesh_redis_tokio::ClientOptions;
 use serde::{Deserialize, Serialize};
 use teloxide::dispatching::dialogue::serializer::Json;
@@ -52,7 +53,7 @@ impl Run {
 
     fn line(&self, name: &str) -> String {
         format!(
-            "{name:<28} {:>9.0} updates/s   p50 {:>7.3} ms   p99 {:>7.3} ms   max {:>7.3} ms",
+            "{name:<38} {:>9.0} updates/s   p50 {:>7.3} ms   p99 {:>7.3} ms   max {:>7.3} ms",
             self.rate(),
             self.quantile(0.5).as_secs_f64() * 1e3,
             self.quantile(0.99).as_secs_f64() * 1e3,
@@ -68,7 +69,12 @@ impl Run {
 
 /// 64 chats, each updating its dialogue in a loop for `seconds`; chat ids start at `base` and
 /// must have no dialogue yet.
-async fn workload<St>(storage: Arc<St>, base: i64, seconds: Duration) -> Run
+async fn workload<St>(
+    storage: Arc<St>,
+    turns: Option<ChatTurns>,
+    base: i64,
+    seconds: Duration,
+) -> Run
 where
     St: Storage<Dialogue> + Send + Sync + 'static,
     St::Error: Debug + Display + Send,
@@ -78,11 +84,16 @@ where
     let mut tasks = Vec::new();
     for chat in 0..CHATS {
         let storage = Arc::clone(&storage);
+        let turns = turns.clone();
         let chat = ChatId(base + chat);
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(64 * 1024);
             while Instant::now() < end {
                 let began = Instant::now();
+                let turn = match &turns {
+                    Some(turns) => Some(turns.acquire(chat).await.unwrap()),
+                    None => None,
+                };
                 let mut dialogue = Arc::clone(&storage)
                     .get_dialogue(chat)
                     .await
@@ -95,6 +106,9 @@ where
                     .update_dialogue(chat, dialogue)
                     .await
                     .unwrap();
+                if let (Some(turns), Some(turn)) = (&turns, turn) {
+                    turns.release(&turn).await.unwrap();
+                }
                 latencies.push(began.elapsed());
             }
             latencies
@@ -180,19 +194,34 @@ fn main() {
         )
         .await
         .unwrap();
+        let turns = ChatTurns::start(ours_storage.store(), "bench-single").await.unwrap();
+        let cluster_turns = ChatTurns::start(cluster_storage.store(), "bench-cluster")
+            .await
+            .unwrap();
         let (mut theirs, mut ours, mut on_cluster) = (Vec::new(), Vec::new(), Vec::new());
         // Fresh chats every run, so that each run's counts start at zero.
         for round in 1..=rounds {
             let base = round as i64 * 10_000;
-            let run = workload(Arc::clone(&theirs_storage), base + 1_000, seconds).await;
+            let run = workload(Arc::clone(&theirs_storage), None, base + 1_000, seconds).await;
             println!("round {round}: {}", run.line("teloxide RedisStorage (1 node)"));
             theirs.push(run.rate());
-            let run = workload(Arc::clone(&ours_storage), base + 2_000, seconds).await;
+            let run = workload(Arc::clone(&ours_storage), None, base + 2_000, seconds).await;
             println!("round {round}: {}", run.line("botmesh DialogueStorage (1 node)"));
             ours.push(run.rate());
-            let run = workload(Arc::clone(&cluster_storage), base + 3_000, seconds).await;
+            let run = workload(Arc::clone(&cluster_storage), None, base + 3_000, seconds).await;
             println!("round {round}: {}", run.line("botmesh DialogueStorage (3x1 cluster)"));
             on_cluster.push(run.rate());
+            let run =
+                workload(Arc::clone(&ours_storage), Some(turns.clone()), base + 4_000, seconds).await;
+            println!("round {round}: {}", run.line("botmesh + turns (1 node)"));
+            let run = workload(
+                Arc::clone(&cluster_storage),
+                Some(cluster_turns.clone()),
+                base + 5_000,
+                seconds,
+            )
+            .await;
+            println!("round {round}: {}", run.line("botmesh + turns (3x1 cluster)"));
         }
         let (theirs, ours, on_cluster) = (median(theirs), median(ours), median(on_cluster));
         println!(
