@@ -9,7 +9,8 @@
 //!   constructors mirror `RedisStorage::open(url, serializer)`: [`DialogueStorage::open`],
 //!   [`DialogueStorage::open_cluster`], [`DialogueStorage::open_with`], and
 //!   [`DialogueStorage::from_client`] / [`DialogueStorage::from_store`] to share a client the
-//!   bot already has.
+//!   bot already has. It is also exported as [`RedisStorage`], teloxide's name, so that a bot
+//!   swaps the `use` line and nothing else.
 //! - [`ChatTurns`] makes one chat's updates exclusive across replicas: a dptree handler
 //!   ([`ChatTurns::handler`]) holds the chat's turn while the dialogue is read, the endpoint runs
 //!   and the dialogue is written back. teloxide orders one chat's updates within one
@@ -36,5 +37,8 @@
 mod storage;
 mod turns;
 
-pub use storage::{DialogueStorage, DialogueStorageError, StorageOptions, DEFAULT_PREFIX};
+pub use storage::{
+    DialogueStorage, DialogueStorageError, RedisStorage, RedisStorageError, StorageOptions,
+    DEFAULT_PREFIX,
+};
 pub use turns::{ChatTurns, TurnError, DEFAULT_HEARTBEAT_TTL};

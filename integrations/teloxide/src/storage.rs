@@ -124,6 +124,15 @@ pub struct DialogueStorage<S> {
     ttl: Option<Duration>,
 }
 
+/// [`DialogueStorage`] under the name of teloxide's storage, so that a bot which names the type
+/// swaps one `use` line: `use teloxide::dispatching::dialogue::RedisStorage;` becomes
+/// `use botmesh_redis_teloxide::RedisStorage;`, and `RedisStorage::open(url, Json)`,
+/// `Dialogue<State, RedisStorage<Json>>` and the schema stay as they are.
+pub type RedisStorage<S> = DialogueStorage<S>;
+
+/// [`DialogueStorageError`] under the name of teloxide's storage error.
+pub type RedisStorageError<SE> = DialogueStorageError<SE>;
+
 impl<S> Debug for DialogueStorage<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DialogueStorage")

@@ -260,3 +260,25 @@ async fn open_of_a_dead_address_is_a_redis_error() {
         "{refused:?}"
     );
 }
+
+/// The alias under teloxide's name: the bot's code, with only the `use` line changed.
+#[tokio::test]
+async fn the_use_line_is_the_whole_swap() {
+    use botmesh_redis_teloxide::RedisStorage;
+    use teloxide::dispatching::dialogue::Dialogue;
+
+    type MyDialogue = Dialogue<State, RedisStorage<Json>>;
+    let storage = RedisStorage::open(&botmesh_redis_harness::shared_single().url(), Json)
+        .await
+        .unwrap();
+    let chat = ChatId(-424_242);
+    let dialogue = MyDialogue::new(Arc::clone(&storage), chat);
+    dialogue.update(State::ReceiveName).await.unwrap();
+    assert_eq!(dialogue.get().await.unwrap(), Some(State::ReceiveName));
+    dialogue.exit().await.unwrap();
+    assert!(matches!(
+        dialogue.exit().await,
+        Err(botmesh_redis_teloxide::RedisStorageError::DialogueNotFound)
+    ));
+    storage.close().await;
+}
