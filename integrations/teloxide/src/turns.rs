@@ -1,0 +1,268 @@
+//! Per-chat turns across replicas: the store's `Coordinator` turns, keyed by chat id, with the
+//! replica's heartbeat kept alive, and a dptree handler that holds the turn around the rest of
+//! the handler tree.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::ops::ControlFlow;
+use std::panic::Location;
+use std::sync::Arc;
+use std::time::Duration;
+
+use botmesh_redis_tokio::{Client, Coordinator, Error, Store, TurnGuard, TurnOptions};
+use teloxide::dispatching::{DpHandlerDescription, UpdateHandler};
+use teloxide::dptree::{self, di::DependencyMap, HandlerDescription, HandlerSignature, Type};
+use teloxide::types::{ChatId, Update};
+
+/// The heartbeat TTL of [`ChatTurns::start`]: a replica that stops is treated as dead, and its
+/// turns skipped, at most this long after its last beat (it beats every fifth of it).
+pub const DEFAULT_HEARTBEAT_TTL: Duration = Duration::from_secs(5);
+
+/// A turn could not be taken, kept or given back.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TurnError {
+    /// The chat's turn was not granted (its wait timed out, or Redis failed); the handler did
+    /// not run.
+    #[error("could not take the turn of chat {chat}: {source}")]
+    Acquire {
+        /// The chat.
+        chat: ChatId,
+        /// Why.
+        source: Error,
+    },
+    /// The handler ran, but by its end the turn was no longer this replica's (it outlived the
+    /// turn TTL, or the replica's heartbeat lapsed): another replica may have handled the chat
+    /// meanwhile, so the handler's dialogue write may have crossed another.
+    #[error("the turn of chat {chat} was lost while its handler ran: {source}")]
+    Lost {
+        /// The chat.
+        chat: ChatId,
+        /// `Error::NotHolder`.
+        source: Error,
+    },
+    /// The handler ran, and giving the turn back failed (its outcome is unknown); the next
+    /// waiter gets the turn once its TTL runs out at the latest.
+    #[error("could not give back the turn of chat {chat}: {source}")]
+    Release {
+        /// The chat.
+        chat: ChatId,
+        /// Why.
+        source: Error,
+    },
+}
+
+/// Per-chat turns for one replica of a bot: at most one replica at a time handles a chat's
+/// update, in the order the replicas asked (see `docs/coordination.md` of botmesh-redis).
+///
+/// It owns the replica's heartbeat (a tokio task beating every fifth of the heartbeat TTL,
+/// aborted when the last clone is dropped): turn waiters skip the turns of a replica whose
+/// heartbeat expired, so a replica that crashes while holding a chat's turn delays that chat by
+/// at most the heartbeat TTL. Cheap to clone.
+///
+/// ```no_run
+/// use botmesh_redis_teloxide::{ChatTurns, DialogueStorage};
+/// use teloxide::dispatching::dialogue::serializer::Json;
+/// use teloxide::types::ChatId;
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// let storage = DialogueStorage::open_cluster(["127.0.0.1:7000"], Json).await?;
+/// let turns = ChatTurns::start(storage.store(), "replica-a").await?;
+/// let n = turns
+///     .run(ChatId(42), |_guard| async { /* read, change and write the dialogue */ 1 })
+///     .await?;
+/// # let _ = n;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct ChatTurns {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    coord: Coordinator<Client>,
+    heartbeat: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.heartbeat.abort();
+    }
+}
+
+impl ChatTurns {
+    /// Turns for `replica` (unique among the bot's live processes: host name, process id and
+    /// start time, say) on the store's client, prefix and layout, with the default
+    /// [`TurnOptions`] (turn TTL 30 s, wait timeout 60 s) and [`DEFAULT_HEARTBEAT_TTL`]. Sends
+    /// the first heartbeat before it returns. Must be called within a tokio runtime.
+    pub async fn start(store: &Store<Client>, replica: impl Into<String>) -> Result<Self, Error> {
+        Self::start_with(
+            store,
+            replica,
+            TurnOptions::default(),
+            DEFAULT_HEARTBEAT_TTL,
+        )
+        .await
+    }
+
+    /// [`ChatTurns::start`] with other turn options and heartbeat TTL. Keep the heartbeat TTL
+    /// well below the turn TTL, and the turn TTL above the longest handler (or extend the turn
+    /// from the handler: [`ChatTurns::extend`]); use the same options on every replica.
+    pub async fn start_with(
+        store: &Store<Client>,
+        replica: impl Into<String>,
+        options: TurnOptions,
+        heartbeat_ttl: Duration,
+    ) -> Result<Self, Error> {
+        options.check()?;
+        let coord = store.coordinator(replica)?.with_turn_options(options);
+        coord.heartbeat(heartbeat_ttl).await?;
+        let beating = coord.clone();
+        let period = (heartbeat_ttl / 5).max(Duration::from_millis(1));
+        let heartbeat = tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(period);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                // A failed beat is retried at the next tick; the TTL rides out four of them.
+                let _ = beating.heartbeat(heartbeat_ttl).await;
+            }
+        });
+        Ok(ChatTurns {
+            inner: Arc::new(Inner { coord, heartbeat }),
+        })
+    }
+
+    /// The coordinator (this replica's id, locks, leaderships, turns by name).
+    pub fn coordinator(&self) -> &Coordinator<Client> {
+        &self.inner.coord
+    }
+
+    /// Waits for the chat's turn (at most the wait timeout of the turn options).
+    pub async fn acquire(&self, chat: ChatId) -> Result<TurnGuard, TurnError> {
+        self.inner
+            .coord
+            .acquire_turn(&chat.0.to_string())
+            .await
+            .map(|grant| grant.guard)
+            .map_err(|source| TurnError::Acquire { chat, source })
+    }
+
+    /// Renews a held turn for another turn TTL: for a handler that may run longer than the TTL.
+    /// [`TurnError::Lost`] once the turn is no longer this replica's.
+    pub async fn extend(&self, guard: &TurnGuard) -> Result<(), TurnError> {
+        self.inner
+            .coord
+            .extend_turn(guard)
+            .await
+            .map_err(|source| lost_or(chat_of(guard), source))
+    }
+
+    /// Gives the turn back; the next waiter is served. [`TurnError::Lost`] when it was no
+    /// longer held.
+    pub async fn release(&self, guard: &TurnGuard) -> Result<(), TurnError> {
+        self.inner
+            .coord
+            .release_turn(guard)
+            .await
+            .map_err(|source| lost_or(chat_of(guard), source))
+    }
+
+    /// Runs `f` holding the chat's turn, and gives the turn back after it, whatever `f` yields.
+    /// An error to give it back is this call's error (the value of `f` is then dropped): a
+    /// [`TurnError::Lost`] says the exclusion may not have held.
+    pub async fn run<F, Fut, T>(&self, chat: ChatId, f: F) -> Result<T, TurnError>
+    where
+        F: FnOnce(TurnGuard) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.acquire(chat).await?;
+        let value = f(guard.clone()).await;
+        self.release(&guard).await?;
+        Ok(value)
+    }
+
+    /// Ends the heartbeat now (a clean shutdown: other replicas need not wait for it to expire
+    /// before they skip this replica's tickets). Turns held by clones are not given back.
+    pub async fn stop(self) -> Result<(), Error> {
+        self.inner.heartbeat.abort();
+        self.inner.coord.stop_heartbeat().await
+    }
+
+    /// A handler that holds the update's chat turn while the rest of the chain runs, and gives
+    /// it back after; updates without a chat pass through without a turn. Put it first, before
+    /// `dialogue::enter`, so that reading the dialogue, the endpoint and writing it back all
+    /// happen inside the turn:
+    ///
+    /// ```no_run
+    /// # use botmesh_redis_teloxide::{ChatTurns, DialogueStorage};
+    /// # use teloxide::dispatching::dialogue::serializer::Json;
+    /// # use teloxide::dispatching::{dialogue, UpdateFilterExt, UpdateHandler};
+    /// # use teloxide::dptree;
+    /// # use teloxide::types::{Message, Update};
+    /// # #[derive(Clone, Default, serde::Serialize, serde::Deserialize)] enum State { #[default] Start }
+    /// # type HandlerError = Box<dyn std::error::Error + Send + Sync>;
+    /// # async fn endpoint() -> Result<(), HandlerError> { Ok(()) }
+    /// fn schema(turns: ChatTurns) -> UpdateHandler<HandlerError> {
+    ///     dptree::entry().chain(turns.handler()).branch(
+    ///         Update::filter_message()
+    ///             .enter_dialogue::<Message, DialogueStorage<Json>, State>()
+    ///             .endpoint(endpoint),
+    ///     )
+    /// }
+    /// # use teloxide::dispatching::HandlerExt;
+    /// ```
+    ///
+    /// A turn that is not granted breaks the chain with [`TurnError::Acquire`] (the update is
+    /// not handled; the dispatcher's error handler sees it); a turn lost by the end of a
+    /// successful chain is [`TurnError::Lost`].
+    #[track_caller]
+    pub fn handler<E>(&self) -> UpdateHandler<E>
+    where
+        E: From<TurnError> + Send + Sync + 'static,
+    {
+        let sig = HandlerSignature::Other {
+            obligations: BTreeMap::from([(Type::of::<Update>(), Location::caller())]),
+            guaranteed_outcomes: BTreeSet::new(),
+            conditional_outcomes: BTreeSet::new(),
+            continues: true,
+        };
+        let turns = self.clone();
+        dptree::from_fn_with_description(
+            DpHandlerDescription::entry(),
+            move |deps: DependencyMap, cont| {
+                let turns = turns.clone();
+                async move {
+                    let update: Arc<Update> = deps.get();
+                    let Some(chat) = update.chat().map(|chat| chat.id) else {
+                        return cont(deps).await;
+                    };
+                    let guard = match turns.acquire(chat).await {
+                        Ok(guard) => guard,
+                        Err(e) => return ControlFlow::Break(Err(E::from(e))),
+                    };
+                    let flow = cont(deps).await;
+                    match (flow, turns.release(&guard).await) {
+                        (ControlFlow::Break(Ok(())), Err(e)) => ControlFlow::Break(Err(E::from(e))),
+                        (flow, _) => flow,
+                    }
+                }
+            },
+            sig,
+        )
+    }
+}
+
+/// The chat of a guard (its chat is the decimal id this module wrote).
+fn chat_of(guard: &TurnGuard) -> ChatId {
+    ChatId(guard.chat.parse().unwrap_or_default())
+}
+
+/// `Lost` for `NotHolder`, else `Release`.
+fn lost_or(chat: ChatId, source: Error) -> TurnError {
+    match source {
+        Error::NotHolder { .. } => TurnError::Lost { chat, source },
+        source => TurnError::Release { chat, source },
+    }
+}
