@@ -41,11 +41,29 @@ where
     /// answer.
     #[error("dialogue not found")]
     DialogueNotFound,
+    /// The write ran inside the chat's turn ([`ChatTurns`](crate::ChatTurns)), but the turn
+    /// was no longer this replica's: the handler outlived the turn TTL, and another replica may
+    /// have handled the chat since. The dialogue was neither written nor removed, so the other
+    /// replica's update stands.
+    #[error("the turn of chat {chat} was lost: the dialogue was not written")]
+    TurnLost {
+        /// The chat.
+        chat: ChatId,
+    },
 }
 
 impl<SE: Debug + Display> From<Error> for DialogueStorageError<SE> {
     fn from(e: Error) -> Self {
         DialogueStorageError::RedisError(e)
+    }
+}
+
+/// Confirms the chat's turn when this task holds it (see `turns::confirm_held`).
+async fn confirm_turn<SE: Debug + Display>(chat: ChatId) -> Result<(), DialogueStorageError<SE>> {
+    match crate::turns::confirm_held(chat).await {
+        Ok(()) => Ok(()),
+        Err(Error::NotHolder { .. }) => Err(DialogueStorageError::TurnLost { chat }),
+        Err(e) => Err(DialogueStorageError::RedisError(e)),
     }
 }
 
@@ -249,12 +267,13 @@ where
     type Error = DialogueStorageError<<S as Serializer<D>>::Error>;
 
     /// Deletes the chat's dialogue; [`DialogueStorageError::DialogueNotFound`] when there was
-    /// none, as teloxide's storages answer.
+    /// none, as teloxide's storages answer. Inside the chat's turn, confirms the turn first.
     fn remove_dialogue(self: Arc<Self>, chat_id: ChatId) -> BoxFuture<Result<(), Self::Error>>
     where
         D: Send + 'static,
     {
         Box::pin(async move {
+            confirm_turn(chat_id).await?;
             match self.store.delete_conversation(&chat_key(chat_id)).await? {
                 true => Ok(()),
                 false => Err(DialogueStorageError::DialogueNotFound),
@@ -262,7 +281,8 @@ where
         })
     }
 
-    /// Writes the chat's dialogue, with the storage's TTL.
+    /// Writes the chat's dialogue, with the storage's TTL. Inside the chat's turn, confirms the
+    /// turn first: [`DialogueStorageError::TurnLost`] when it was lost.
     fn update_dialogue(
         self: Arc<Self>,
         chat_id: ChatId,
@@ -276,6 +296,7 @@ where
                 .serializer
                 .serialize(&dialogue)
                 .map_err(DialogueStorageError::SerdeError)?;
+            confirm_turn(chat_id).await?;
             self.store
                 .set_conversation(&chat_key(chat_id), Bytes::from(bytes), self.ttl)
                 .await?;

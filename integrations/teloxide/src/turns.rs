@@ -18,6 +18,35 @@ use teloxide::types::{ChatId, Update};
 /// turns skipped, at most this long after its last beat (it beats every fifth of it).
 pub const DEFAULT_HEARTBEAT_TTL: Duration = Duration::from_secs(5);
 
+tokio::task_local! {
+    /// The turn this task holds, while [`ChatTurns::handler`] or [`ChatTurns::run`] runs the
+    /// code inside it: the storage confirms it before it writes that chat's dialogue.
+    static HELD: HeldTurn;
+}
+
+/// A turn held by the current task.
+#[derive(Clone, Debug)]
+struct HeldTurn {
+    turns: ChatTurns,
+    guard: TurnGuard,
+}
+
+/// Before a write of `chat`'s dialogue: when this task holds that chat's turn, renews it for
+/// another turn TTL, which fails with [`Error::NotHolder`] once another replica may have taken
+/// the turn (this handler outlived its TTL). The write that follows then lands with a whole
+/// TTL of the turn still ahead of it, so no other replica's update of the chat can come between
+/// (short of a write delayed in flight longer than the turn TTL). Outside a turn: nothing.
+pub(crate) async fn confirm_held(chat: ChatId) -> Result<(), Error> {
+    let held = HELD
+        .try_with(|held| (chat_of(&held.guard) == chat).then(|| held.clone()))
+        .ok()
+        .flatten();
+    match held {
+        Some(held) => held.turns.inner.coord.extend_turn(&held.guard).await,
+        None => Ok(()),
+    }
+}
+
 /// A turn could not be taken, kept or given back.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -170,6 +199,8 @@ impl ChatTurns {
     }
 
     /// Runs `f` holding the chat's turn, and gives the turn back after it, whatever `f` yields.
+    /// A [`DialogueStorage`](crate::DialogueStorage) write of this chat's dialogue inside `f`
+    /// first confirms the turn (see [`DialogueStorageError::TurnLost`](crate::DialogueStorageError::TurnLost)).
     /// An error to give it back is this call's error (the value of `f` is then dropped): a
     /// [`TurnError::Lost`] says the exclusion may not have held.
     pub async fn run<F, Fut, T>(&self, chat: ChatId, f: F) -> Result<T, TurnError>
@@ -178,7 +209,11 @@ impl ChatTurns {
         Fut: Future<Output = T>,
     {
         let guard = self.acquire(chat).await?;
-        let value = f(guard.clone()).await;
+        let held = HeldTurn {
+            turns: self.clone(),
+            guard: guard.clone(),
+        };
+        let value = HELD.scope(held, f(guard.clone())).await;
         self.release(&guard).await?;
         Ok(value)
     }
@@ -242,7 +277,11 @@ impl ChatTurns {
                         Ok(guard) => guard,
                         Err(e) => return ControlFlow::Break(Err(E::from(e))),
                     };
-                    let flow = cont(deps).await;
+                    let held = HeldTurn {
+                        turns: turns.clone(),
+                        guard: guard.clone(),
+                    };
+                    let flow = HELD.scope(held, cont(deps)).await;
                     match (flow, turns.release(&guard).await) {
                         (ControlFlow::Break(Ok(())), Err(e)) => ControlFlow::Break(Err(E::from(e))),
                         (flow, _) => flow,
