@@ -66,6 +66,28 @@ pub const SLOT_COUNT: u16 = 16384;
 /// How often the harness polls a server while it waits for a state.
 const POLL: Duration = Duration::from_millis(25);
 
+/// The example binary `name` that `cargo test` built beside the running test:
+/// `<target>/<profile>/examples/<name>`, the test being `<target>/<profile>/deps/<test>-<hash>`.
+/// Panics, saying which command builds it (`build`), when it is missing.
+pub fn example_binary(name: &str, build: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("the test binary's path: {e}"));
+    let Some(profile_dir) = exe.parent().and_then(|deps| deps.parent()) else {
+        panic!(
+            "the test binary {} is not in <target>/<profile>/deps/",
+            exe.display()
+        )
+    };
+    let path = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.is_file(),
+        "the example binary {} is missing: run `{build}`, which builds the examples",
+        path.display()
+    );
+    path
+}
+
 /// Calls `probe` every few milliseconds until it returns `Ok` or `deadline` passes; the error
 /// names `what` and the last failure.
 pub fn poll_until<T>(

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use botmesh_redis_tests::harness::example_binary;
 use botmesh_redis_tests::{shared_cluster, shared_single, unique_prefix};
 
 /// Far above what an example takes (the scheduler waits out a 2 s leadership once).
@@ -20,21 +21,10 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// The example binary `name`: `<target>/<profile>/examples/<name>`, this test being
 /// `<target>/<profile>/deps/examples_run-<hash>`.
 fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("the test binary lives in <target>/<profile>/deps/");
-    let path = profile_dir
-        .join("examples")
-        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.is_file(),
-        "the example binary {} is missing: run `cargo test --workspace`, which builds the \
-         examples, or `cargo build -p botmesh-redis-tokio --examples` before this suite",
-        path.display()
-    );
-    path
+    example_binary(
+        name,
+        "cargo test --workspace` or `cargo build -p botmesh-redis-tokio --examples",
+    )
 }
 
 /// Where an example connects.

@@ -10,24 +10,10 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use botmesh_redis_harness::{shared_cluster, unique_prefix};
+use botmesh_redis_harness::{example_binary, shared_cluster, unique_prefix};
 
 fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("the test binary lives in <target>/<profile>/deps/");
-    let path = profile_dir
-        .join("examples")
-        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.is_file(),
-        "the example binary {} is missing: run `cargo test -p botmesh-redis-teloxide`, which \
-         builds the examples",
-        path.display()
-    );
-    path
+    example_binary(name, "cargo test -p botmesh-redis-teloxide")
 }
 
 fn run(cluster: Option<String>) -> String {
