@@ -35,9 +35,9 @@
 //! other's traffic if the two drivers' runs overlapped: they hold [`exclusive`] for their whole
 //! body (each test file is its own process, so this serialises only the tests of one file).
 
-pub use botmesh_redis_async_std::AsyncStd;
+pub use botmesh_redis_async_std::runtime::AsyncStd;
 pub use botmesh_redis_runtime::{Client, Runtime};
-pub use botmesh_redis_tokio::Tokio;
+pub use botmesh_redis_tokio::runtime::Tokio;
 
 /// Expands each generic `async fn name<R: Runtime>()` into a module `name` holding two tests,
 /// `name::tokio` and `name::async_std`, each on a two-worker multi-thread tokio runtime.

@@ -138,14 +138,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use botmesh_redis_async_std::AsyncStd;
+use botmesh_redis_async_std::runtime::AsyncStd;
 use botmesh_redis_runtime::{Client, Runtime};
 // The real-server harness.
 use botmesh_redis_harness::{
     parse_info, AdminConn, ClusterOptions, RedisCluster, ServerOptions, SingleNode,
 };
 use botmesh_redis_tokio::driver::{store, Plan, Reply, Step};
-use botmesh_redis_tokio::Tokio;
+use botmesh_redis_tokio::runtime::Tokio;
 use botmesh_redis_tokio::{Access, ClientOptions, Executor, Key, Keyspace, Layout, Request, Value};
 use botmesh_redis_tokio::{MessageQuery, Store, StoreOptions};
 use bytes::Bytes;

@@ -1,23 +1,13 @@
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 
-use std::future::Future;
-use std::io;
-use std::time::Instant;
-
-use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
-use tokio_rustls::client::TlsStream;
-use tokio_rustls::TlsConnector as Handshake;
+pub mod runtime;
 
 pub use botmesh_redis_core::*;
-pub use botmesh_redis_runtime::{ClientStats, Runtime, TlsConnector};
-use botmesh_redis_runtime::{ReadHalf, WriteHalf};
+pub use botmesh_redis_runtime::ClientStats;
 
 /// A client on tokio. Must be started within a tokio runtime (multi-thread or current-thread).
-pub type Client = botmesh_redis_runtime::Client<Tokio>;
+pub type Client = botmesh_redis_runtime::Client<runtime::Tokio>;
 
 /// Connects to Redis and opens the store: the one call a bot makes first.
 ///
@@ -31,121 +21,5 @@ pub async fn connect(
     client: impl Into<ClientOptions>,
     store: impl Into<StoreOptions>,
 ) -> Result<Store<Client>, Error> {
-    botmesh_redis_runtime::connect::<Tokio>(client.into(), store.into()).await
+    botmesh_redis_runtime::connect::<runtime::Tokio>(client.into(), store.into()).await
 }
-
-/// The tokio runtime.
-#[derive(Debug)]
-pub struct Tokio;
-
-/// A tokio task that is aborted when dropped.
-#[derive(Debug)]
-pub struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// The reading half of a connection.
-#[derive(Debug)]
-pub struct Reader(ReaderInner);
-
-#[derive(Debug)]
-enum ReaderInner {
-    Tcp(OwnedReadHalf),
-    Tls(tokio::io::ReadHalf<TlsStream<TcpStream>>),
-}
-
-/// The writing half of a connection.
-#[derive(Debug)]
-pub struct Writer(WriterInner);
-
-#[derive(Debug)]
-enum WriterInner {
-    Tcp(OwnedWriteHalf),
-    Tls(tokio::io::WriteHalf<TlsStream<TcpStream>>),
-}
-
-impl Runtime for Tokio {
-    type Task = AbortOnDrop;
-    type Reader = Reader;
-    type Writer = Writer;
-
-    fn spawn<F: Future<Output = ()> + Send + 'static>(task: F) -> AbortOnDrop {
-        AbortOnDrop(tokio::spawn(task))
-    }
-
-    fn spawn_detached<F: Future<Output = ()> + Send + 'static>(task: F) {
-        drop(tokio::spawn(task));
-    }
-
-    async fn sleep_until(at: Instant) {
-        tokio::time::sleep_until(at.into()).await;
-    }
-
-    async fn connect(addr: &NodeAddr, tls: Option<&TlsConnector>) -> io::Result<(Reader, Writer)> {
-        let stream = TcpStream::connect((addr.host.as_str(), addr.port)).await?;
-        stream.set_nodelay(true)?;
-        let Some(tls) = tls else {
-            let (read, write) = stream.into_split();
-            return Ok((
-                Reader(ReaderInner::Tcp(read)),
-                Writer(WriterInner::Tcp(write)),
-            ));
-        };
-        let name = tls.server_name(addr)?;
-        let stream = Handshake::from(tls.config().clone())
-            .connect(name, stream)
-            .await?;
-        let (read, write) = tokio::io::split(stream);
-        Ok((
-            Reader(ReaderInner::Tls(read)),
-            Writer(WriterInner::Tls(write)),
-        ))
-    }
-}
-
-impl ReadHalf for Reader {
-    async fn read(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
-        match &mut self.0 {
-            ReaderInner::Tcp(read) => read.read_buf(buf).await,
-            ReaderInner::Tls(read) => read.read_buf(buf).await,
-        }
-    }
-}
-
-impl WriteHalf for Writer {
-    fn try_write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        match &mut self.0 {
-            WriterInner::Tcp(write) => write.try_write(bytes),
-            // rustls may keep what the socket does not take in its buffer, to be sent only by
-            // a later poll: every TLS write goes through the flusher's `write_all` instead.
-            WriterInner::Tls(_) => Err(io::ErrorKind::WouldBlock.into()),
-        }
-    }
-
-    async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
-        match &mut self.0 {
-            WriterInner::Tcp(write) => write.write_all(bytes).await,
-            WriterInner::Tls(write) => {
-                write.write_all(bytes).await?;
-                write.flush().await
-            }
-        }
-    }
-
-    async fn shutdown(&mut self) {
-        // On TLS this sends close_notify first.
-        let _ = match &mut self.0 {
-            WriterInner::Tcp(write) => write.shutdown().await,
-            WriterInner::Tls(write) => write.shutdown().await,
-        };
-    }
-}
-
-/// The README's example, compiled as a doctest.
-#[doc = include_str!("../README.md")]
-#[cfg(doctest)]
-pub struct ReadmeDoctests;

@@ -1,0 +1,138 @@
+//! The async-std runtime under [`Client`](crate::Client): spawning, a timer and TCP (and TLS over
+//! it), the few calls `botmesh-redis-runtime` needs. A bot never names these; a test or a
+//! benchmark that drives the runtime-generic client does.
+use std::future::Future;
+use std::io::{self, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_io::Async;
+use bytes::BytesMut;
+use futures_lite::io::{ReadHalf as TlsRead, WriteHalf as TlsWrite};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use futures_rustls::client::TlsStream;
+use futures_rustls::TlsConnector as Handshake;
+
+use botmesh_redis_core::NodeAddr;
+use botmesh_redis_runtime::{ReadHalf, WriteHalf};
+pub use botmesh_redis_runtime::{Runtime, TlsConnector};
+
+/// The async-std (async-io) runtime.
+#[derive(Debug)]
+pub struct AsyncStd;
+
+/// The reading half of a connection, with a scratch buffer: async-io reads into initialised
+/// memory only, so it reads there and appends what arrived, instead of zeroing spare capacity
+/// before every read.
+#[derive(Debug)]
+pub struct Reader {
+    stream: ReadStream,
+    scratch: Box<[u8]>,
+}
+
+#[derive(Debug)]
+enum ReadStream {
+    Tcp(Arc<Async<TcpStream>>),
+    Tls(TlsRead<TlsStream<async_net::TcpStream>>),
+}
+
+/// The writing half of a connection.
+#[derive(Debug)]
+pub struct Writer(WriteStream);
+
+#[derive(Debug)]
+enum WriteStream {
+    Tcp(Arc<Async<TcpStream>>),
+    Tls(TlsWrite<TlsStream<async_net::TcpStream>>),
+}
+
+impl Runtime for AsyncStd {
+    /// Dropping an `async_task::Task` cancels it.
+    type Task = async_global_executor::Task<()>;
+    type Reader = Reader;
+    type Writer = Writer;
+
+    fn spawn<F: Future<Output = ()> + Send + 'static>(task: F) -> Self::Task {
+        async_global_executor::spawn(task)
+    }
+
+    fn spawn_detached<F: Future<Output = ()> + Send + 'static>(task: F) {
+        async_global_executor::spawn(task).detach();
+    }
+
+    async fn sleep_until(at: Instant) {
+        async_io::Timer::at(at).await;
+    }
+
+    async fn connect(addr: &NodeAddr, tls: Option<&TlsConnector>) -> io::Result<(Reader, Writer)> {
+        // async-net resolves the host name; its stream is an `Async<TcpStream>` underneath,
+        // which the writer needs for non-blocking writes from the session task.
+        let stream = async_net::TcpStream::connect((addr.host.as_str(), addr.port)).await?;
+        stream.set_nodelay(true)?;
+        let scratch = vec![0; 64 * 1024].into_boxed_slice();
+        let Some(tls) = tls else {
+            let stream: Arc<Async<TcpStream>> = stream.into();
+            let reader = Reader {
+                stream: ReadStream::Tcp(stream.clone()),
+                scratch,
+            };
+            return Ok((reader, Writer(WriteStream::Tcp(stream))));
+        };
+        let name = tls.server_name(addr)?;
+        let stream = Handshake::from(tls.config().clone())
+            .connect(name, stream)
+            .await?;
+        let (read, write) = futures_lite::io::split(stream);
+        let reader = Reader {
+            stream: ReadStream::Tls(read),
+            scratch,
+        };
+        Ok((reader, Writer(WriteStream::Tls(write))))
+    }
+}
+
+impl ReadHalf for Reader {
+    async fn read(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+        let n = match &mut self.stream {
+            ReadStream::Tcp(stream) => (&**stream).read(&mut self.scratch).await?,
+            ReadStream::Tls(stream) => stream.read(&mut self.scratch).await?,
+        };
+        buf.extend_from_slice(&self.scratch[..n]);
+        Ok(n)
+    }
+}
+
+impl WriteHalf for Writer {
+    fn try_write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        match &mut self.0 {
+            // `Async` made the socket non-blocking: a full socket answers `WouldBlock`.
+            WriteStream::Tcp(stream) => stream.get_ref().write(bytes),
+            // rustls may keep what the socket does not take in its buffer, to be sent only by
+            // a later poll: every TLS write goes through the flusher's `write_all` instead.
+            WriteStream::Tls(_) => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
+    async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match &mut self.0 {
+            WriteStream::Tcp(stream) => AsyncWriteExt::write_all(&mut &**stream, bytes).await,
+            WriteStream::Tls(stream) => {
+                AsyncWriteExt::write_all(stream, bytes).await?;
+                stream.flush().await
+            }
+        }
+    }
+
+    async fn shutdown(&mut self) {
+        match &mut self.0 {
+            WriteStream::Tcp(stream) => {
+                let _ = stream.get_ref().shutdown(std::net::Shutdown::Write);
+            }
+            // Sends close_notify, then shuts the socket's writing side.
+            WriteStream::Tls(stream) => {
+                let _ = stream.close().await;
+            }
+        }
+    }
+}
