@@ -53,9 +53,8 @@
 //! None is on by default; the drivers forward `serde` and `json` under the same names.
 //!
 //! - `serde`: `Serialize`/`Deserialize` for [`Layout`] (as its name: `"legacy"`, `"cluster"`;
-//!   `"cluster:v1"` also reads), and the config structs `options::ClientConfig`,
-//!   `options::StoreConfig` and `options::TurnConfig`, so options come from a config file
-//!   (`docs/store.md`).
+//!   `"cluster:v1"` also reads), and the config structs `ClientConfig` (with `TlsConfig`),
+//!   `StoreConfig` and `TurnConfig`, so options come from a config file (`docs/store.md`).
 //! - `json`: `serde`, plus `codec::Json`, which stores typed records as JSON with `serde_json`.
 //! - `testing`: the `testing` module: a simulated cluster and scripted runners, for
 //!   deterministic tests of sessions and plans.
@@ -89,6 +88,7 @@ pub use store::{
     Started, Store, StoreOptions, UserDataCursor, UserDataPage, UserEntry, MAX_PAGE,
 };
 // Coordination.
+pub use coord::MIN_IDLE_LIFETIME;
 pub use coord::{
     Acked, Begun, Claimed, Schedule, SchedulePage, SkipReason, TurnEvent, TurnGrant, TurnGuard,
     TurnOptions,
@@ -113,5 +113,8 @@ pub use options::{ClientOptions, Pem, TlsOptions};
 pub use bytes::Bytes;
 pub use keys::Key;
 pub use request::{Access, NodeTarget, Request, Route};
+/// A bot's own Lua script, for [`Request::script`] (`static MY_SCRIPT: Script = Script::new(..)`).
+pub use script::Script;
 pub use topology::NodeAddr;
+pub use ttl::MAX_TTL;
 pub use value::Value;

@@ -16,7 +16,7 @@ fn durable_request(ks: &Keyspace, table: &str, args: Vec<Bytes>) -> Result<Reque
     Request::script(&DURABLE, Access::Write, keys, args)
 }
 
-/// What [`journal_begin`] found.
+/// What [`Durability::begin`](crate::Durability::begin) (the plan [`journal_begin`]) found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Begun {
     /// The id is new within the window, and now marked as this instance's: process it.
@@ -131,7 +131,7 @@ pub fn outbox_claim(
     }))
 }
 
-/// What [`outbox_ack`] did.
+/// What [`Durability::ack`](crate::Durability::ack) (the plan [`outbox_ack`]) did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Acked {
     /// The send was acked now.

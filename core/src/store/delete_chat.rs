@@ -41,7 +41,7 @@ use crate::value::Value;
 use super::{one, MAX_PAGE};
 use crate::scripts::{DELETE_CHAT_BEGIN, DELETE_CHAT_CHUNK};
 
-/// What [`delete_chat`] did.
+/// What [`Store::delete_chat`](crate::Store::delete_chat) (the plan [`delete_chat`]) did.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct DeletedChat {
     /// Messages removed from the drain by this call (their items went with them, except those

@@ -164,7 +164,7 @@ enum ConnEvent<R: Runtime> {
     Flushed(R::Writer, io::Result<()>),
 }
 
-/// What a client's driver has done and holds, for monitoring (see [`Client::stats`]).
+/// What a client's driver has done and holds, for monitoring (see [`Client::stats`](crate::Client::stats)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ClientStats {

@@ -90,24 +90,25 @@ where
             let mut latencies = Vec::with_capacity(64 * 1024);
             while Instant::now() < end {
                 let began = Instant::now();
-                let turn = match &turns {
-                    Some(turns) => Some(turns.acquire(chat).await.unwrap()),
-                    None => None,
+                let update = {
+                    let storage = Arc::clone(&storage);
+                    async move {
+                        let mut dialogue = Arc::clone(&storage)
+                            .get_dialogue(chat)
+                            .await
+                            .unwrap()
+                            .unwrap_or_default();
+                        dialogue.count += 1;
+                        dialogue.step = (dialogue.step + 1) % 4;
+                        dialogue.name = format!("user-{}", chat.0);
+                        // Inside a turn, the write renews the turn first.
+                        storage.update_dialogue(chat, dialogue).await.unwrap();
+                    }
                 };
-                let mut dialogue = Arc::clone(&storage)
-                    .get_dialogue(chat)
-                    .await
-                    .unwrap()
-                    .unwrap_or_default();
-                dialogue.count += 1;
-                dialogue.step = (dialogue.step + 1) % 4;
-                dialogue.name = format!("user-{}", chat.0);
-                Arc::clone(&storage)
-                    .update_dialogue(chat, dialogue)
-                    .await
-                    .unwrap();
-                if let (Some(turns), Some(turn)) = (&turns, turn) {
-                    turns.release(&turn).await.unwrap();
+                match &turns {
+                    // Take, read, renew, write, release: as `ChatTurns::handler` runs an update.
+                    Some(turns) => turns.run(chat, |_guard| update).await.unwrap(),
+                    None => update.await,
                 }
                 latencies.push(began.elapsed());
             }

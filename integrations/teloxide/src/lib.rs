@@ -10,7 +10,8 @@
 //!   [`DialogueStorage::open_cluster`], [`DialogueStorage::open_with`], and
 //!   [`DialogueStorage::from_client`] / [`DialogueStorage::from_store`] to share a client the
 //!   bot already has. It is also exported as [`RedisStorage`], teloxide's name, so that a bot
-//!   swaps the `use` line and nothing else.
+//!   swaps the `use` line and its code stays as it is. The dialogues teloxide's storage already
+//!   holds (keyed by the bare chat id) are not read: move them first (`docs/teloxide.md`).
 //! - [`ChatTurns`] makes one chat's updates exclusive across replicas: a dptree handler
 //!   ([`ChatTurns::handler`]) holds the chat's turn while the dialogue is read, the endpoint runs
 //!   and the dialogue is written back. teloxide orders one chat's updates within one

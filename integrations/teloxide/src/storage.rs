@@ -145,7 +145,9 @@ pub struct DialogueStorage<S> {
 /// [`DialogueStorage`] under the name of teloxide's storage, so that a bot which names the type
 /// swaps one `use` line: `use teloxide::dispatching::dialogue::RedisStorage;` becomes
 /// `use botmesh_redis_teloxide::RedisStorage;`, and `RedisStorage::open(url, Json)`,
-/// `Dialogue<State, RedisStorage<Json>>` and the schema stay as they are.
+/// `Dialogue<State, RedisStorage<Json>>` and the schema stay as they are. The dialogues that
+/// teloxide's storage already holds (at the bare chat id) are not read by this one: move them
+/// first (`docs/teloxide.md`), or every chat starts again from its default state.
 pub type RedisStorage<S> = DialogueStorage<S>;
 
 /// [`DialogueStorageError`] under the name of teloxide's storage error.
@@ -253,6 +255,18 @@ impl<S> DialogueStorage<S> {
     }
 }
 
+/// A write's result; when its outcome is unknown (it may still land), the turn this task holds
+/// for the chat is not given back but left to run out its TTL, so no other replica's update can
+/// be overwritten by it.
+fn in_doubt_if_unknown<T>(chat: ChatId, result: Result<T, Error>) -> Result<T, Error> {
+    if let Err(e) = &result {
+        if e.outcome_unknown() {
+            crate::turns::write_in_doubt(chat);
+        }
+    }
+    result
+}
+
 /// The conversation id of a chat: its id in decimal.
 fn chat_key(ChatId(id): ChatId) -> String {
     id.to_string()
@@ -274,7 +288,8 @@ where
     {
         Box::pin(async move {
             confirm_turn(chat_id).await?;
-            match self.store.delete_conversation(&chat_key(chat_id)).await? {
+            let deleted = self.store.delete_conversation(&chat_key(chat_id)).await;
+            match in_doubt_if_unknown(chat_id, deleted)? {
                 true => Ok(()),
                 false => Err(DialogueStorageError::DialogueNotFound),
             }
@@ -297,9 +312,11 @@ where
                 .serialize(&dialogue)
                 .map_err(DialogueStorageError::SerdeError)?;
             confirm_turn(chat_id).await?;
-            self.store
+            let written = self
+                .store
                 .set_conversation(&chat_key(chat_id), Bytes::from(bytes), self.ttl)
-                .await?;
+                .await;
+            in_doubt_if_unknown(chat_id, written)?;
             Ok(())
         })
     }

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::ops::ControlFlow;
 use std::panic::Location;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,26 +25,102 @@ tokio::task_local! {
     static HELD: HeldTurn;
 }
 
-/// A turn held by the current task.
+/// A turn held by the current task, shared by the scope that took it and the storage's writes
+/// inside it.
 #[derive(Clone, Debug)]
 struct HeldTurn {
     turns: ChatTurns,
     guard: TurnGuard,
+    /// Set when a write inside the turn failed with an unknown outcome: the write may still be
+    /// on its way to the server, so the turn is not given back (the next replica could read and
+    /// write before it lands) but left to run out its TTL.
+    in_doubt: Arc<AtomicBool>,
+}
+
+/// The held turn of `chat`, when this task holds it.
+fn held(chat: ChatId) -> Option<HeldTurn> {
+    HELD.try_with(|held| (chat_of(&held.guard) == chat).then(|| held.clone()))
+        .ok()
+        .flatten()
 }
 
 /// Before a write of `chat`'s dialogue: when this task holds that chat's turn, renews it for
 /// another turn TTL, which fails with [`Error::NotHolder`] once another replica may have taken
-/// the turn (this handler outlived its TTL). The write that follows then lands with a whole
-/// TTL of the turn still ahead of it, so no other replica's update of the chat can come between
-/// (short of a write delayed in flight longer than the turn TTL). Outside a turn: nothing.
+/// the turn (this handler outlived its TTL, or its replica's heartbeat lapsed). Outside a
+/// turn: nothing. The write that follows lands with the turn renewed: another replica can take
+/// the chat before it lands only if it is delayed in flight longer than the turn TTL, or this
+/// replica's heartbeat lapses meanwhile (waiters skip the turns of a replica they think dead).
 pub(crate) async fn confirm_held(chat: ChatId) -> Result<(), Error> {
-    let held = HELD
-        .try_with(|held| (chat_of(&held.guard) == chat).then(|| held.clone()))
-        .ok()
-        .flatten();
-    match held {
+    match held(chat) {
         Some(held) => held.turns.inner.coord.extend_turn(&held.guard).await,
         None => Ok(()),
+    }
+}
+
+/// After a write of `chat`'s dialogue failed with an unknown outcome: the turn this task holds
+/// stays held until its TTL runs out instead of being given back (see [`HeldTurn::in_doubt`]).
+pub(crate) fn write_in_doubt(chat: ChatId) {
+    if let Some(held) = held(chat) {
+        held.in_doubt.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Holds a turn for the length of a scope: gives it back when the scope ends. Ended by a panic
+/// or a dropped future, it gives the turn back from a spawned task, so a failing handler does
+/// not keep the chat for a whole turn TTL; a turn whose write is in doubt is never given back.
+struct TurnScope {
+    held: Option<HeldTurn>,
+}
+
+impl TurnScope {
+    fn new(turns: &ChatTurns, guard: TurnGuard) -> TurnScope {
+        TurnScope {
+            held: Some(HeldTurn {
+                turns: turns.clone(),
+                guard,
+                in_doubt: Arc::new(AtomicBool::new(false)),
+            }),
+        }
+    }
+
+    /// Runs `inner` with the turn visible to the storage's writes.
+    async fn run<T>(&self, inner: impl Future<Output = T>) -> T {
+        match &self.held {
+            Some(held) => HELD.scope(held.clone(), inner).await,
+            None => inner.await,
+        }
+    }
+
+    /// The scope's normal end: gives the turn back, unless a write is in doubt.
+    async fn finish(mut self) -> Result<(), TurnError> {
+        let Some(held) = self.held.take() else {
+            return Ok(());
+        };
+        if held.in_doubt.load(Ordering::Relaxed) {
+            tracing::warn!(
+                chat = %held.guard.chat,
+                "a dialogue write's outcome is unknown: the chat's turn is left to run out its TTL"
+            );
+            return Ok(());
+        }
+        held.turns.release(&held.guard).await
+    }
+}
+
+impl Drop for TurnScope {
+    fn drop(&mut self) {
+        let Some(held) = self.held.take() else {
+            return;
+        };
+        if held.in_doubt.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                // Best effort: a turn not given back runs out its TTL.
+                let _ = held.turns.release(&held.guard).await;
+            });
+        }
     }
 }
 
@@ -51,6 +128,9 @@ pub(crate) async fn confirm_held(chat: ChatId) -> Result<(), Error> {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TurnError {
+    /// [`ChatTurns::stop`] was called: this replica takes no more turns.
+    #[error("this replica's turns were stopped")]
+    Stopped,
     /// The chat's turn was not granted (its wait timed out, or Redis failed); the handler did
     /// not run.
     #[error("could not take the turn of chat {chat}: {source}")]
@@ -112,6 +192,7 @@ pub struct ChatTurns {
 struct Inner {
     coord: Coordinator<Client>,
     heartbeat: tokio::task::JoinHandle<()>,
+    stopped: AtomicBool,
 }
 
 impl Drop for Inner {
@@ -155,11 +236,22 @@ impl ChatTurns {
             loop {
                 ticks.tick().await;
                 // A failed beat is retried at the next tick; the TTL rides out four of them.
-                let _ = beating.heartbeat(heartbeat_ttl).await;
+                // Past that, other replicas skip this one's turns: say so.
+                if let Err(e) = beating.heartbeat(heartbeat_ttl).await {
+                    tracing::warn!(
+                        replica = beating.replica(),
+                        error = %e,
+                        "heartbeat failed: other replicas skip this replica's turns once it expires"
+                    );
+                }
             }
         });
         Ok(ChatTurns {
-            inner: Arc::new(Inner { coord, heartbeat }),
+            inner: Arc::new(Inner {
+                coord,
+                heartbeat,
+                stopped: AtomicBool::new(false),
+            }),
         })
     }
 
@@ -170,6 +262,9 @@ impl ChatTurns {
 
     /// Waits for the chat's turn (at most the wait timeout of the turn options).
     pub async fn acquire(&self, chat: ChatId) -> Result<TurnGuard, TurnError> {
+        if self.inner.stopped.load(Ordering::Relaxed) {
+            return Err(TurnError::Stopped);
+        }
         self.inner
             .coord
             .acquire_turn(&chat.0.to_string())
@@ -209,18 +304,18 @@ impl ChatTurns {
         Fut: Future<Output = T>,
     {
         let guard = self.acquire(chat).await?;
-        let held = HeldTurn {
-            turns: self.clone(),
-            guard: guard.clone(),
-        };
-        let value = HELD.scope(held, f(guard.clone())).await;
-        self.release(&guard).await?;
+        let scope = TurnScope::new(self, guard.clone());
+        let value = scope.run(f(guard)).await;
+        scope.finish().await?;
         Ok(value)
     }
 
     /// Ends the heartbeat now (a clean shutdown: other replicas need not wait for it to expire
-    /// before they skip this replica's tickets). Turns held by clones are not given back.
+    /// before they skip this replica's tickets), and every clone takes no more turns
+    /// ([`TurnError::Stopped`]). Call it once the dispatcher has stopped: a turn a clone still
+    /// holds is skipped by the other replicas at once, as a dead replica's would be.
     pub async fn stop(self) -> Result<(), Error> {
+        self.inner.stopped.store(true, Ordering::Relaxed);
         self.inner.heartbeat.abort();
         self.inner.coord.stop_heartbeat().await
     }
@@ -277,12 +372,9 @@ impl ChatTurns {
                         Ok(guard) => guard,
                         Err(e) => return ControlFlow::Break(Err(E::from(e))),
                     };
-                    let held = HeldTurn {
-                        turns: turns.clone(),
-                        guard: guard.clone(),
-                    };
-                    let flow = HELD.scope(held, cont(deps)).await;
-                    match (flow, turns.release(&guard).await) {
+                    let scope = TurnScope::new(&turns, guard);
+                    let flow = scope.run(cont(deps)).await;
+                    match (flow, scope.finish().await) {
                         (ControlFlow::Break(Ok(())), Err(e)) => ControlFlow::Break(Err(E::from(e))),
                         (flow, _) => flow,
                     }
@@ -303,5 +395,83 @@ fn lost_or(chat: ChatId, source: Error) -> TurnError {
     match source {
         Error::NotHolder { .. } => TurnError::Lost { chat, source },
         source => TurnError::Release { chat, source },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use botmesh_redis_harness::{shared_single, unique_prefix};
+    use botmesh_redis_tokio::{ClientOptions, StoreOptions};
+
+    /// Turns whose waits give up long before a held turn runs out: a waiter is granted only
+    /// when the holder gives the turn back.
+    fn options() -> TurnOptions {
+        TurnOptions {
+            ttl: Duration::from_secs(30),
+            poll_interval: Duration::from_millis(2),
+            claim_timeout: Duration::from_secs(3),
+            wait_timeout: Duration::from_millis(600),
+            idle_lifetime: Duration::from_secs(600),
+        }
+    }
+
+    async fn two_replicas() -> (ChatTurns, ChatTurns) {
+        let client = Client::connect(ClientOptions::url(shared_single().url()))
+            .await
+            .unwrap();
+        let store = Store::new(client, StoreOptions::new(unique_prefix("turn-scope"))).unwrap();
+        let heartbeat = Duration::from_secs(5);
+        let a = ChatTurns::start_with(&store, "a", options(), heartbeat)
+            .await
+            .unwrap();
+        let b = ChatTurns::start_with(&store, "b", options(), heartbeat)
+            .await
+            .unwrap();
+        (a, b)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_turn_whose_write_is_in_doubt_is_not_given_back() {
+        let (a, b) = two_replicas().await;
+        let (plain, doubtful) = (ChatId(1), ChatId(2));
+        a.run(plain, |_| async {}).await.unwrap();
+        b.release(&b.acquire(plain).await.unwrap()).await.unwrap();
+
+        a.run(doubtful, |_| async move { write_in_doubt(doubtful) })
+            .await
+            .unwrap();
+        // Still a's, for its whole TTL: b's wait gives up.
+        assert!(matches!(
+            b.acquire(doubtful).await,
+            Err(TurnError::Acquire { .. })
+        ));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panicking_handler_gives_the_turn_back() {
+        let (a, b) = two_replicas().await;
+        let chat = ChatId(3);
+        let panicked = tokio::spawn(async move {
+            a.run(chat, |_| async { panic!("the handler failed") })
+                .await
+        })
+        .await;
+        assert!(panicked.unwrap_err().is_panic());
+        // Given back by the scope's drop, long before its TTL: b is granted within its wait.
+        b.release(&b.acquire(chat).await.unwrap()).await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stopped_turns_take_no_more_turns() {
+        let (a, _b) = two_replicas().await;
+        let clone = a.clone();
+        a.stop().await.unwrap();
+        assert!(matches!(
+            clone.acquire(ChatId(4)).await,
+            Err(TurnError::Stopped)
+        ));
     }
 }

@@ -59,7 +59,9 @@ async fn late_write_is_refused(setup: Setup) {
                     a_holds_tx.send(()).unwrap();
                     // A works until B has taken the turn (A's TTL ran out) and written.
                     b_wrote_rx.await.unwrap();
-                    let late = Arc::clone(&storage_a).update_dialogue(chat, count(2)).await;
+                    let late = Arc::clone(&storage_a)
+                        .update_dialogue(chat, count(99))
+                        .await;
                     a_wrote_tx.send(late).unwrap();
                 })
                 .await
