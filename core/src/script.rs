@@ -62,7 +62,7 @@ mod tests {
 
     #[test]
     fn every_lua_file_is_registered_once() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../lua");
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
         let mut files: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
             .filter_map(|e| {

@@ -10,7 +10,7 @@ macro_rules! manifest {
             $(#[$meta])*
             pub static $ident: Script = Script::new(
                 $name,
-                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../lua/", $name, ".lua")),
+                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $name, ".lua")),
             );
         )*
 

@@ -689,7 +689,7 @@ fn check_script(stem: &str, src: &str) -> Result<Header, Vec<String>> {
 // --- the real scripts ----------------------------------------------------------------------------
 
 fn lua_files() -> Vec<(String, String)> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../lua");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
     let mut files: Vec<(String, String)> = std::fs::read_dir(dir)
         .unwrap()
         .map(|entry| entry.unwrap().path())
@@ -724,7 +724,7 @@ fn every_lua_script_has_a_header_and_builds_no_key() {
 fn save_message_header_matches_its_call() {
     use botmesh_redis_core::driver::{store, Plan, Step};
     use botmesh_redis_core::{Keyspace, Layout};
-    let src = include_str!("../../lua/save_message.lua");
+    let src = include_str!("../lua/save_message.lua");
     let header = check_script("save_message", src).unwrap();
     assert_eq!(
         header.keys,
