@@ -39,6 +39,23 @@ pub use botmesh_redis_async_std::runtime::AsyncStd;
 pub use botmesh_redis_runtime::{Client, Runtime};
 pub use botmesh_redis_tokio::runtime::Tokio;
 
+use botmesh_redis_core::{Access, Executor, Key, Request, Value};
+
+/// Writes a fresh key under a prefix made from `name` and reads the value back: the round trip
+/// with which a test shows that a client works (its handshake, authentication, TLS, routing).
+pub async fn set_get<R: Runtime>(client: &Client<R>, name: &str) {
+    let key = Key::new(format!("{}:k", crate::unique_prefix(name)));
+    let value = format!("value of {name}");
+    let set = Request::cmd(Access::Write, "SET")
+        .key(&key)
+        .arg(value.as_str())
+        .build()
+        .unwrap();
+    client.call(set).await.unwrap();
+    let get = Request::cmd(Access::Read, "GET").key(&key).build().unwrap();
+    assert_eq!(client.call(get).await, Ok(Value::from(value.as_str())));
+}
+
 /// Expands each generic `async fn name<R: Runtime>()` into a module `name` holding two tests,
 /// `name::tokio` and `name::async_std`, each on a two-worker multi-thread tokio runtime.
 /// Attributes written before a name (such as `#[ignore = "why"]`) go on both tests:

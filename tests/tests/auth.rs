@@ -7,9 +7,9 @@ use std::net::TcpListener;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use botmesh_redis_core::{Access, ClientOptions, Error, Executor, Key, Request, Value};
-use botmesh_redis_tests::conformance::{Client, Runtime};
-use botmesh_redis_tests::{both_drivers, unique_prefix, ServerOptions, SingleNode};
+use botmesh_redis_core::{Access, ClientOptions, Error, Executor, Request, Value};
+use botmesh_redis_tests::conformance::{set_get, Client, Runtime};
+use botmesh_redis_tests::{both_drivers, ServerOptions, SingleNode};
 
 /// URL-special characters on purpose (the harness writes it unquoted into redis.conf, so no
 /// spaces).
@@ -39,18 +39,6 @@ async fn whoami<R: Runtime>(client: &Client<R>) -> Value {
     client.call(request).await.unwrap()
 }
 
-async fn set_get<R: Runtime>(client: &Client<R>) {
-    let key = Key::new(unique_prefix("auth"));
-    let set = Request::cmd(Access::Write, "SET")
-        .key(&key)
-        .arg("v")
-        .build()
-        .unwrap();
-    client.call(set).await.unwrap();
-    let get = Request::cmd(Access::Read, "GET").key(&key).build().unwrap();
-    assert_eq!(client.call(get).await, Ok(Value::from("v")));
-}
-
 /// Connects and expects an error, within [`PROMPT`].
 async fn refused<R: Runtime>(options: ClientOptions) -> Error {
     let started = Instant::now();
@@ -69,7 +57,7 @@ async fn password_of_the_default_user_is_accepted<R: Runtime>() {
         .await
         .unwrap();
     assert_eq!(whoami(&client).await, Value::from("default"));
-    set_get(&client).await;
+    set_get(&client, "auth").await;
     client.close().await;
 
     // The same password in the URL, percent-encoded.
@@ -86,7 +74,7 @@ async fn acl_user_is_accepted<R: Runtime>() {
             .await
             .unwrap();
     assert_eq!(whoami(&client).await, Value::from(USER));
-    set_get(&client).await;
+    set_get(&client, "auth").await;
     client.close().await;
 
     let url = format!("redis://{USER}:{USER_PASSWORD}@{}", node.addr());

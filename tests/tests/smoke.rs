@@ -3,7 +3,7 @@
 //! the driver cannot write at once and hands to a flusher while later requests queue behind.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use botmesh_redis_core::{Access, ClientOptions, Executor, Key, Request, Value};
-use botmesh_redis_tests::conformance::{Client, Runtime};
+use botmesh_redis_tests::conformance::{set_get, Client, Runtime};
 use botmesh_redis_tests::{both_drivers, shared_cluster, shared_single, unique_prefix};
 
 async fn single_node_set_get<R: Runtime>() {
@@ -11,15 +11,7 @@ async fn single_node_set_get<R: Runtime>() {
     let client = Client::<R>::connect(ClientOptions::url(node.url()))
         .await
         .unwrap();
-    let key = Key::new(format!("{}:k", unique_prefix("smoke")));
-    let set = Request::cmd(Access::Write, "SET")
-        .key(&key)
-        .arg("v")
-        .build()
-        .unwrap();
-    client.call(set).await.unwrap();
-    let get = Request::cmd(Access::Read, "GET").key(&key).build().unwrap();
-    assert_eq!(client.call(get).await.unwrap(), Value::from("v"));
+    set_get(&client, "smoke").await;
     client.close().await;
 }
 

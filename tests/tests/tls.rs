@@ -10,7 +10,7 @@ use botmesh_redis_core::{
     Access, ClientOptions, Error, Executor, Key, Layout, Request, TlsOptions, Value,
 };
 use botmesh_redis_core::{MessageQuery, Store, StoreOptions};
-use botmesh_redis_tests::conformance::{Client, Runtime};
+use botmesh_redis_tests::conformance::{set_get, Client, Runtime};
 use botmesh_redis_tests::harness::{
     ClusterOptions, RedisCluster, ServerOptions, SingleNode, TlsFiles,
 };
@@ -52,20 +52,6 @@ fn trust_the_ca() -> TlsOptions {
     TlsOptions::new().root_certificates_pem(files().ca_pem())
 }
 
-async fn ping_set_get<R: Runtime>(client: &Client<R>, name: &str) {
-    let ping = Request::cmd(Access::Read, "PING").build().unwrap();
-    assert_eq!(client.call(ping).await, Ok(Value::Status("PONG".into())));
-    let key = Key::new(format!("{}:k", unique_prefix(name)));
-    let set = Request::cmd(Access::Write, "SET")
-        .key(&key)
-        .arg("over tls")
-        .build()
-        .unwrap();
-    client.call(set).await.unwrap();
-    let get = Request::cmd(Access::Read, "GET").key(&key).build().unwrap();
-    assert_eq!(client.call(get).await.unwrap(), Value::from("over tls"));
-}
-
 /// Saves messages in one chat and lists them back through the store.
 async fn store_save_and_list<R: Runtime>(client: Client<R>, name: &str) {
     let cluster = client.is_cluster();
@@ -100,7 +86,7 @@ async fn single_node_over_rediss<R: Runtime>() {
     // Only the test CA: the public roots play no part here.
     let options = ClientOptions::url(url).tls(trust_the_ca().only_these_roots());
     let client = Client::<R>::connect(options).await.unwrap();
-    ping_set_get(&client, "tls-single").await;
+    set_get(&client, "tls-single").await;
     store_save_and_list(client.clone(), "tls-single-store").await;
     client.close().await;
 }
@@ -113,7 +99,7 @@ async fn cluster_over_tls<R: Runtime>() {
     // Keys on every master: the client follows the TLS ports the nodes announce to it (a
     // plain port would fail the handshake).
     for i in 0..30 {
-        ping_set_get(&client, &format!("tls-cluster-{i}")).await;
+        set_get(&client, &format!("tls-cluster-{i}")).await;
     }
     store_save_and_list(client.clone(), "tls-cluster-store").await;
     client.close().await;
@@ -192,7 +178,7 @@ async fn mutual_tls_needs_the_client_certificate<R: Runtime>() {
         trust_the_ca().client_certificate_pem(files().client_cert_pem(), files().client_key_pem()),
     );
     let client = Client::<R>::connect(with).await.unwrap();
-    ping_set_get(&client, "tls-mutual").await;
+    set_get(&client, "tls-mutual").await;
     client.close().await;
 }
 
@@ -208,7 +194,7 @@ async fn pem_files_are_read_when_the_client_starts<R: Runtime>() {
         Client::<R>::connect(ClientOptions::url(mutual().tls_url().unwrap()).tls(from_files))
             .await
             .unwrap();
-    ping_set_get(&client, "tls-files").await;
+    set_get(&client, "tls-files").await;
     client.close().await;
 
     let missing = files().path("no-such-ca.crt");
