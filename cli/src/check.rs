@@ -17,11 +17,12 @@ use std::collections::BTreeMap;
 
 use botmesh_redis_tokio::keys::slot;
 use botmesh_redis_tokio::keys::CLUSTER_V1;
+use botmesh_redis_tokio::migrate::lifecycle::{Phase, Role};
 use botmesh_redis_tokio::migrate::{KeyspaceReport, Namespace};
 use botmesh_redis_tokio::{Access, Client, Error, Executor, Layout, Request, Value};
 use botmesh_redis_tokio::{Store, StoreOptions};
 
-use crate::inspect::{marker, scan};
+use crate::inspect::{add_lifecycle, marker, scan};
 use crate::output::{Fields, Table};
 use crate::{connect, CheckArgs, Failure};
 
@@ -61,6 +62,7 @@ pub(crate) async fn run(args: &CheckArgs, quiet: bool) -> Result<(), Failure> {
     out.push('\n');
     let mut fields = Fields::new();
     fields.add("marker", marker(&report));
+    add_lifecycle(&mut fields, &report);
     fields.add("legacy-layout keys", report.legacy.values().sum::<u64>());
     fields.add("cluster-layout keys", report.cluster.values().sum::<u64>());
     fields.add("unknown keys", report.unknown);
@@ -117,6 +119,22 @@ pub(crate) fn verdict(
     if let Err(e) = built {
         return refuse(e.to_string());
     }
+    // The side's lifecycle record: start() refuses an incomplete copy and a deleted side.
+    match report.lifecycle.get(&layout) {
+        Some(Err(detail)) => {
+            return refuse(format!("its lifecycle record cannot be read ({detail})"));
+        }
+        Some(Ok(r))
+            if (r.role == Role::Target && r.phase == Phase::Copying) || r.phase.is_deletion() =>
+        {
+            return refuse(format!(
+                "its lifecycle record says it is the {}; finish the copy (run it again), or \
+                 start the bots on the side that holds the data",
+                r.describe()
+            ));
+        }
+        _ => {}
+    }
     let legacy: u64 = report.legacy.values().sum();
     let cluster: u64 = report.cluster.values().sum();
     match layout {
@@ -142,8 +160,8 @@ pub(crate) fn verdict(
                 if legacy > 0 {
                     v.lines.push(format!(
                         "warning: {legacy} legacy-layout key(s) remain under the prefix, \
-                         invisible to the store; `botmesh-redis migrate --delete-source` removes \
-                         them once copied"
+                         invisible to the store; once the bots run on the cluster layout, \
+                         `botmesh-redis cleanup --layout legacy` deletes them"
                     ));
                 }
                 v

@@ -55,6 +55,7 @@ pub(crate) fn render(report: &KeyspaceReport) -> String {
     };
     fields.add("unknown keys", unknown);
     fields.add("marker", marker(report));
+    add_lifecycle(&mut fields, report);
     fields.add(
         "nodes scanned",
         format!("{} ({})", report.nodes.len(), report.nodes.join(", ")),
@@ -62,6 +63,18 @@ pub(crate) fn render(report: &KeyspaceReport) -> String {
     fields.add("keys scanned", report.scanned);
     out.push_str(&fields.render());
     out
+}
+
+/// One line per lifecycle record under the prefix: what the migration steps recorded of each
+/// side (docs/migration.md, "The lifecycle").
+pub(crate) fn add_lifecycle(fields: &mut Fields, report: &KeyspaceReport) {
+    for (layout, record) in &report.lifecycle {
+        let text = match record {
+            Ok(r) => r.describe(),
+            Err(detail) => format!("unreadable record ({detail})"),
+        };
+        fields.add(format!("{layout} side"), text);
+    }
 }
 
 /// The marker's value as shown: `none`, or the value quoted.

@@ -3,6 +3,7 @@
 //! - `inspect`: what a prefix holds, per layout and namespace;
 //! - `migrate`: the legacy layout to `cluster:v1`, in place or to another server or prefix;
 //! - `rollback`: `cluster:v1` back to the legacy layout;
+//! - `cleanup`: deletes the side of a prefix the bots left, once the other side holds its data;
 //! - `check`: whether a store's `start()` would pass, read-only, with the topology, the keys per
 //!   master and the hottest hash tags;
 //! - `demo`: three simulated bot replicas sharing 50 chats on a throwaway local Redis Cluster.
@@ -51,7 +52,10 @@ macro_rules! exit_codes {
     arg_required_else_help = true,
     after_help = concat!(
         "A typical migration: inspect, migrate --dry-run, migrate, check --layout cluster, \
-         start the bots, migrate --delete-source. See docs/cli.md.\n\n",
+         start the bots, then cleanup --layout legacy (it deletes only, and only once the \
+         cluster side holds the data). Each step reads the prefix's lifecycle records and \
+         refuses what would bring back deleted data or destroy newer writes. See \
+         docs/migration.md and docs/cli.md.\n\n",
         exit_codes!()
     )
 )]
@@ -73,6 +77,9 @@ enum Command {
     Migrate(MigrateArgs),
     /// Copy a cluster:v1 prefix back into the legacy layout.
     Rollback(RollbackArgs),
+    /// Delete the side of a prefix the bots left (one layout), once the other side holds its
+    /// data; it never copies.
+    Cleanup(CleanupArgs),
     /// Tell whether start() would pass for a prefix and layout (read-only), with the topology,
     /// keys per master and hot hash tags.
     Check(CheckArgs),
@@ -120,8 +127,10 @@ pub(crate) struct InspectArgs {
          botmesh-redis migrate --url redis://old:6379 --prefix mybot --target-cluster 10.0.0.5:7000 --target-prefix mybot2\n  \
          # only some namespaces (the layout marker is then not written)\n  \
          botmesh-redis migrate --url redis://127.0.0.1:6379 --prefix mybot --include messages,chats\n  \
-         # once the bots run on the cluster layout: remove the legacy keys\n  \
-         botmesh-redis migrate --url redis://127.0.0.1:6379 --prefix mybot --delete-source\n\n",
+         # copy and delete the source in one go (bots stopped, before they start on the copy)\n  \
+         botmesh-redis migrate --url redis://old:6379 --prefix mybot --target-cluster 10.0.0.5:7000 --delete-source\n  \
+         # once the bots run on the cluster layout, the legacy keys go with cleanup, not migrate\n  \
+         botmesh-redis cleanup --url redis://127.0.0.1:6379 --prefix mybot --layout legacy\n\n",
         exit_codes!()
     )
 )]
@@ -158,8 +167,13 @@ pub(crate) struct MigrateArgs {
     #[arg(long, value_name = "NS,NS", value_delimiter = ',', value_parser = parse_copied_namespace)]
     pub(crate) include: Option<Vec<Namespace>>,
 
-    /// Replace existing target keys (counters are still only raised).
+    /// Copy only: existing target keys win (unless --overwrite) and nothing is removed from
+    /// the target. The default mirrors: the target ends up holding exactly the source's data.
     #[arg(long)]
+    pub(crate) no_mirror: bool,
+
+    /// With --no-mirror, replace existing target keys (counters are still only raised).
+    #[arg(long, requires = "no_mirror")]
     pub(crate) overwrite: bool,
 
     /// Run although heartbeats or pending chat tickets show live bots. Unsafe: their writes
@@ -167,8 +181,9 @@ pub(crate) struct MigrateArgs {
     #[arg(long)]
     pub(crate) allow_live: bool,
 
-    /// Delete each source key once the target holds it.
-    #[arg(long)]
+    /// Once the copy is complete, delete the source (the cleanup step, which only deletes).
+    /// Refused with --no-mirror or --include.
+    #[arg(long, conflicts_with_all = ["no_mirror", "include"])]
     pub(crate) delete_source: bool,
 
     /// SCAN COUNT hint per page.
@@ -226,9 +241,10 @@ pub(crate) struct RollbackArgs {
     #[arg(long)]
     pub(crate) dry_run: bool,
 
-    /// Delete each source key once the target holds it (and the source's indexes, turn queues,
-    /// holders and marker).
-    #[arg(long)]
+    /// Once the rollback is complete, delete the cluster-layout source (the cleanup step,
+    /// which only deletes). Refused with --no-mirror. After the legacy bots ran, use
+    /// `cleanup --layout cluster` instead: the rollback itself is then refused.
+    #[arg(long, conflicts_with = "no_mirror")]
     pub(crate) delete_source: bool,
 
     /// Run although heartbeats or pending chat tickets show live bots. Unsafe.
@@ -240,7 +256,70 @@ pub(crate) struct RollbackArgs {
     pub(crate) scan_count: u32,
 }
 
-/// A layout, as `check --layout` names it.
+/// `cleanup`'s flags.
+#[derive(Debug, Args)]
+#[command(
+    group(ArgGroup::new("source").args(["url", "cluster"]).required(true)),
+    group(ArgGroup::new("target_server").args(["other_url", "other_cluster"])),
+    after_help = concat!(
+        "The side named by --url or --cluster and --layout is deleted; the other side (the other \
+         layout: in place by default, or on --other-url / --other-cluster, under --other-prefix) \
+         must hold its data, as the two sides' lifecycle records tell: the other side went live \
+         after the copy, or holds an exact copy no bot has changed since. --target-user, \
+         --target-password and --target-map name the other side's credentials.\n\n\
+         Examples:\n  \
+         # the bots run on the cluster layout, in place: delete the legacy keys\n  \
+         botmesh-redis cleanup --url redis://127.0.0.1:6379 --prefix mybot --layout legacy --dry-run\n  \
+         botmesh-redis cleanup --url redis://127.0.0.1:6379 --prefix mybot --layout legacy\n  \
+         # the bots run on the cluster: delete the old legacy node's keys\n  \
+         botmesh-redis cleanup --url redis://old:6379 --prefix mybot --layout legacy --other-cluster 10.0.0.5:7000\n  \
+         # rolled back, the legacy bots run again: delete the cluster-layout keys\n  \
+         botmesh-redis cleanup --cluster 10.0.0.5:7000 --prefix mybot --layout cluster --other-url redis://old:6379\n\n",
+        exit_codes!()
+    )
+)]
+pub(crate) struct CleanupArgs {
+    #[command(flatten)]
+    pub(crate) connection: Connection,
+
+    /// The prefix of the side to delete.
+    #[arg(long)]
+    pub(crate) prefix: String,
+
+    /// The layout of the side to delete.
+    #[arg(long, value_enum)]
+    pub(crate) layout: LayoutArg,
+
+    /// The other side is this single node (default: in place, on --url).
+    #[arg(long, value_name = "URL", conflicts_with = "other_cluster")]
+    pub(crate) other_url: Option<String>,
+
+    /// The other side is this Redis Cluster, discovered from this root node; repeatable.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) other_cluster: Vec<String>,
+
+    #[command(flatten)]
+    pub(crate) target: TargetCredentials,
+
+    /// The other side's prefix (default: --prefix).
+    #[arg(long, value_name = "PREFIX")]
+    pub(crate) other_prefix: Option<String>,
+
+    /// Count what would be deleted; delete nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+
+    /// Run although pending chat tickets (or, on another server, heartbeats) show bots on the
+    /// side to delete. Unsafe.
+    #[arg(long)]
+    pub(crate) allow_live: bool,
+
+    /// SCAN COUNT hint per page.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) scan_count: u32,
+}
+
+/// A layout, as `check --layout` and `cleanup --layout` name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum LayoutArg {
     /// The historical single-node layout.
@@ -373,6 +452,7 @@ async fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args, quiet).await,
         Command::Migrate(args) => migrate::run_migrate(args, quiet).await,
         Command::Rollback(args) => migrate::run_rollback(args, quiet).await,
+        Command::Cleanup(args) => migrate::run_cleanup(args, quiet).await,
         Command::Check(args) => check::run(args, quiet).await,
         Command::Demo(args) => demo::run(args, quiet).await,
     };

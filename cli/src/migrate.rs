@@ -1,18 +1,18 @@
-//! `botmesh-redis migrate` and `botmesh-redis rollback`: the layout moves, with a progress bar
-//! and the report as tables.
+//! `botmesh-redis migrate`, `rollback` and `cleanup`: the layout moves and the deletion of the
+//! side the bots left, with a progress bar and the report as tables.
 
 use std::time::Instant;
 
 use botmesh_redis_tokio::migrate::{
-    migrate_to_cluster_layout, rollback_to_legacy_layout, MigrateOptions, MigrationReport,
-    Progress, RollbackOptions,
+    delete_abandoned_side, migrate_to_cluster_layout, rollback_to_legacy_layout, CleanupOptions,
+    CleanupReport, CopyId, MigrateOptions, MigrationReport, Progress, RollbackOptions,
 };
 use botmesh_redis_tokio::{Client, ClientOptions, Layout};
 use indicatif::ProgressBar;
 
 use crate::connection::describe_url;
 use crate::output::{progress, seconds, set_total, Fields, Table};
-use crate::{connect, connect_with, Failure, MigrateArgs, RollbackArgs};
+use crate::{connect, connect_with, CleanupArgs, Failure, MigrateArgs, RollbackArgs};
 
 /// Runs `migrate` and prints its report.
 pub(crate) async fn run_migrate(args: &MigrateArgs, quiet: bool) -> Result<(), Failure> {
@@ -32,7 +32,9 @@ pub(crate) async fn run_migrate(args: &MigrateArgs, quiet: bool) -> Result<(), F
     let options = MigrateOptions {
         prefix: args.prefix.clone(),
         target_prefix: args.target_prefix.clone(),
-        other_server: target.is_some(),
+        // The servers tell whether they are one (a --target-url may name the source's node).
+        other_server: None,
+        mirror: !args.no_mirror,
         dry_run: args.dry_run,
         include: args.include.clone(),
         overwrite: args.overwrite,
@@ -58,9 +60,14 @@ pub(crate) async fn run_migrate(args: &MigrateArgs, quiet: bool) -> Result<(), F
         (None, true) => format!("in place on {}", args.connection.describe()),
     };
     println!(
-        "migrate: prefix {:?} (legacy) -> prefix {:?} (cluster:v1), {place}{}",
+        "migrate: prefix {:?} (legacy) -> prefix {:?} (cluster:v1), {place}, {}{}",
         options.prefix,
         options.target_prefix(),
+        if options.mirror {
+            "mirror"
+        } else {
+            "copy only"
+        },
         if options.dry_run { ", dry run" } else { "" }
     );
     let bar = progress(quiet, "migrating");
@@ -97,7 +104,7 @@ pub(crate) async fn run_rollback(args: &RollbackArgs, quiet: bool) -> Result<(),
     let options = RollbackOptions {
         prefix: args.prefix.clone(),
         target_prefix: args.target_prefix.clone(),
-        other_server: target.is_some(),
+        other_server: None,
         mirror: !args.no_mirror,
         dry_run: args.dry_run,
         delete_source: args.delete_source,
@@ -139,6 +146,101 @@ pub(crate) async fn run_rollback(args: &RollbackArgs, quiet: bool) -> Result<(),
     report.elapsed = elapsed;
     print!("{}", render(&report));
     Ok(())
+}
+
+/// Runs `cleanup` and prints its report.
+pub(crate) async fn run_cleanup(args: &CleanupArgs, quiet: bool) -> Result<(), Failure> {
+    let doomed = connect(&args.connection).await?;
+    let other_options = match (&args.other_url, args.other_cluster.is_empty()) {
+        (Some(url), _) => Some(ClientOptions::url(url.clone())),
+        (None, false) => Some(ClientOptions::cluster(args.other_cluster.clone())),
+        (None, true) => None,
+    };
+    let other = match other_options {
+        Some(base) => {
+            let options = args.connection.target_options(base, &args.target);
+            Some(connect_with(options).await?)
+        }
+        None => None,
+    };
+    let options = CleanupOptions {
+        prefix: args.prefix.clone(),
+        layout: args.layout.into(),
+        other_prefix: args.other_prefix.clone(),
+        other_server: None,
+        dry_run: args.dry_run,
+        allow_live: args.allow_live,
+        scan_count: args.scan_count,
+    };
+    let other_layout = match options.layout {
+        Layout::Legacy => "cluster:v1",
+        Layout::Cluster => "legacy",
+    };
+    let other_place = match (&args.other_url, args.other_cluster.is_empty()) {
+        (Some(url), _) => describe_url(url),
+        (None, false) => format!("cluster {}", args.other_cluster.join(" ")),
+        (None, true) => "in place".to_owned(),
+    };
+    println!(
+        "cleanup: delete prefix {:?} ({}) on {}; the data is on prefix {:?} ({other_layout}), \
+         {other_place}{}",
+        options.prefix,
+        options.layout,
+        args.connection.describe(),
+        options.other_prefix(),
+        if options.dry_run { ", dry run" } else { "" }
+    );
+    let bar = progress(quiet, "deleting");
+    let mut on_progress = progress_callback(bar.clone());
+    let started = Instant::now();
+    let result = match &other {
+        Some(other) => delete_abandoned_side(&doomed, other, &options, &mut on_progress).await,
+        None => delete_abandoned_side(&doomed, &doomed, &options, &mut on_progress).await,
+    };
+    let elapsed = started.elapsed();
+    bar.finish_and_clear();
+    close(doomed, other).await;
+    let mut report = result?;
+    report.elapsed = elapsed;
+    print!("{}", render_cleanup(&report));
+    Ok(())
+}
+
+/// The cleanup's report: keys deleted per namespace, what was left and why.
+pub(crate) fn render_cleanup(report: &CleanupReport) -> String {
+    let mut out = String::from("\n");
+    let mut table = Table::new([
+        if report.dry_run {
+            "would delete"
+        } else {
+            "deleted"
+        },
+        "keys",
+    ]);
+    for (ns, n) in &report.deleted {
+        table.row([ns.name().to_owned(), n.to_string()]);
+    }
+    if report.deleted.is_empty() {
+        out.push_str("  (nothing to delete)\n");
+    } else {
+        table.row(["total".to_owned(), report.total().to_string()]);
+        out.push_str(&table.render());
+    }
+    out.push('\n');
+    let mut fields = Fields::new();
+    fields.add("keys scanned", report.scanned);
+    fields.add("orphans left", report.orphans);
+    fields.add("unknown keys left", report.unknown);
+    fields.add("shared names kept (in place)", report.shared_kept);
+    fields.add("elapsed", seconds(report.elapsed));
+    out.push_str(&fields.render());
+    if !report.examples.is_empty() {
+        out.push_str("\nexamples\n");
+        for (what, keys) in &report.examples {
+            out.push_str(&format!("  {what}: {}\n", keys.join(", ")));
+        }
+    }
+    out
 }
 
 async fn close(source: Client, target: Option<Client>) {
@@ -237,6 +339,13 @@ pub(crate) fn render(report: &MigrationReport) -> String {
                  {overwritten} overwritten)",
                 report.moved()
             )
+        },
+    );
+    fields.add(
+        "copy",
+        match report.copy {
+            CopyId::Resume(_) => "the one both sides' records name, run again",
+            CopyId::New => "a new copy",
         },
     );
     fields.add("marker", &report.marker);

@@ -48,6 +48,14 @@ fn run_env<S: AsRef<str>>(code: i32, env: &[(&str, &str)], args: &[S]) -> Run {
     r
 }
 
+/// Whether a line of `stdout` holds exactly these words (a table row or a field, whatever its
+/// alignment).
+fn has_row(stdout: &str, words: &[&str]) -> bool {
+    stdout
+        .lines()
+        .any(|l| l.split_whitespace().collect::<Vec<_>>() == words)
+}
+
 /// [`run_env`] with nothing added to the environment.
 fn run_expect<S: AsRef<str>>(code: i32, args: &[S]) -> Run {
     run_env(code, &[], args)
@@ -193,6 +201,10 @@ fn help_of_each_subcommand_shows_its_examples() {
             "  botmesh-redis check --url redis://127.0.0.1:6379 --prefix mybot --layout cluster\n",
         ),
         (
+            "cleanup",
+            "  botmesh-redis cleanup --url redis://127.0.0.1:6379 --prefix mybot --layout legacy\n",
+        ),
+        (
             "demo",
             "  botmesh-redis demo --url redis://127.0.0.1:6379 --prefix mybot\n",
         ),
@@ -215,7 +227,7 @@ fn help_of_each_subcommand_shows_its_examples() {
         }
     }
     let top = run_expect(0, &["--help"]);
-    for command in ["inspect", "migrate", "rollback", "check", "demo"] {
+    for command in ["inspect", "migrate", "rollback", "cleanup", "check", "demo"] {
         assert!(
             top.stdout
                 .lines()
@@ -426,7 +438,7 @@ examples
         dry.stdout.lines().next().unwrap(),
         format!(
             "migrate: prefix {prefix:?} (legacy) -> prefix {prefix:?} (cluster:v1), in place on \
-             {}, dry run",
+             {}, mirror, dry run",
             shared_single().addr()
         )
     );
@@ -434,7 +446,7 @@ examples
         body(&dry.stdout),
         copied.replace("PREFIX", &prefix)
             + "result   dry run, nothing written: 13 keys would be handled (13 copied, 0 kept, 0 \
-               overwritten)\nmarker   not written (dry run)\n"
+               overwritten)\ncopy     a new copy\nmarker   not written (dry run)\n"
     );
     assert!(
         dry.stdout.lines().any(|l| l.starts_with("elapsed  0.")),
@@ -452,7 +464,7 @@ examples
         body(&done.stdout),
         copied.replace("PREFIX", &prefix)
             + "result   13 keys handled into the cluster:v1 layout (13 copied, 0 kept, 0 \
-               overwritten)\nmarker   written\n"
+               overwritten)\ncopy     a new copy\nmarker   written\n"
     );
 
     let after = cli(0, "check", &["--layout", "cluster"]);
@@ -461,7 +473,8 @@ examples
         tail,
         [
             "warning: 16 legacy-layout key(s) remain under the prefix, invisible to the store; \
-             `botmesh-redis migrate --delete-source` removes them once copied",
+             once the bots run on the cluster layout, `botmesh-redis cleanup --layout legacy` \
+             deletes them",
             "verdict: start() with layout cluster would pass: the layout marker is cluster:v1",
             "",
         ]
@@ -472,26 +485,93 @@ examples
     assert!(after
         .stdout
         .contains("\nmarker               \"cluster:v1\"\n"));
+    // The lifecycle records say which copy each side took part in.
+    for side in [
+        "legacy side          source of the copy of ",
+        "cluster side         mirror copy of ",
+    ] {
+        assert!(
+            after.stdout.contains(&format!("\n{side}")),
+            "{}",
+            after.stdout
+        );
+    }
 
-    // Once the bots run on the cluster layout: the legacy copies go, and with them the
-    // coordination keys the old bots left (the lock holder): 13 + 1.
-    let deleted = cli(0, "migrate", &["--delete-source"]);
+    // The bots start on the cluster layout and delete a chat. From then on the copy is live: a
+    // migration into it (as `--delete-source` would run) is refused, since it would bring the
+    // chat back; the legacy side goes with the cleanup step, which only deletes.
+    block_on(async {
+        let client = Client::connect(ClientOptions::url(shared_single().url()))
+            .await
+            .unwrap();
+        let store = Store::new(
+            client,
+            StoreOptions::new(prefix.as_str()).layout(Layout::Cluster),
+        )
+        .unwrap();
+        store.start().await.unwrap();
+        store.delete_chat("chat-2").await.unwrap();
+    });
+    let refused = cli(3, "migrate", &["--delete-source"]);
     assert!(
-        deleted
-            .stdout
-            .contains("\n  total             0    13            0       0\n"),
+        refused
+            .stderr
+            .starts_with("refused: the target is live: bots started on it since the copy"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        refused
+            .stderr
+            .contains("botmesh-redis cleanup --layout legacy"),
+        "{}",
+        refused.stderr
+    );
+
+    let dry = cli(0, "cleanup", &["--layout", "legacy", "--dry-run"]);
+    assert!(
+        has_row(&dry.stdout, &["would", "delete", "keys"]),
+        "{}",
+        dry.stdout
+    );
+    // Every legacy key but the unknown one: 2 logs and their 3 items, 2 chats, 3 contacts, a
+    // checkpoint, a schedule, 2 user-data entries, the lock the old bots left, a fence; in
+    // place the conversation and the cursor are the live side's too and stay.
+    assert!(has_row(&dry.stdout, &["total", "16"]), "{}", dry.stdout);
+    assert!(
+        has_row(&dry.stdout, &["unknown", "keys", "left", "1"]),
+        "{}",
+        dry.stdout
+    );
+    assert!(
+        has_row(
+            &dry.stdout,
+            &["shared", "names", "kept", "(in", "place)", "2"]
+        ),
+        "{}",
+        dry.stdout
+    );
+    let deleted = cli(0, "cleanup", &["--layout", "legacy"]);
+    assert!(
+        has_row(&deleted.stdout, &["deleted", "keys"]),
         "{}",
         deleted.stdout
     );
     assert!(
-        deleted.stdout.contains("\nsource keys deleted  14\n"),
+        has_row(&deleted.stdout, &["total", "16"]),
         "{}",
         deleted.stdout
     );
-    assert!(deleted.stdout.contains("\nmarker   already set\n"));
     let clean = cli(0, "check", &["--layout", "cluster"]);
     assert!(
         clean.stdout.contains("\nlegacy-layout keys   0\n"),
+        "{}",
+        clean.stdout
+    );
+    assert!(
+        clean
+            .stdout
+            .contains("\nlegacy side          source of the copy of "),
         "{}",
         clean.stdout
     );
@@ -501,6 +581,13 @@ examples
         ),
         "{}",
         clean.stdout
+    );
+    // The chat the bots deleted stayed deleted.
+    let inspected = cli(0, "inspect", &[]);
+    assert!(
+        has_row(&inspected.stdout, &["chats", "0", "1", "0"]),
+        "{}",
+        inspected.stdout
     );
 }
 
@@ -531,7 +618,7 @@ fn migrate_into_the_shared_cluster_and_roll_back_to_a_node() {
         to_cluster.stdout.lines().next().unwrap(),
         format!(
             "migrate: prefix {prefix:?} (legacy) -> prefix {on_cluster:?} (cluster:v1), from {} \
-             to cluster {seed}",
+             to cluster {seed}, mirror",
             shared_single().addr()
         )
     );
@@ -591,7 +678,7 @@ marker         \"cluster:v1\"
         inspected.stdout
     );
     assert!(
-        inspected.stdout.ends_with("\nkeys scanned   27\n"),
+        inspected.stdout.ends_with("\nkeys scanned   28\n"),
         "{}",
         inspected.stdout
     );
@@ -643,20 +730,36 @@ marker         \"cluster:v1\"
          client\n"
     ));
 
-    let rolled = run_expect(
-        0,
-        &[
-            "rollback",
-            "--cluster",
-            &seed,
-            "--prefix",
-            &on_cluster,
-            "--target-url",
-            &url,
-            "--target-prefix",
-            &back,
-        ],
+    let rollback = [
+        "rollback",
+        "--cluster",
+        &seed,
+        "--prefix",
+        &on_cluster,
+        "--target-url",
+        &url,
+        "--target-prefix",
+        &back,
+    ];
+    // No bot ran on the copy: the data is on the legacy keyspace it came from, which may have
+    // changed since, so a rollback into a third keyspace is refused.
+    let refused = run_expect(3, &rollback);
+    assert!(
+        refused
+            .stderr
+            .starts_with("refused: the source is a copy that no bot started"),
+        "{}",
+        refused.stderr
     );
+    // Once the bots ran on the cluster, it holds the data and the rollback copies it.
+    block_on(async {
+        let client = Client::connect(ClientOptions::cluster([seed.clone()]))
+            .await
+            .unwrap();
+        let store = Store::new(client, StoreOptions::new(on_cluster.as_str())).unwrap();
+        store.start().await.unwrap();
+    });
+    let rolled = run_expect(0, &rollback);
     assert_eq!(
         rolled.stdout.lines().next().unwrap(),
         format!(
@@ -685,14 +788,28 @@ marker         \"cluster:v1\"
         rolled.stdout
     );
     // What the legacy bots wrote, minus their lock holder and the unknown key.
+    // And the record of the rollback, a mirror copy of the cluster keyspace.
     let restored = run_expect(0, &["inspect", "--url", &url, "--prefix", &back]);
+    let record = "legacy side    mirror copy of ";
+    let restored_body = body(&restored.stdout);
+    let (data, lifecycle): (Vec<&str>, Vec<&str>) = restored_body
+        .lines()
+        .partition(|l| !l.starts_with(record));
+    assert_eq!(lifecycle.len(), 1, "{}", restored.stdout);
+    assert!(
+        lifecycle[0].contains(&format!(
+            "from the cluster keyspace {on_cluster:?} on a cluster of 3 masters"
+        )),
+        "{}",
+        restored.stdout
+    );
     assert_eq!(
-        body(&restored.stdout),
+        data.join("\n") + "\n",
         SEEDED_INSPECT
             .replace("  locks               1        0       0\n", "")
             .replace("total              16", "total              15")
             .replace("1 (for example PREFIX:weird)", "0")
-            .replace("keys scanned   19", "keys scanned   17")
+            .replace("keys scanned   19", "keys scanned   18")
     );
 }
 

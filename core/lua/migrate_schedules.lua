@@ -9,7 +9,8 @@
 -- ARGV[2] '1' to overwrite, else '0'
 -- ARGV[3] '1' for a dry run: nothing is written
 -- ARGV[4..] per record: id, token, holder ('' for none), deleted ('0' or '1'), data
--- Returns a code per record: 0 kept, 1 copied, 2 replaced, -1 when the source's or the stored
+-- Returns a code per record: 0 kept (with overwrite: the same record was stored), 1 copied,
+-- 2 replaced, -1 when the source's or the stored
 -- token is not a canonical integer, or the stored record is not a hash (that record is left as it is; the others are written).
 local indexed, overwrite, dry = ARGV[1] == '1', ARGV[2] == '1', ARGV[3] == '1'
 
@@ -47,7 +48,7 @@ for i = 1, n do
   local kind = redis.call('TYPE', key)['ok']
   local stored = {}
   if kind == 'hash' then
-    stored = redis.call('HMGET', key, 'token', 'holder')
+    stored = redis.call('HMGET', key, 'token', 'holder', 'deleted', 'data')
   end
   local write = true
   local code = 1
@@ -68,6 +69,12 @@ for i = 1, n do
       end
     elseif order == 0 then
       holder = holder ~= '' and holder or (stored[2] or '')
+      if holder == (stored[2] or '') and deleted == (stored[3] or '0')
+          and (deleted == '1' or data == stored[4]) then
+        -- The same record: kept (written again all the same, which puts its index member
+        -- right).
+        code = 0
+      end
     end
   end
   codes[i] = code

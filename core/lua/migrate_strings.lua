@@ -1,6 +1,7 @@
 -- migrate_strings: writes string records of one group (one slot in the cluster layout), each
 -- with its remaining time to live and, in the cluster layout, its index member. An existing
--- record wins unless overwrite is set.
+-- record wins unless overwrite is set; an overwrite that finds the same value keeps it (its
+-- time to live and index member are set all the same).
 -- KEYS[1] the index when ARGV[1] is 'indexed' or 'expiring', else the first record
 -- KEYS[2..] the records, in the order of the entries; they start at the first key with 'plain'
 -- ARGV[1] 'plain' (no index), 'indexed' (score 0) or 'expiring' (score = expiry in server ms,
@@ -8,7 +9,8 @@
 -- ARGV[2] '1' to overwrite existing records, else '0'
 -- ARGV[3] '1' for a dry run: nothing is written, the codes say what would happen
 -- ARGV[4..] per record: index member, value, remaining ttl in ms ('' for none)
--- Returns a code per record: 0 kept (the record existed), 1 copied, 2 overwritten; -1 for every
+-- Returns a code per record: 0 kept (the record existed, or held the same value), 1 copied,
+-- 2 overwritten (it held another value or type); -1 for every
 -- record when the index is not a sorted set (left as it is).
 if redis.replicate_commands then
   redis.replicate_commands()
@@ -37,13 +39,19 @@ end
 for i = 1, n do
   local key = KEYS[first + i - 1]
   local member, value, ttl = ARGV[1 + i * 3], ARGV[2 + i * 3], ARGV[3 + i * 3]
-  local exists = redis.call('EXISTS', key) == 1
+  local kind = redis.call('TYPE', key)['ok']
+  local exists = kind ~= 'none'
   if exists and not overwrite then
     codes[i] = 0
   else
-    codes[i] = exists and 2 or 1
+    local same = kind == 'string' and redis.call('GET', key) == value
+    codes[i] = (same and 0) or (exists and 2) or 1
     if not dry then
-      if ttl == '' then
+      if same and ttl == '' then
+        redis.call('PERSIST', key)
+      elseif same then
+        redis.call('PEXPIRE', key, ttl)
+      elseif ttl == '' then
         redis.call('SET', key, value)
       else
         redis.call('SET', key, value, 'PX', ttl)

@@ -177,6 +177,20 @@ pub enum Error {
         /// The marker key.
         key: String,
     },
+    /// A store refused to start: its keyspace's lifecycle record says a copy into it was
+    /// interrupted, or a cleanup deleted it (`docs/migration.md`, "The lifecycle"). Nothing
+    /// was written.
+    #[error(
+        "the keyspace cannot start: its lifecycle record {key} says it is the {found}; a copy \
+         into it was interrupted (run it again to finish it) or a cleanup deleted it (the data \
+         is on the other side: start the bots there)"
+    )]
+    KeyspaceNotReady {
+        /// The record's key.
+        key: String,
+        /// What the record says.
+        found: String,
+    },
     /// The client was closed before the request completed.
     #[error("the client is closed")]
     Closed,

@@ -35,6 +35,12 @@ pub(crate) fn enc_display(segment: &str) -> impl fmt::Display + '_ {
     percent_encode(segment.as_bytes(), SEGMENT)
 }
 
+/// [`enc`] of raw bytes, which need not be UTF-8 (message ids read back from a log another
+/// program wrote): the same byte-by-byte rule, so it is [`enc`] for UTF-8 input.
+pub(crate) fn enc_bytes(segment: &[u8]) -> impl fmt::Display + '_ {
+    percent_encode(segment, SEGMENT)
+}
+
 /// The hash tag of `key`: the bytes between the first `{` and the first `}` after it, when that
 /// span is non-empty. Redis hashes only the tag when there is one.
 pub fn hash_tag(key: &[u8]) -> Option<&[u8]> {

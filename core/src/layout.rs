@@ -291,6 +291,31 @@ impl Keyspace {
         }
     }
 
+    /// One message's item, for an id read back from a log as bytes (a log another program
+    /// wrote may hold ids that are not UTF-8): the legacy name holds the id's bytes as they
+    /// are, the cluster one `enc` of them, byte by byte, as for any id. Equal to
+    /// [`message_item`](Self::message_item) for a UTF-8 id.
+    pub fn message_item_raw(&self, chat: &str, id: &[u8]) -> Key {
+        match std::str::from_utf8(id) {
+            Ok(id) => self.message_item(chat, id),
+            Err(_) => {
+                let mut key = match self.layout {
+                    Layout::Legacy => format!("{}:msg:{chat}:", self.prefix).into_bytes(),
+                    Layout::Cluster => {
+                        format!("{}:{{m:{}}}:i:", self.prefix, enc(chat)).into_bytes()
+                    }
+                };
+                match self.layout {
+                    Layout::Legacy => key.extend_from_slice(id),
+                    Layout::Cluster => {
+                        key.extend(crate::keys::enc_bytes(id).to_string().into_bytes())
+                    }
+                }
+                Key::new(key)
+            }
+        }
+    }
+
     // --- records: chats, contacts, checkpoints, schedules ---------------------------------
 
     /// A record of `kind`.
@@ -447,6 +472,14 @@ impl Keyspace {
     /// The layout marker, `p:{meta}:layout`, whose value is [`CLUSTER_V1`].
     pub fn marker(&self) -> Key {
         self.key(format_args!("{{meta}}:layout"))
+    }
+
+    /// This layout's lifecycle record under the prefix, `p:{meta}:lifecycle:<layout>` (a hash):
+    /// the migration's account of this keyspace (`docs/migration.md`, "The lifecycle"). Both
+    /// layouts keep theirs beside the marker, in the `{meta}` slot, so the two records of an
+    /// in-place migration and the marker can be read in one call.
+    pub fn lifecycle(&self) -> Key {
+        self.key(format_args!("{{meta}}:lifecycle:{}", self.layout.name()))
     }
 
     /// The `SCAN MATCH` pattern of every key under the prefix.

@@ -84,6 +84,8 @@ manifest! {
     MIGRATE_PRUNE_SCHEDULE = "migrate_prune_schedule";
     /// Asks many logs and drains whether they name an item.
     MIGRATE_MEMBERS = "migrate_members";
-    /// Deletes migrated messages from the source, item and member together.
+    /// Deletes messages from a log (or drain), item and member together.
     MIGRATE_DROP = "migrate_drop";
+    /// A side's lifecycle record: replaced by a migration step, stamped by `start()`.
+    LIFECYCLE = "lifecycle";
 }

@@ -467,7 +467,18 @@ fn conversations_and_cursors() {
 
 // --- start guard --------------------------------------------------------------------------------
 
-/// Answers a start guard: the marker, then (single node) the scan of `keys`, then `SET NX`.
+/// The lifecycle stamp's answer: an outcome, then the record's fields.
+fn stamped(outcome: &str, record: &[(&str, &str)]) -> Reply {
+    let mut out = vec![bulk(outcome)];
+    for (field, value) in record {
+        out.push(bulk(field));
+        out.push(bulk(value));
+    }
+    Ok(Value::Array(out))
+}
+
+/// Answers a start guard: the marker, then (single node) the scan of `keys`, then `SET NX`,
+/// then the lifecycle stamp (no record: a cluster side gets an origin record).
 fn answer_start<'a>(
     marker: Option<&'a str>,
     keys: &'a [String],
@@ -478,6 +489,8 @@ fn answer_start<'a>(
         "CLUSTER" => not_a_cluster(),
         "SCAN" => scan_page("0", keys),
         "SET" => set_nx.clone(),
+        "lifecycle" if req.keys()[0].to_string().ends_with("cluster") => stamped("created", &[]),
+        "lifecycle" => stamped("none", &[]),
         other => panic!("unexpected {other}"),
     }
 }
@@ -551,10 +564,52 @@ fn start_guard() {
             "CLUSTER" => not_a_cluster(),
             "SCAN" => scan_page("0", &[]),
             "SET" => Ok(Value::Nil),
+            "lifecycle" => stamped("created", &[]),
             other => panic!("unexpected {other}"),
         }
     });
     insta::assert_snapshot!("start__cluster_marker_race", race);
+
+    // The lifecycle record refuses a copy that is not complete, and a deleted side; it is
+    // stamped on a complete copy (the bots start there).
+    let record = |role: &'static str, phase: &'static str| {
+        vec![
+            ("copy", "1700000000000"),
+            ("role", role),
+            ("phase", phase),
+            ("exact", "1"),
+            ("peer", "the legacy keyspace \"bot\" on a single node"),
+            ("at", "1700000000000"),
+        ]
+    };
+    let outcomes = [
+        (
+            "cluster_incomplete_copy_refused",
+            &cluster,
+            "refused",
+            record("target", "copying"),
+        ),
+        (
+            "legacy_deleted_refused",
+            &legacy,
+            "refused",
+            record("source", "deleted"),
+        ),
+        (
+            "cluster_copy_stamped",
+            &cluster,
+            "stamped",
+            record("target", "complete"),
+        ),
+    ];
+    for (label, ks, outcome, fields) in outcomes {
+        let transcript = run(guard::start(ks, false), |req| match req.name().as_str() {
+            "GET" => Ok(bulk("cluster:v1")),
+            "lifecycle" => stamped(outcome, &fields),
+            other => panic!("unexpected {other}"),
+        });
+        insta::assert_snapshot!(format!("start__{label}"), transcript);
+    }
 }
 
 #[test]

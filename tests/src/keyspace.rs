@@ -113,6 +113,35 @@ impl Rng {
 // Where the keys are
 // ---------------------------------------------------------------------------------------------
 
+/// The lifecycle records a migration from `legacy` into `cluster` leaves (copy 1, complete,
+/// exact), with the bots then started on the cluster side when `bots_on_cluster`: for tests
+/// that write both sides by hand and then take a step between them.
+pub fn migrated_records(legacy: &Keyspace, cluster: &Keyspace, bots_on_cluster: bool) -> Vec<Cmd> {
+    let record = |ks: &Keyspace, role: &str, started: bool| {
+        let mut cmd = Cmd::new("HSET", ks.lifecycle().as_bytes())
+            .arg("copy")
+            .arg("1")
+            .arg("role")
+            .arg(role)
+            .arg("phase")
+            .arg("complete")
+            .arg("exact")
+            .arg("1")
+            .arg("peer")
+            .arg("the other side, written by the test")
+            .arg("at")
+            .arg("1");
+        if started {
+            cmd = cmd.arg("started").arg("1").arg("started_at").arg("2");
+        }
+        cmd
+    };
+    vec![
+        record(legacy, "source", false),
+        record(cluster, "target", bots_on_cluster),
+    ]
+}
+
 /// A server to read or write raw keys on: a single node, or every master of a cluster.
 #[derive(Clone, Copy, Debug)]
 pub enum Node<'a> {
@@ -146,6 +175,21 @@ impl Node<'_> {
             Node::Cluster(cluster) => ClientOptions::cluster(cluster.seeds()),
         };
         Client::<R>::connect(options).await.unwrap()
+    }
+
+    /// Starts a store of `layout` under `prefix` here, as a bot replica does: its `start()`
+    /// stamps the side's lifecycle record, so the steps after it know the bots ran here.
+    pub async fn start_bots<R: Runtime>(
+        self,
+        layout: Layout,
+        prefix: &str,
+    ) -> Result<botmesh_redis_core::Store<Client<R>>, Error> {
+        let store = botmesh_redis_core::Store::new(
+            self.client::<R>().await,
+            botmesh_redis_core::StoreOptions::new(prefix).layout(layout),
+        )?;
+        store.start().await?;
+        Ok(store)
     }
 
     /// Whether this is a cluster.
@@ -1518,6 +1562,8 @@ fn read_node(conn: &mut AdminConn, ks: &Keyspace, keys: BTreeSet<Vec<u8>>, d: &m
                 let members = zrange(conn, &key).into_iter().collect();
                 indexes.insert(key, members);
             }
+            // The lifecycle records are the migration's bookkeeping, not a bot's data.
+            Name::Lifecycle { .. } => {}
             Name::Turn { .. } => excluded(d, "turns"),
             Name::LockHolder { .. } => excluded(d, "locks"),
             Name::LeaderHolder { .. } => excluded(d, "leaderships"),

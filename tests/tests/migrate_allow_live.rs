@@ -114,7 +114,6 @@ async fn forward<R: Runtime>(on_target: bool) {
         let data = digest(single, Layout::Legacy, &prefix);
 
         let mut options = MigrateOptions::new(prefix.as_str());
-        options.other_server = on_target;
         let result = migrate_to_cluster_layout(&source, &target, &options, &mut |_| {}).await;
         assert_eq!(refused(result), live.refusal(live_ks), "{live:?}");
         assert!(
@@ -176,7 +175,6 @@ async fn rollback<R: Runtime>(on_target: bool) {
 
         let mut options = RollbackOptions::new(prefix.as_str());
         options.target_prefix = Some(back.clone());
-        options.other_server = true;
         let result =
             rollback_to_legacy_layout(&cluster_client, &legacy_client, &options, &mut |_| {}).await;
         assert_eq!(refused(result), live.refusal(live_ks), "{live:?}");

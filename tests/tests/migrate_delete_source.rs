@@ -1,15 +1,16 @@
-//! `delete_source`: a forward migration leaves no legacy data under the prefix (orphans, unknown
-//! keys and log members without items stay: nothing was copied from them), and a rollback
-//! leaves no cluster-layout keys; the target holds every datum.
+//! `delete_source`: once the copy is complete, the cleanup step deletes the source. A forward
+//! migration leaves no legacy data under the prefix (orphans and unknown keys stay: nothing
+//! was copied from them), and a rollback no cluster-layout keys; the target holds every datum,
+//! and each side's lifecycle record says what happened.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 
 use botmesh_redis_core::migrate::{
-    migrate_to_cluster_layout, rollback_to_legacy_layout, MarkerOutcome, MigrateOptions, Namespace,
+    migrate_to_cluster_layout, rollback_to_legacy_layout, MarkerOutcome, MigrateOptions,
     RollbackOptions,
 };
-use botmesh_redis_core::Layout;
+use botmesh_redis_core::{Keyspace, Layout};
 use botmesh_redis_tests::conformance::Runtime;
 use botmesh_redis_tests::keyspace::{
     assert_forward_report, assert_same_data, digest, seeds, write_generated, Digest, Expected, Node,
@@ -17,40 +18,6 @@ use botmesh_redis_tests::keyspace::{
 use botmesh_redis_tests::{both_drivers, unique_prefix};
 
 const SEEDS: &[u64] = &[21, 22];
-
-/// What a forward `delete_source` deletes: each copied record and counter, each copied
-/// message's member (with its item), and the turn queues and holders.
-fn deleted_by_forward(expected: &Expected, separate: bool) -> u64 {
-    let n = |ns| expected.keys.get(&ns).copied().unwrap_or(0);
-    let mut keys = [
-        Namespace::Chats,
-        Namespace::Contacts,
-        Namespace::Checkpoints,
-        Namespace::Schedules,
-        Namespace::UserData,
-        Namespace::Fences,
-        Namespace::Terms,
-        Namespace::Turns,
-        Namespace::Locks,
-        Namespace::Leaderships,
-    ]
-    .into_iter()
-    .map(n)
-    .sum::<u64>();
-    if separate {
-        keys += [
-            Namespace::Conversations,
-            Namespace::Cursors,
-            Namespace::Leases,
-            Namespace::Durability,
-        ]
-        .into_iter()
-        .map(n)
-        .sum::<u64>();
-    }
-    // Members without an item are dropped too: they carry no message.
-    keys + expected.messages + expected.drain_messages + expected.dangling
-}
 
 /// The legacy keys left after a forward `delete_source`: no data, except in place the names
 /// both layouts share; orphans, unknown keys and dangling members as generated.
@@ -95,17 +62,18 @@ async fn forward<R: Runtime>(target: Option<Node<'static>>) {
         let generated = write_generated(source, &prefix, seed, 1);
         let expected = &generated.expected;
         let before = digest(source, Layout::Legacy, &prefix);
+        let keys_before = source.keys(&prefix);
         let mut options = MigrateOptions::new(prefix.as_str());
-        options.other_server = separate;
         options.delete_source = true;
         let report = migrate_to_cluster_layout(&src, &tgt, &options, &mut |_| {})
             .await
             .unwrap();
         assert_forward_report(&report, expected, separate);
         assert_eq!(report.marker, MarkerOutcome::Written);
+        let keys_after = source.keys(&prefix);
         assert_eq!(
             report.source_deleted,
-            deleted_by_forward(expected, separate),
+            keys_before.difference(&keys_after).count() as u64,
             "seed {seed}: {report:#?}"
         );
         let copy = digest(tgt_node, Layout::Cluster, &prefix);
@@ -114,13 +82,19 @@ async fn forward<R: Runtime>(target: Option<Node<'static>>) {
         let left = digest(source, Layout::Legacy, &prefix);
         check_left_behind(&left, &before, expected, separate);
         if separate {
-            // Nothing else either: every key left is an orphan, an unknown key or a log of
-            // dangling members.
-            let logs_left = source.keys(&prefix).len() as u64 - expected.orphans - expected.unknown;
-            assert!(
-                logs_left <= expected.dangling,
-                "seed {seed}: {logs_left} keys besides orphans and unknown keys"
+            // Nothing else either: every key left is an orphan, an unknown key, or the legacy
+            // side's lifecycle record, which says it was deleted.
+            let left = keys_after.len() as u64 - expected.orphans - expected.unknown;
+            assert_eq!(
+                left, 1,
+                "seed {seed}: keys besides orphans and unknown keys"
             );
+            assert!(keys_after.contains(
+                Keyspace::new(Layout::Legacy, prefix.as_str())
+                    .unwrap()
+                    .lifecycle()
+                    .as_bytes()
+            ));
         }
     }
 }
@@ -143,12 +117,17 @@ async fn rollback<R: Runtime>(target: Node<'static>, in_place: bool) {
         let prefix = unique_prefix("mig-del-rb");
         write_generated(single, &prefix, seed, 1);
         let before = digest(single, Layout::Legacy, &prefix);
-        let mut options = MigrateOptions::new(prefix.as_str());
-        options.other_server = !in_place;
+        let options = MigrateOptions::new(prefix.as_str());
         migrate_to_cluster_layout(&legacy_client, &cluster_client, &options, &mut |_| {})
             .await
             .unwrap();
         let migrated = digest(target, Layout::Cluster, &prefix);
+        // The bots ran on the cluster layout (a rollback into another prefix copies from the
+        // side they ran on).
+        target
+            .start_bots::<R>(Layout::Cluster, &prefix)
+            .await
+            .unwrap();
 
         let back = if in_place {
             prefix.clone()
@@ -157,7 +136,6 @@ async fn rollback<R: Runtime>(target: Node<'static>, in_place: bool) {
         };
         let mut rollback = RollbackOptions::new(prefix.as_str());
         rollback.target_prefix = Some(back.clone());
-        rollback.other_server = !in_place;
         rollback.delete_source = true;
         let report =
             rollback_to_legacy_layout(&cluster_client, &legacy_client, &rollback, &mut |_| {})
@@ -196,13 +174,19 @@ async fn rollback<R: Runtime>(target: Node<'static>, in_place: bool) {
                 "seed {seed}: {left:#?}"
             );
         } else {
-            let keys = target.keys(&prefix);
-            assert!(
-                keys.is_empty(),
-                "seed {seed}: cluster-layout keys left: {:?}",
-                keys.iter()
-                    .map(|k| String::from_utf8_lossy(k).into_owned())
-                    .collect::<Vec<_>>()
+            // The cluster side's lifecycle record stays, marked deleted; nothing else.
+            let record = Keyspace::new(Layout::Cluster, prefix.as_str())
+                .unwrap()
+                .lifecycle();
+            let keys: Vec<String> = target
+                .keys(&prefix)
+                .iter()
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .collect();
+            assert_eq!(
+                keys,
+                vec![record.to_string()],
+                "seed {seed}: cluster-layout keys left"
             );
         }
     }

@@ -54,7 +54,6 @@ async fn forward<R: Runtime>(target: Option<Node<'static>>) {
         let source_before = source.raw_dump(&prefix);
         let target_before = tgt_node.raw_dump(&prefix);
         let mut options = MigrateOptions::new(prefix.as_str());
-        options.other_server = separate;
         options.dry_run = true;
         let dry = migrate_to_cluster_layout(&src, &tgt, &options, &mut |_| {})
             .await
@@ -107,8 +106,7 @@ async fn rollback<R: Runtime>(host: Node<'static>, in_place: bool) {
         let prefix = unique_prefix("mig-dry-rb");
         write_generated(single, &prefix, seed, 1);
         let before = digest(single, Layout::Legacy, &prefix);
-        let mut options = MigrateOptions::new(prefix.as_str());
-        options.other_server = !in_place;
+        let options = MigrateOptions::new(prefix.as_str());
         migrate_to_cluster_layout(&legacy, &cluster, &options, &mut |_| {})
             .await
             .unwrap();
@@ -145,7 +143,6 @@ async fn rollback<R: Runtime>(host: Node<'static>, in_place: bool) {
         let legacy_before = single.raw_dump(&prefix);
         let cluster_before = host.raw_dump(&prefix);
         let mut rollback = RollbackOptions::new(prefix.as_str());
-        rollback.other_server = !in_place;
         rollback.dry_run = true;
         let dry = rollback_to_legacy_layout(&cluster, &legacy, &rollback, &mut |_| {})
             .await
@@ -243,6 +240,10 @@ async fn rollback_two_messages_on_one_item<R: Runtime>() {
     write_two_messages_on_one_item(node, &prefix);
     let options = MigrateOptions::new(prefix.as_str());
     migrate_to_cluster_layout(&client, &client, &options, &mut |_| {})
+        .await
+        .unwrap();
+    // The bots ran on the cluster layout: the rollback into another prefix copies from them.
+    node.start_bots::<R>(Layout::Cluster, &prefix)
         .await
         .unwrap();
     let mut rollback = RollbackOptions::new(prefix.as_str());

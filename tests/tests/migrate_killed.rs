@@ -129,9 +129,8 @@ async fn backward<E: Executor>(src: E, tgt: E, options: RollbackOptions) -> Resu
         .map(|_| ())
 }
 
-fn forward_options(prefix: &str, separate: bool) -> MigrateOptions {
+fn forward_options(prefix: &str, _separate: bool) -> MigrateOptions {
     let mut options = MigrateOptions::new(prefix);
-    options.other_server = separate;
     options.scan_count = SCAN_COUNT;
     options
 }
@@ -205,7 +204,6 @@ async fn rollback_killed<R: Runtime>(host: Node<'static>, in_place: bool) {
         };
         let mut rollback = RollbackOptions::new(prefix);
         rollback.target_prefix = Some(back.clone());
-        rollback.other_server = !in_place;
         rollback.scan_count = SCAN_COUNT;
         (options, rollback, back)
     };
@@ -217,6 +215,10 @@ async fn rollback_killed<R: Runtime>(host: Node<'static>, in_place: bool) {
         forward(legacy.clone(), cluster.clone(), options)
             .await
             .unwrap();
+        // The bots ran on the cluster layout before the rollback.
+        host.start_bots::<R>(Layout::Cluster, &reference_prefix)
+            .await
+            .unwrap();
         let batches = counted(&cluster, &legacy, |s, t| backward(s, t, rollback)).await;
         let reference = digest(single, Layout::Legacy, &reference_back);
         let mut kills = 0;
@@ -225,6 +227,9 @@ async fn rollback_killed<R: Runtime>(host: Node<'static>, in_place: bool) {
             write_generated(single, &prefix, seed, 1);
             let (options, rollback, back) = prepare(&prefix);
             forward(legacy.clone(), cluster.clone(), options)
+                .await
+                .unwrap();
+            host.start_bots::<R>(Layout::Cluster, &prefix)
                 .await
                 .unwrap();
             let kill = Kill::draw(&mut rng, round, batches);

@@ -92,18 +92,19 @@ fn check_report(report: &MigrationReport, overwrite: bool) {
 async fn forward_into_another_prefix<R: Runtime>() {
     let node = Node::shared_single();
     let client = node.client::<R>().await;
-    for overwrite in [false, true] {
+    // Copy-only keeps a live holder found at the target; the mirror (the default) replaces it.
+    for mirror in [false, true] {
         let from = Keyspace::new(Layout::Legacy, unique_prefix("mig-lease-src")).unwrap();
         let to = Keyspace::new(Layout::Cluster, unique_prefix("mig-lease-tgt")).unwrap();
         seed_leases(node, &from, &to);
         let mut options = MigrateOptions::new(from.prefix());
         options.target_prefix = Some(to.prefix().to_owned());
-        options.overwrite = overwrite;
+        options.mirror = mirror;
         let report = migrate_to_cluster_layout(&client, &client, &options, &mut |_| {})
             .await
             .unwrap();
-        check_report(&report, overwrite);
-        check_target(node, Layout::Cluster, &to, overwrite);
+        check_report(&report, mirror);
+        check_target(node, Layout::Cluster, &to, mirror);
     }
 }
 

@@ -128,8 +128,7 @@ async fn mirror<R: Runtime>(host: Node<'static>, mirror: bool) {
         let generated = write_generated(single, &prefix, seed, 1);
         single.run(&known_data(&ks));
         let original = digest(single, Layout::Legacy, &prefix);
-        let mut options = MigrateOptions::new(prefix.as_str());
-        options.other_server = !in_place;
+        let options = MigrateOptions::new(prefix.as_str());
         migrate_to_cluster_layout(&legacy, &cluster, &options, &mut |_| {})
             .await
             .unwrap();
@@ -146,7 +145,6 @@ async fn mirror<R: Runtime>(host: Node<'static>, mirror: bool) {
         let changed = digest(host, Layout::Cluster, &prefix);
 
         let mut rollback = RollbackOptions::new(prefix.as_str());
-        rollback.other_server = !in_place;
         rollback.mirror = mirror;
         let report = rollback_to_legacy_layout(&cluster, &legacy, &rollback, &mut |_| {})
             .await

@@ -73,13 +73,11 @@ async fn wrong_kinds_of_server<R: Runtime>() {
     let single_client = single.client::<R>().await;
     let cluster_client = cluster.client::<R>().await;
     let prefix = unique_prefix("mig-kinds");
-    let mut options = MigrateOptions::new(prefix.as_str());
-    options.other_server = true;
+    let options = MigrateOptions::new(prefix.as_str());
     let result =
         migrate_to_cluster_layout(&cluster_client, &single_client, &options, &mut |_| {}).await;
     assert_eq!(refusal(result), Refusal::SourceIsCluster);
-    let mut rollback = RollbackOptions::new(prefix.as_str());
-    rollback.other_server = true;
+    let rollback = RollbackOptions::new(prefix.as_str());
     let result =
         rollback_to_legacy_layout(&single_client, &cluster_client, &rollback, &mut |_| {}).await;
     assert_eq!(refusal(result), Refusal::TargetIsCluster);
@@ -96,8 +94,7 @@ async fn foreign_marker<R: Runtime>() {
     let marker = legacy.marker();
     cluster.run(&[Cmd::new("SET", marker.as_bytes()).arg("cluster:v9")]);
     let before = cluster.raw_dump(&prefix);
-    let mut options = MigrateOptions::new(prefix.as_str());
-    options.other_server = true;
+    let options = MigrateOptions::new(prefix.as_str());
     let result = migrate_to_cluster_layout(&source, &target, &options, &mut |_| {}).await;
     assert_eq!(
         refusal(result),

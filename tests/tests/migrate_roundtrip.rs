@@ -121,14 +121,14 @@ async fn in_place_on_one_node<R: Runtime>() {
         // hold, pruned from the legacy logs.
         let mut wanted = BTreeMap::new();
         let n = |ns| expected.keys.get(&ns).copied().unwrap_or(0);
-        let overwritten = |count| Counts {
-            overwritten: count,
+        let kept = |count| Counts {
+            kept: count,
             ..Counts::default()
         };
         wanted.insert(
             Namespace::Messages,
             Counts {
-                overwritten: expected.messages,
+                kept: expected.messages,
                 pruned: expected.dangling - expected.dangling_in_drains,
                 ..Counts::default()
             },
@@ -137,7 +137,7 @@ async fn in_place_on_one_node<R: Runtime>() {
             wanted.insert(
                 Namespace::Drains,
                 Counts {
-                    overwritten: expected.drain_messages,
+                    kept: expected.drain_messages,
                     pruned: expected.dangling_in_drains,
                     ..Counts::default()
                 },
@@ -151,7 +151,7 @@ async fn in_place_on_one_node<R: Runtime>() {
             Namespace::UserData,
         ] {
             if n(ns) > 0 {
-                wanted.insert(ns, overwritten(n(ns)));
+                wanted.insert(ns, kept(n(ns)));
             }
         }
         for ns in [Namespace::Fences, Namespace::Terms] {
@@ -208,8 +208,7 @@ async fn there_and_back<R: Runtime>(target: Node<'static>) {
         let before = digest(source, Layout::Legacy, &prefix);
         check_generated_digest(&before, expected);
 
-        let mut options = MigrateOptions::new(prefix.as_str());
-        options.other_server = true;
+        let options = MigrateOptions::new(prefix.as_str());
         let report = migrate_to_cluster_layout(&src, &tgt, &options, &mut |_| {})
             .await
             .unwrap();
@@ -235,9 +234,10 @@ async fn there_and_back<R: Runtime>(target: Node<'static>) {
             .collect();
         let logs = cluster.messages.len() + cluster.drains.len();
         let others = cluster.len() - messages - drained;
+        // ... and the marker, and the lifecycle record.
         assert_eq!(
             target.keys(&prefix).len(),
-            items.len() + logs + others + indexes as usize + 1
+            items.len() + logs + others + indexes as usize + 2
         );
 
         // inspect_keyspace sees the copy as cluster-layout keys on every master.
@@ -257,10 +257,14 @@ async fn there_and_back<R: Runtime>(target: Node<'static>) {
         assert_eq!(inspected.cluster.get(&Namespace::Indexes), Some(&indexes));
         assert_eq!(inspected.nodes.len(), target.conns().len());
 
+        // The bots ran on the cluster; the rollback into another prefix copies from them.
+        target
+            .start_bots::<R>(Layout::Cluster, &prefix)
+            .await
+            .unwrap();
         let back = hostile_prefix("mig-rt-back");
         let mut rollback = RollbackOptions::new(prefix.as_str());
         rollback.target_prefix = Some(back.clone());
-        rollback.other_server = true;
         let report = rollback_to_legacy_layout(&tgt, &src, &rollback, &mut |_| {})
             .await
             .unwrap();

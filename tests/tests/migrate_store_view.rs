@@ -7,12 +7,13 @@ mod store_support;
 
 use std::time::Duration;
 
+use botmesh_redis_core::migrate::lifecycle::Unsafe;
 use botmesh_redis_core::migrate::{
-    migrate_to_cluster_layout, rollback_to_legacy_layout, MarkerOutcome, MigrateOptions,
+    migrate_to_cluster_layout, rollback_to_legacy_layout, MarkerOutcome, MigrateOptions, Refusal,
     RollbackOptions,
 };
 use botmesh_redis_core::{Coordinator, Schedules};
-use botmesh_redis_core::{Executor, Layout, MAX_PAGE};
+use botmesh_redis_core::{Error, Executor, Layout, MAX_PAGE};
 use botmesh_redis_core::{MessageQuery, Store};
 use botmesh_redis_tests::conformance::Runtime;
 use botmesh_redis_tests::{both_drivers, unique_prefix};
@@ -166,18 +167,37 @@ async fn in_place_on_one_node<R: Runtime>() {
     assert_eq!(report.marker, MarkerOutcome::Written, "{report:#?}");
     assert_eq!(report.unknown, 0, "{report:#?}");
     assert_eq!(report.unreadable, 0, "{report:#?}");
-    let cluster = store_on(client.clone(), Layout::Cluster, &prefix);
-    cluster.start().await.unwrap();
-    read_everything(&cluster).await;
 
-    // Run again: nothing changes, everything is kept.
+    // Run again before any bot starts on the copy: it is the same copy, and everything is
+    // kept.
     let again = migrate_to_cluster_layout(&client, &client, &options, &mut |_| {})
         .await
         .unwrap();
     assert_eq!(again.marker, MarkerOutcome::AlreadySet);
     assert!(
-        again.namespaces.values().all(|c| c.copied == 0),
+        again
+            .namespaces
+            .values()
+            .all(|c| c.copied + c.overwritten + c.pruned == 0),
         "{again:#?}"
+    );
+
+    let cluster = store_on(client.clone(), Layout::Cluster, &prefix);
+    cluster.start().await.unwrap();
+    read_everything(&cluster).await;
+
+    // Once the bots started on the copy, a copy into it is refused: it would bring back what
+    // they delete.
+    let refused = migrate_to_cluster_layout(&client, &client, &options, &mut |_| {}).await;
+    assert!(
+        matches!(
+            refused,
+            Err(Error::Refused(Refusal::Lifecycle {
+                reason: Unsafe::TargetLive,
+                ..
+            }))
+        ),
+        "{refused:?}"
     );
 }
 
@@ -189,8 +209,7 @@ async fn into_the_cluster_and_back<R: Runtime>() {
     legacy.start().await.unwrap();
     write_everything(&legacy).await;
 
-    let mut options = MigrateOptions::new(prefix.as_str());
-    options.other_server = true;
+    let options = MigrateOptions::new(prefix.as_str());
     let report = migrate_to_cluster_layout(&single, &cluster_client, &options, &mut |_| {})
         .await
         .unwrap();
@@ -203,7 +222,6 @@ async fn into_the_cluster_and_back<R: Runtime>() {
     let back = unique_prefix("mig-view-back");
     let mut rollback = RollbackOptions::new(prefix.as_str());
     rollback.target_prefix = Some(back.clone());
-    rollback.other_server = true;
     let report = rollback_to_legacy_layout(&cluster_client, &single, &rollback, &mut |_| {})
         .await
         .unwrap();

@@ -21,7 +21,7 @@ use botmesh_redis_core::migrate::{
 use botmesh_redis_core::{Key, Keyspace, Layout};
 use botmesh_redis_tests::conformance::Runtime;
 use botmesh_redis_tests::keyspace::{
-    digest, seeds, Blob, Cmd, Node, Rng, Sched, TOKENS, TTL_TOLERANCE_MS,
+    digest, migrated_records, seeds, Blob, Cmd, Node, Rng, Sched, TOKENS, TTL_TOLERANCE_MS,
 };
 use botmesh_redis_tests::{both_drivers, unique_prefix};
 
@@ -95,8 +95,7 @@ async fn ttls_within_a_second<R: Runtime>() {
         .collect();
 
     let at_source = pttls(single, &legacy_keys);
-    let mut options = MigrateOptions::new(prefix.as_str());
-    options.other_server = true;
+    let options = MigrateOptions::new(prefix.as_str());
     migrate_to_cluster_layout(&legacy_client, &cluster_client, &options, &mut |_| {})
         .await
         .unwrap();
@@ -105,13 +104,17 @@ async fn ttls_within_a_second<R: Runtime>() {
     // The expiring indexes are scored with the target's expiry time, or +inf.
     digest(cluster, Layout::Cluster, &prefix).assert_indexes_agree();
 
+    // The bots ran on the cluster; the rollback into another prefix copies from them.
+    cluster
+        .start_bots::<R>(Layout::Cluster, &prefix)
+        .await
+        .unwrap();
     let back = unique_prefix("mig-ttl-back");
     let back_ks = Keyspace::new(Layout::Legacy, back.as_str()).unwrap();
     let back_keys: Vec<Key> = timed_keys(&back_ks).into_iter().map(|(k, _)| k).collect();
     let at_source = pttls(cluster, &cluster_keys);
     let mut rollback = RollbackOptions::new(prefix.as_str());
     rollback.target_prefix = Some(back);
-    rollback.other_server = true;
     rollback_to_legacy_layout(&cluster_client, &legacy_client, &rollback, &mut |_| {})
         .await
         .unwrap();
@@ -234,7 +237,11 @@ impl Model {
                 Some(t) => {
                     m.target
                         .push(Cmd::new("SET", counter.key(tgt, &name).as_bytes()).arg(t));
-                    if int(&s) > int(t) {
+                    if overwrite && counter == Counter::Cursor {
+                        // A mirror sets a cursor to the source's value; fences and terms are
+                        // only ever raised.
+                        (s.clone(), if s == *t { 0 } else { 2 })
+                    } else if int(&s) > int(t) {
                         (s.clone(), 2)
                     } else {
                         (t.clone(), 0)
@@ -276,13 +283,17 @@ impl Model {
                             },
                             2,
                         ),
-                        std::cmp::Ordering::Equal if overwrite => (
-                            Sched {
+                        std::cmp::Ordering::Equal if overwrite => {
+                            let end = Sched {
                                 holder: source.holder.clone().or(stored.holder.clone()),
                                 ..source
-                            },
-                            2,
-                        ),
+                            };
+                            // The same record is kept (and written again).
+                            let same = end.holder == stored.holder
+                                && end.deleted == stored.deleted
+                                && (end.deleted || end.data == stored.data);
+                            (end, if same { 0 } else { 2 })
+                        }
                         _ => (stored, 0),
                     }
                 }
@@ -336,9 +347,10 @@ async fn counters_and_tokens_never_go_back<R: Runtime>() {
             let model = Model::build(&mut rng, &src, &tgt, overwrite);
             single.run(&model.source);
             cluster.run(&model.target);
+            // Copy-only keeps the target's values; the mirror replaces them (counters are
+            // still only raised).
             let mut options = MigrateOptions::new(prefix.as_str());
-            options.other_server = true;
-            options.overwrite = overwrite;
+            options.mirror = overwrite;
             let report =
                 migrate_to_cluster_layout(&legacy_client, &cluster_client, &options, &mut |_| {})
                     .await
@@ -352,11 +364,14 @@ async fn counters_and_tokens_never_go_back<R: Runtime>() {
             let tgt = Keyspace::new(Layout::Legacy, prefix.as_str()).unwrap();
             let model = Model::build(&mut rng, &src, &tgt, overwrite);
             cluster.run(&model.source);
-            // A migrated keyspace carries the marker; a mirroring rollback requires it.
+            // A migrated keyspace carries the marker and its lifecycle records; the bots ran on
+            // the cluster side since, so the legacy side's values are a stale copy's.
             cluster.run(&[Cmd::new("SET", src.marker().as_bytes()).arg("cluster:v1")]);
+            let records = migrated_records(&tgt, &src, true);
+            single.run(&records[..1]);
+            cluster.run(&records[1..]);
             single.run(&model.target);
             let mut rollback = RollbackOptions::new(prefix.as_str());
-            rollback.other_server = true;
             rollback.mirror = overwrite;
             let report =
                 rollback_to_legacy_layout(&cluster_client, &legacy_client, &rollback, &mut |_| {})

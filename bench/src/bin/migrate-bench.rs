@@ -153,7 +153,6 @@ fn main() {
             .await
             .unwrap();
         let mut options = MigrateOptions::new(prefix);
-        options.other_server = true;
         options.scan_count = 5000;
         let cpu = cpu_seconds();
         let started = Instant::now();

@@ -1,5 +1,7 @@
 //! The copy pass both directions share: one `SCAN` page of the source at a time, read in
-//! batches, written in groups that share a slot at the target.
+//! batches, written in groups that share a slot at the target. A mirror's copy replaces what
+//! differs and removes the target's counterpart of a source key that went away since the scan
+//! (a key that expired, a message whose item is gone): the prune pass before it could not know.
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -12,13 +14,14 @@ use crate::layout::{Keyspace, Layout, RecordKind};
 use crate::request::{Access, Request};
 
 use super::engine::{
-    canonical_int, delete, members, read, read_strings, script_call, send, send_ok, ttl_arg, write,
-    Entry, Mode, Read, WRITE_CHUNK,
+    canonical_int, members, read, read_strings, send, send_ok, ttl_arg, write, Entry, Mode, Read,
+    WRITE_CHUNK,
 };
 use super::names::{self, item_readings, Name};
+use super::prune::Doomed;
 use super::{
-    MigrationReport, Namespace, CHAT_WAVE, MIGRATE_COUNTERS, MIGRATE_DROP, MIGRATE_LEASE,
-    MIGRATE_MESSAGES, MIGRATE_RESTORE, MIGRATE_SCHEDULES, MIGRATE_STRINGS,
+    MigrationReport, Namespace, CHAT_WAVE, MIGRATE_COUNTERS, MIGRATE_LEASE, MIGRATE_MESSAGES,
+    MIGRATE_RESTORE, MIGRATE_SCHEDULES, MIGRATE_STRINGS,
 };
 
 /// Messages read from a log per page.
@@ -44,18 +47,44 @@ enum Job {
         key: String,
     },
     Counter(Namespace, Key),
+    /// A cursor a mirror sets exactly (copy-only raises it, as a counter).
+    Cursor(Key),
     Restore(Namespace, Key),
     Lease(Key),
 }
 
+impl Job {
+    /// The target datum a mirror removes when the source key is gone.
+    fn doomed(&self) -> Option<Doomed> {
+        match self {
+            Job::Record { kind, id } => Some(Doomed::Record {
+                kind: *kind,
+                id: id.clone(),
+            }),
+            Job::User { user, ns, key } => Some(Doomed::UserEntry {
+                user: user.clone(),
+                ns: ns.clone(),
+                key: key.clone(),
+            }),
+            Job::Cursor(tgt) => Some(Doomed::Shared(Namespace::Cursors, tgt.clone())),
+            Job::Restore(ns, tgt) => Some(Doomed::Shared(*ns, tgt.clone())),
+            Job::Lease(tgt) => Some(Doomed::Shared(Namespace::Leases, tgt.clone())),
+            // Fences and terms are only ever raised: a counter gone at the source keeps its
+            // value at the target.
+            Job::Counter(..) => None,
+        }
+    }
+}
+
 /// What a copy pass does, whichever its direction.
 pub(super) struct Settings {
-    /// Existing target keys are replaced (a rollback's mirror).
+    /// Make the target match the source: existing target keys that differ are replaced, and
+    /// the target's counterpart of a source key that went away is removed.
+    pub mirror: bool,
+    /// Copy-only: existing target keys are replaced all the same.
     pub overwrite: bool,
     /// Nothing is written.
     pub dry_run: bool,
-    /// Source keys are deleted once the target holds them.
-    pub delete_source: bool,
     /// The target is another server or prefix: the names both layouts share are copied.
     pub separate: bool,
     /// Only these namespaces (`None`: all).
@@ -63,26 +92,55 @@ pub(super) struct Settings {
 }
 
 impl Settings {
-    fn includes(&self, ns: Namespace) -> bool {
+    pub(super) fn includes(&self, ns: Namespace) -> bool {
         let ns = match ns {
             Namespace::Drains | Namespace::Items => Namespace::Messages,
             other => other,
         };
         self.include.as_ref().is_none_or(|list| list.contains(&ns))
     }
+
+    fn replaces(&self) -> bool {
+        self.mirror || self.overwrite
+    }
 }
 
-/// The copy pass: the source and target, their layouts, and the report it fills.
-pub(super) struct Copier<'a, S, T> {
+/// The two sides of a pass: servers, keyspaces (their layouts give the direction).
+pub(super) struct Pair<'a, S, T> {
     pub source: &'a S,
     pub target: &'a T,
-    pub settings: Settings,
-    /// The source keyspace (its layout is the direction).
+    /// The source keyspace.
     pub src: Keyspace,
     /// The target keyspace.
     pub tgt: Keyspace,
     pub src_cluster: bool,
     pub tgt_cluster: bool,
+    /// Nothing is written.
+    pub dry_run: bool,
+}
+
+impl<S, T> Pair<'_, S, T> {
+    pub(super) fn src_log(&self, chat: &str, drain: bool) -> Key {
+        if drain {
+            self.src.message_drain(chat)
+        } else {
+            self.src.message_log(chat)
+        }
+    }
+
+    pub(super) fn tgt_log(&self, chat: &str, drain: bool) -> Key {
+        if drain {
+            self.tgt.message_drain(chat)
+        } else {
+            self.tgt.message_log(chat)
+        }
+    }
+}
+
+/// The copy pass: the two sides, what it does, and the report it fills.
+pub(super) struct Copier<'a, S, T> {
+    pub pair: Pair<'a, S, T>,
+    pub settings: Settings,
     /// The target's layout under the source prefix, to recognise what an in-place run wrote.
     pub own_other: Option<Keyspace>,
     pub report: MigrationReport,
@@ -91,13 +149,14 @@ pub(super) struct Copier<'a, S, T> {
 impl<S: Executor, T: Executor> Copier<'_, S, T> {
     fn flags(&self) -> (Bytes, Bytes) {
         let flag = |b: bool| Bytes::from_static(if b { b"1" } else { b"0" });
-        (flag(self.settings.overwrite), flag(self.settings.dry_run))
+        (flag(self.settings.replaces()), flag(self.settings.dry_run))
     }
 
     fn name(&self, key: &[u8]) -> Name {
-        match self.src.layout() {
-            Layout::Legacy => names::legacy(&self.src, key),
-            Layout::Cluster => names::cluster(&self.src, key),
+        let src = &self.pair.src;
+        match src.layout() {
+            Layout::Legacy => names::legacy(src, key),
+            Layout::Cluster => names::cluster(src, key),
         }
     }
 
@@ -118,14 +177,18 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
         let mut jobs: Vec<Job> = Vec::new();
         let mut logs: Vec<(String, bool)> = Vec::new();
         let mut items: Vec<(Bytes, Name)> = Vec::new();
-        let mut coordination: Vec<Key> = Vec::new();
+        let (src, tgt) = (&self.pair.src, &self.pair.tgt);
         for key in keys {
+            let name = self.name(&key);
+            if matches!(name, Name::Lifecycle { .. }) {
+                // The steps' own bookkeeping (written by this very run): not counted.
+                continue;
+            }
             self.report.scanned += 1;
             if self.is_other_layout(&key) {
                 self.report.target_layout += 1;
                 continue;
             }
-            let name = self.name(&key);
             let ns = Namespace::of(&name);
             let separate = self.settings.separate;
             match &name {
@@ -134,17 +197,15 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                     self.report.example("unknown", &key);
                     continue;
                 }
-                Name::Marker | Name::Heartbeat => {
-                    *self.report.not_copied.entry(ns).or_default() += 1;
-                    continue;
-                }
-                Name::LockHolder { .. }
+                Name::Marker
+                | Name::Lifecycle { .. }
+                | Name::Heartbeat
+                | Name::LockHolder { .. }
                 | Name::LeaderHolder { .. }
                 | Name::Turn { .. }
                 | Name::RecordIndex { .. }
                 | Name::UserIndex { .. } => {
                     *self.report.not_copied.entry(ns).or_default() += 1;
-                    coordination.push(Key::new(key));
                     continue;
                 }
                 Name::Conversation | Name::Cursor | Name::Lease | Name::Durable { .. }
@@ -155,7 +216,7 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                 }
                 Name::UserEntry {
                     user, ns: space, ..
-                } if self.tgt.layout() == Layout::Legacy
+                } if tgt.layout() == Layout::Legacy
                     && (user.contains(':') || space.contains(':')) =>
                 {
                     // The legacy layout cannot hold it: its name would read back differently.
@@ -167,7 +228,7 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                 _ => {}
             }
             let key = Key::new(key);
-            let shared_target = || renamed(key.as_bytes(), self.src.prefix(), self.tgt.prefix());
+            let shared_target = || renamed(key.as_bytes(), src.prefix(), tgt.prefix());
             match name {
                 Name::Log { chat } => logs.push((chat, false)),
                 Name::Drain { chat } => logs.push((chat, true)),
@@ -189,16 +250,20 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                 }
                 Name::Fence { key: k } => {
                     reads.push((key, Mode::String));
-                    jobs.push(Job::Counter(Namespace::Fences, self.tgt.lock_fence(&k)));
+                    jobs.push(Job::Counter(Namespace::Fences, tgt.lock_fence(&k)));
                 }
                 Name::Term { name } => {
                     reads.push((key, Mode::String));
-                    jobs.push(Job::Counter(Namespace::Terms, self.tgt.leader_term(&name)));
+                    jobs.push(Job::Counter(Namespace::Terms, tgt.leader_term(&name)));
                 }
                 Name::Cursor => {
                     let to = shared_target();
                     reads.push((key, Mode::String));
-                    jobs.push(Job::Counter(Namespace::Cursors, to));
+                    jobs.push(if self.settings.mirror {
+                        Job::Cursor(to)
+                    } else {
+                        Job::Counter(Namespace::Cursors, to)
+                    });
                 }
                 Name::Conversation | Name::Durable { .. } => {
                     let to = shared_target();
@@ -225,37 +290,37 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
         for part in [records, owners, messages] {
             self.report.absorb(part);
         }
-        let mut deletable = copied?;
+        copied?;
         checked?;
-        moved?;
-        if self.settings.delete_source && !self.settings.dry_run {
-            deletable.extend(coordination);
-            let deleted = delete(self.source, self.src_cluster, deletable).await?;
-            self.report.source_deleted += deleted;
-        }
-        Ok(())
+        moved
     }
 
     /// Writes the records, user data, counters and shared names of one page.
-    /// Yields the source keys the target now holds (for `delete_source`).
     async fn copy(
         &self,
         report: &mut MigrationReport,
         reads: Vec<(Key, Mode)>,
         jobs: Vec<Job>,
-    ) -> Result<Vec<Key>, Error> {
-        let values = read(self.source, self.src_cluster, &reads).await?;
-        let mut deletable = Vec::new();
+    ) -> Result<(), Error> {
+        let pair = &self.pair;
+        let values = read(pair.source, pair.src_cluster, &reads).await?;
         let (overwrite, dry) = self.flags();
         let mut indexed = Vec::new();
         let mut expiring = Vec::new();
+        let mut plain = Vec::new();
         let mut schedules = Vec::new();
         let mut counters = Vec::new();
         let mut restores = Vec::new();
         let mut leases = Vec::new();
+        let mut gone = Vec::new();
         for (((src_key, _), value), job) in reads.into_iter().zip(values).zip(jobs) {
-            if value.kind == "none" {
-                continue; // deleted since the scan
+            if value.kind.is_none() {
+                // Deleted (or expired) since the scan: a mirror removes what the target holds
+                // of it, which the prune pass saw alive at the source.
+                if self.settings.mirror {
+                    gone.extend(job.doomed());
+                }
+                continue;
             }
             if value.value.is_none() {
                 unreadable(report, &src_key);
@@ -266,15 +331,15 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                     kind: RecordKind::Schedule,
                     id,
                 } => {
-                    let Some(entry) = schedule_entry(&self.tgt, &id, &value) else {
+                    let Some(entry) = schedule_entry(&pair.tgt, &id, &value) else {
                         unreadable(report, &src_key);
                         continue;
                     };
                     schedules.push(entry.tagged((Namespace::Schedules, src_key)));
                 }
                 Job::Record { kind, id } => {
-                    let tgt = self.tgt.record(kind, &id);
-                    let head = self.tgt.record_index_of(kind, &id).into_iter().collect();
+                    let tgt = pair.tgt.record(kind, &id);
+                    let head = pair.tgt.record_index_of(kind, &id).into_iter().collect();
                     let entry = Entry {
                         slot: tgt.slot(),
                         head,
@@ -293,11 +358,11 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                     }
                 }
                 Job::User { user, ns, key } => {
-                    let tgt = self.tgt.user_entry(&user, &ns, &key);
+                    let tgt = pair.tgt.user_entry(&user, &ns, &key);
                     let member = format!("{}:{}", crate::keys::enc(&ns), crate::keys::enc(&key));
                     expiring.push(Entry {
                         slot: tgt.slot(),
-                        head: self.tgt.user_index(&user).into_iter().collect(),
+                        head: pair.tgt.user_index(&user).into_iter().collect(),
                         args: vec![
                             Bytes::from(member),
                             value.bytes().unwrap_or_default(),
@@ -320,6 +385,17 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                         tag: (ns, src_key),
                     });
                 }
+                Job::Cursor(tgt) => plain.push(Entry {
+                    slot: tgt.slot(),
+                    head: Vec::new(),
+                    args: vec![
+                        Bytes::new(),
+                        value.bytes().unwrap_or_default(),
+                        ttl_arg(value.ttl()),
+                    ],
+                    keys: vec![tgt],
+                    tag: (Namespace::Cursors, src_key),
+                }),
                 Job::Restore(ns, tgt) => {
                     restores.push(Entry {
                         slot: tgt.slot(),
@@ -341,37 +417,24 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                 }
             }
         }
-        let c = self.tgt_cluster;
-        let t = self.target;
+        let c = pair.tgt_cluster;
+        let t = pair.target;
         let mut done = Vec::new();
         // The legacy layout has no indexes: its records are plain strings.
         let (indexed_mode, expiring_mode, schedule_index): (&'static [u8], &'static [u8], _) =
-            match self.tgt.layout() {
+            match pair.tgt.layout() {
                 Layout::Cluster => (b"indexed", b"expiring", Bytes::from_static(b"1")),
                 Layout::Legacy => (b"plain", b"plain", Bytes::from_static(b"0")),
             };
-        let indexed_head = [
-            Bytes::from_static(indexed_mode),
-            overwrite.clone(),
-            dry.clone(),
+        let head = |mode: &'static [u8]| [Bytes::from_static(mode), overwrite.clone(), dry.clone()];
+        let strings = [
+            (indexed, head(indexed_mode)),
+            (expiring, head(expiring_mode)),
+            (plain, head(b"plain")),
         ];
-        done.extend(write(t, c, &MIGRATE_STRINGS, indexed, &indexed_head, WRITE_CHUNK).await?);
-        let expiring_head = [
-            Bytes::from_static(expiring_mode),
-            overwrite.clone(),
-            dry.clone(),
-        ];
-        done.extend(
-            write(
-                t,
-                c,
-                &MIGRATE_STRINGS,
-                expiring,
-                &expiring_head,
-                WRITE_CHUNK,
-            )
-            .await?,
-        );
+        for (entries, head) in strings {
+            done.extend(write(t, c, &MIGRATE_STRINGS, entries, &head, WRITE_CHUNK).await?);
+        }
         let schedule_head = [schedule_index, overwrite.clone(), dry.clone()];
         done.extend(
             write(
@@ -384,34 +447,23 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
             )
             .await?,
         );
-        done.extend(
-            write(
-                t,
-                c,
-                &MIGRATE_COUNTERS,
-                counters,
-                std::slice::from_ref(&dry),
-                WRITE_CHUNK,
-            )
-            .await?,
-        );
+        let counter_head = std::slice::from_ref(&dry);
+        done.extend(write(t, c, &MIGRATE_COUNTERS, counters, counter_head, WRITE_CHUNK).await?);
         let flags = [overwrite, dry];
         done.extend(write(t, c, &MIGRATE_RESTORE, restores, &flags, WRITE_CHUNK).await?);
         done.extend(write(t, c, &MIGRATE_LEASE, leases, &flags, 1).await?);
         for ((ns, src_key), code) in done {
             match code {
-                // The target key is in the way (another type, not an integer): left as it is.
+                // The target key is in the way (another type, not an integer), or the target
+                // refused a DUMP payload (-2: a newer server's): left as it is.
                 Ok(code) if code < 0 => unreadable(report, &src_key),
-                Ok(code) => {
-                    report.counts(ns).add(code);
-                    deletable.push(src_key);
-                }
+                Ok(code) => report.counts(ns).add(code),
                 // An error reply to a write (OOM, NOREPLICAS, READONLY after the retries...)
                 // may have left part of its call written: the run stops, and a rerun finishes.
                 Err(e) => return Err(e),
             }
         }
-        Ok(deletable)
+        pair.remove(gone, self.settings.dry_run, report).await
     }
 
     /// Finds the owners of the items of a page: orphans (no log or drain names them), and for
@@ -421,76 +473,24 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
         report: &mut MigrationReport,
         items: Vec<(Bytes, Name)>,
     ) -> Result<(), Error> {
-        // Logs first; a drain is asked only for the readings no log names (most items have
-        // one reading, named by its log).
-        let mut pairs = Vec::new();
-        let mut spans = Vec::with_capacity(items.len());
-        let mut readings = Vec::new();
-        for (_, name) in &items {
-            let start = pairs.len();
-            let of_item: Vec<(&str, &str)> = match name {
-                Name::LegacyItem { rest } => item_readings(rest).collect(),
-                Name::Item { chat, id } => vec![(chat.as_str(), id.as_str())],
-                _ => Vec::new(),
+        let pair = &self.pair;
+        let (orphans, owners) =
+            owners_of_items(pair.source, pair.src_cluster, &pair.src, &items).await?;
+        for ((key, _), (orphan, owners)) in items.iter().zip(orphans.into_iter().zip(owners)) {
+            let Some(orphan) = orphan else {
+                continue; // gone since the scan
             };
-            for (chat, id) in of_item {
-                let id = Bytes::copy_from_slice(id.as_bytes());
-                pairs.push((self.src.message_log(chat), id.clone()));
-                readings.push((chat, id));
-            }
-            spans.push(start..pairs.len());
-        }
-        let mut named = members(self.source, self.src_cluster, &pairs).await?;
-        let unnamed: Vec<usize> = (0..named.len()).filter(|&i| !named[i]).collect();
-        let drains: Vec<(Key, Bytes)> = unnamed
-            .iter()
-            .map(|&i| (self.src.message_drain(readings[i].0), readings[i].1.clone()))
-            .collect();
-        for (&i, in_drain) in unnamed
-            .iter()
-            .zip(members(self.source, self.src_cluster, &drains).await?)
-        {
-            named[i] = in_drain;
-        }
-        // An item no list names may have just been dropped with its member (delete_source,
-        // on a page read while the previous one was copied): only one that still exists is an
-        // orphan. A drop removes member and item together, so asking after the members is safe.
-        let unowned: Vec<usize> = spans
-            .iter()
-            .enumerate()
-            .filter(|(_, span)| !named[(*span).clone()].iter().any(|n| *n))
-            .map(|(i, _)| i)
-            .collect();
-        let mut exists = Vec::with_capacity(unowned.len());
-        for &i in &unowned {
-            exists.push(
-                Request::cmd(Access::Read, "EXISTS")
-                    .key(&Key::new(items[i].0.clone()))
-                    .build()?,
-            );
-        }
-        let mut gone = BTreeSet::new();
-        for (&i, answer) in unowned.iter().zip(send_ok(self.source, exists).await?) {
-            if answer.as_i64()? == 0 {
-                gone.insert(i);
-            }
-        }
-        for (n, ((key, _), span)) in items.iter().zip(spans).enumerate() {
-            if gone.contains(&n) {
-                continue;
-            }
-            let owners = &named[span];
-            let count = owners.iter().filter(|o| **o).count();
-            if count == 0 {
+            if orphan {
                 report.orphans += 1;
                 report.example("orphans", key);
-            } else {
-                if !owners[0] {
-                    report.foreign_items += 1;
-                }
-                if count > 1 {
-                    report.shared_items += 1;
-                }
+                continue;
+            }
+            let count = owners.iter().filter(|o| **o).count();
+            if !owners[0] {
+                report.foreign_items += 1;
+            }
+            if count > 1 {
+                report.shared_items += 1;
             }
         }
         Ok(())
@@ -544,22 +544,23 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
         report: &mut MigrationReport,
         wave: Vec<LogPage>,
     ) -> Result<Vec<FetchedLog>, Error> {
+        let pair = &self.pair;
         let mut batch = Vec::with_capacity(wave.len());
         for log in &wave {
             batch.push(
                 Request::cmd(Access::Read, "ZRANGE")
-                    .key(&self.src_log(&log.chat, log.drain))
+                    .key(&pair.src_log(&log.chat, log.drain))
                     .arg(log.start)
                     .arg(log.start + LOG_PAGE - 1)
                     .arg("WITHSCORES")
                     .build()?,
             );
         }
-        let replies = send(self.source, batch).await?;
+        let replies = send(pair.source, batch).await?;
         let mut fetched = Vec::with_capacity(wave.len());
         for (log, reply) in wave.into_iter().zip(replies) {
             let Ok(flat) = reply.and_then(|v| v.into_array()) else {
-                unreadable(report, &self.src_log(&log.chat, log.drain));
+                unreadable(report, &pair.src_log(&log.chat, log.drain));
                 continue;
             };
             let mut members = Vec::with_capacity(flat.len() / 2);
@@ -580,11 +581,11 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
         let mut items = Vec::new();
         for log in &fetched {
             for (id, _) in &log.members {
-                let id = String::from_utf8_lossy(id);
-                items.push(self.src.message_item(&log.page.chat, &id));
+                // The member's own bytes name its item: an id that is not UTF-8 still finds it.
+                items.push(pair.src.message_item_raw(&log.page.chat, id));
             }
         }
-        let mut values = read_strings(self.source, self.src_cluster, &items)
+        let mut values = read_strings(pair.source, pair.src_cluster, &items)
             .await?
             .into_iter();
         for log in &mut fetched {
@@ -599,16 +600,16 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
         Ok(fetched)
     }
 
-    /// Writes a fetched wave to the target (and drops it from the source with
-    /// `delete_source`); yields the next page of every log whose page was full.
+    /// Writes a fetched wave to the target; yields the next page of every log whose page was
+    /// full. A mirror removes the target's copy of a member whose item is gone at the source.
     async fn store(
         &self,
         report: &mut MigrationReport,
         wave: Vec<FetchedLog>,
     ) -> Result<Vec<LogPage>, Error> {
+        let pair = &self.pair;
         let (overwrite, dry) = self.flags();
         let mut entries = Vec::new();
-        // Members without an item carry no message: delete_source drops them with the rest.
         let mut dangling: Vec<Vec<Bytes>> = vec![Vec::new(); wave.len()];
         for (i, log) in wave.iter().enumerate() {
             let (chat, drain) = (&log.page.chat, log.page.drain);
@@ -617,23 +618,22 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
             } else {
                 Namespace::Messages
             };
-            let target_log = self.tgt_log(chat, drain);
+            let target_log = pair.tgt_log(chat, drain);
             for (position, ((id, score), value)) in log.members.iter().zip(&log.values).enumerate()
             {
-                let id_text = String::from_utf8_lossy(id);
-                if value.kind == "none" {
+                let src_item = || pair.src.message_item_raw(chat, id);
+                if value.kind.is_none() {
                     report.dangling += 1;
                     dangling[i].push(id.clone());
                     continue;
                 }
                 if log.clashes.contains(&position) {
                     report.unrepresentable += 1;
-                    let item = self.src.message_item(chat, &id_text);
-                    report.example("unrepresentable", item.as_bytes());
+                    report.example("unrepresentable", src_item().as_bytes());
                     continue;
                 }
                 let Some(bytes) = value.bytes() else {
-                    unreadable(report, &self.src.message_item(chat, &id_text));
+                    unreadable(report, &src_item());
                     continue;
                 };
                 if log.shared.contains(&position) {
@@ -641,7 +641,7 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                 }
                 let member_only =
                     log.member_only.contains(&position) || log.shared.contains(&position);
-                let item = self.tgt.message_item(chat, &id_text);
+                let item = pair.tgt.message_item_raw(chat, id);
                 entries.push(Entry {
                     slot: item.slot(),
                     head: vec![target_log.clone()],
@@ -658,130 +658,58 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
         }
         let head = [overwrite, dry];
         let done = write(
-            self.target,
-            self.tgt_cluster,
+            pair.target,
+            pair.tgt_cluster,
             &MIGRATE_MESSAGES,
             entries,
             &head,
             WRITE_CHUNK,
         )
         .await?;
-        let mut copied: Vec<Vec<Bytes>> = vec![Vec::new(); wave.len()];
         for ((i, ns, id), code) in done {
             match code {
                 Ok(code) if code < 0 => {
                     // The target's log is in the way (another type): left as it is.
-                    let item = self
-                        .src
-                        .message_item(&wave[i].page.chat, &String::from_utf8_lossy(&id));
+                    let item = pair.src.message_item_raw(&wave[i].page.chat, &id);
                     unreadable(report, &item);
                 }
-                Ok(code) => {
-                    report.counts(ns).add(code);
-                    copied[i].push(id);
-                }
+                Ok(code) => report.counts(ns).add(code),
                 Err(e) => return Err(e),
             }
         }
-        let dropping = self.settings.delete_source && !self.settings.dry_run;
-        // An item another list still names at the source keeps its item when this list drops
-        // its member: it is that other message's too, and may not be copied yet.
-        let mut shared = Vec::new();
-        if dropping {
-            let mut pairs = Vec::new();
-            let mut asked = Vec::new();
-            for (log, ids) in wave.iter().zip(&copied) {
-                for id in ids {
-                    let id_text = String::from_utf8_lossy(id);
-                    for pair in other_owners(
-                        &self.src,
-                        &log.page.chat,
-                        &id_text,
-                        log.page.drain,
-                        self.src.layout() == Layout::Legacy,
-                    ) {
-                        pairs.push(pair);
-                        asked.push((log.page.chat.clone(), log.page.drain, id.clone()));
-                    }
-                }
+        if self.settings.mirror {
+            // Members without an item carry no message: the target drops its copy of them.
+            for (log, ids) in wave.iter().zip(&dangling) {
+                let gone = self.target_holds(&log.page, ids).await?;
+                pair.drop_messages(&log.page.chat, log.page.drain, &gone, report)
+                    .await?;
             }
-            let named = members(self.source, self.src_cluster, &pairs).await?;
-            shared = asked
-                .into_iter()
-                .zip(named)
-                .filter(|(_, n)| *n)
-                .map(|(a, _)| a)
-                .collect();
         }
-        let mut drops = Vec::new();
         let mut more = Vec::new();
-        for ((log, ids), dangling) in wave.iter().zip(&copied).zip(&dangling) {
-            let (chat, drain) = (&log.page.chat, log.page.drain);
-            let dropped = ids.len() + dangling.len();
-            if dropping && dropped > 0 {
-                let mut keys = vec![self.src_log(chat, drain)];
-                let mut args = Vec::with_capacity(dropped * 2);
-                for id in ids.iter().chain(dangling) {
-                    keys.push(self.src.message_item(chat, &String::from_utf8_lossy(id)));
-                    let keep = shared
-                        .iter()
-                        .any(|(c, d, i)| c == chat && *d == drain && i == id);
-                    args.push(id.clone());
-                    args.push(Bytes::from_static(if keep { b"0" } else { b"1" }));
-                }
-                drops.push(script_call(
-                    self.src_cluster,
-                    &MIGRATE_DROP,
-                    Access::Write,
-                    keys,
-                    args,
-                )?);
-            }
-            let len = log.members.len() as i64;
-            if len == LOG_PAGE {
-                // Dropped members leave the log, so the next page starts that much earlier.
-                let kept = if dropping { len - dropped as i64 } else { len };
+        for log in &wave {
+            if log.members.len() as i64 == LOG_PAGE {
                 more.push(LogPage {
-                    chat: chat.clone(),
-                    drain,
-                    start: log.page.start + kept,
+                    chat: log.page.chat.clone(),
+                    drain: log.page.drain,
+                    start: log.page.start + LOG_PAGE,
                 });
             }
         }
-        for value in send_ok(self.source, drops).await? {
-            report.source_deleted += u64::try_from(value.as_i64()?).unwrap_or(0);
-        }
-        if !shared.is_empty() {
-            // Two messages of one item dropped in the same wave each kept it for the other:
-            // an item no list names any more goes now.
-            let mut pairs = Vec::new();
-            let mut asked = Vec::new();
-            for (chat, drain, id) in &shared {
-                let id_text = String::from_utf8_lossy(id);
-                let legacy = self.src.layout() == Layout::Legacy;
-                for pair in other_owners(&self.src, chat, &id_text, *drain, legacy) {
-                    pairs.push(pair);
-                    asked.push(self.src.message_item(chat, &id_text));
-                }
-                pairs.push((self.src_log(chat, *drain), id.clone()));
-                asked.push(self.src.message_item(chat, &id_text));
-            }
-            let named = members(self.source, self.src_cluster, &pairs).await?;
-            let mut owned = BTreeSet::new();
-            for (item, n) in asked.iter().zip(named) {
-                if n {
-                    owned.insert(item.as_bytes().to_vec());
-                }
-            }
-            let orphaned: Vec<Key> = asked
-                .into_iter()
-                .filter(|item| !owned.contains(item.as_bytes()))
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect();
-            delete(self.source, self.src_cluster, orphaned).await?;
-        }
         Ok(more)
+    }
+
+    /// Which of `ids` the target's log (or drain) of `page` holds.
+    async fn target_holds(&self, page: &LogPage, ids: &[Bytes]) -> Result<Vec<Bytes>, Error> {
+        let pair = &self.pair;
+        let log = pair.tgt_log(&page.chat, page.drain);
+        let asked: Vec<(Key, Bytes)> = ids.iter().map(|id| (log.clone(), id.clone())).collect();
+        let held = members(pair.target, pair.tgt_cluster, &asked).await?;
+        Ok(ids
+            .iter()
+            .zip(held)
+            .filter(|(_, h)| *h)
+            .map(|(id, _)| id.clone())
+            .collect())
     }
 
     /// Marks the messages that share one target item with another message of the source, so
@@ -795,6 +723,7 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
     ///   the others are `shared`; with different values the legacy layout cannot hold them, and
     ///   each is a clash.
     async fn mark_shared_items(&self, wave: &mut [FetchedLog]) -> Result<(), Error> {
+        let pair = &self.pair;
         let mut pairs = Vec::new();
         let mut asked = Vec::new();
         for (i, log) in wave.iter().enumerate() {
@@ -802,19 +731,19 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
                 continue;
             }
             for (position, (id, _)) in log.members.iter().enumerate() {
-                pairs.push((self.src.message_log(&log.page.chat), id.clone()));
+                pairs.push((pair.src.message_log(&log.page.chat), id.clone()));
                 asked.push((i, position));
             }
         }
         for ((i, position), in_log) in asked
             .into_iter()
-            .zip(members(self.source, self.src_cluster, &pairs).await?)
+            .zip(members(pair.source, pair.src_cluster, &pairs).await?)
         {
             if in_log {
                 wave[i].member_only.insert(position);
             }
         }
-        if self.tgt.layout() != Layout::Legacy {
+        if pair.tgt.layout() != Layout::Legacy {
             return Ok(());
         }
         let mut pairs = Vec::new();
@@ -823,30 +752,29 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
         for (i, log) in wave.iter().enumerate() {
             let chat = &log.page.chat;
             for (position, (id, _)) in log.members.iter().enumerate() {
-                let id = String::from_utf8_lossy(id);
-                let rest = format!("{chat}:{id}");
+                let rest = [chat.as_bytes(), b":", id].concat();
                 for (other_chat, other_id) in item_readings(&rest) {
                     if other_chat == chat {
                         continue;
                     }
-                    let member = Bytes::copy_from_slice(other_id.as_bytes());
-                    pairs.push((self.src.message_log(other_chat), member.clone()));
-                    pairs.push((self.src.message_drain(other_chat), member));
+                    let member = Bytes::copy_from_slice(other_id);
+                    pairs.push((pair.src.message_log(other_chat), member.clone()));
+                    pairs.push((pair.src.message_drain(other_chat), member));
                     gets.push(
                         Request::cmd(Access::Read, "GET")
-                            .key(&self.src.message_item(other_chat, other_id))
+                            .key(&pair.src.message_item_raw(other_chat, other_id))
                             .build()?,
                     );
                     asked.push((i, position, other_chat.len() < chat.len()));
                 }
             }
         }
-        let named = members(self.source, self.src_cluster, &pairs).await?;
-        let others = send_ok(self.source, gets).await?;
-        for ((pair, other), (i, position, shorter)) in named.chunks(2).zip(others).zip(asked) {
+        let named = members(pair.source, pair.src_cluster, &pairs).await?;
+        let others = send_ok(pair.source, gets).await?;
+        for ((named, other), (i, position, shorter)) in named.chunks(2).zip(others).zip(asked) {
             let other = other.into_opt_bytes()?;
             // Another message without an item (dangling) writes nothing: no clash.
-            if !pair.iter().any(|n| *n) || other.is_none() {
+            if !named.iter().any(|n| *n) || other.is_none() {
                 continue;
             }
             if wave[i].values[position].bytes() != other {
@@ -857,22 +785,69 @@ impl<S: Executor, T: Executor> Copier<'_, S, T> {
         }
         Ok(())
     }
+}
 
-    fn src_log(&self, chat: &str, drain: bool) -> Key {
-        if drain {
-            self.src.message_drain(chat)
-        } else {
-            self.src.message_log(chat)
+/// Who owns each item of `items` (legacy items by every reading of their names, cluster items
+/// by their chat): per item `Some(true)` for an orphan (no log or drain names it and it still
+/// exists), `Some(false)` when a list names it, `None` when it is gone; and per item, which of
+/// its readings (in [`item_readings`] order, the first being the shortest chat) a list names.
+pub(super) async fn owners_of_items<E: Executor>(
+    source: &E,
+    cluster: bool,
+    ks: &Keyspace,
+    items: &[(Bytes, Name)],
+) -> Result<(Vec<Option<bool>>, Vec<Vec<bool>>), Error> {
+    // Logs first; a drain is asked only for the readings no log names (most items have one
+    // reading, named by its log).
+    let mut pairs = Vec::new();
+    let mut spans = Vec::with_capacity(items.len());
+    let mut readings = Vec::new();
+    for (_, name) in items {
+        let start = pairs.len();
+        let of_item: Vec<(&str, &[u8])> = match name {
+            Name::LegacyItem { rest } => item_readings(rest).collect(),
+            Name::Item { chat, id } => vec![(chat.as_str(), id.as_ref())],
+            _ => Vec::new(),
+        };
+        for (chat, id) in of_item {
+            let id = Bytes::copy_from_slice(id);
+            pairs.push((ks.message_log(chat), id.clone()));
+            readings.push((chat, id));
         }
+        spans.push(start..pairs.len());
     }
-
-    fn tgt_log(&self, chat: &str, drain: bool) -> Key {
-        if drain {
-            self.tgt.message_drain(chat)
-        } else {
-            self.tgt.message_log(chat)
-        }
+    let mut named = members(source, cluster, &pairs).await?;
+    let unnamed: Vec<usize> = (0..named.len()).filter(|&i| !named[i]).collect();
+    let drains: Vec<(Key, Bytes)> = unnamed
+        .iter()
+        .map(|&i| (ks.message_drain(readings[i].0), readings[i].1.clone()))
+        .collect();
+    for (&i, in_drain) in unnamed.iter().zip(members(source, cluster, &drains).await?) {
+        named[i] = in_drain;
     }
+    // An item no list names may have just been dropped with its member (a cleanup on a page
+    // read while the previous one was deleted): only one that still exists is an orphan. A
+    // drop removes member and item together, so asking after the members is safe.
+    let unowned: Vec<usize> = spans
+        .iter()
+        .enumerate()
+        .filter(|(_, span)| !named[(*span).clone()].iter().any(|n| *n))
+        .map(|(i, _)| i)
+        .collect();
+    let mut exists = Vec::with_capacity(unowned.len());
+    for &i in &unowned {
+        exists.push(
+            Request::cmd(Access::Read, "EXISTS")
+                .key(&Key::new(items[i].0.clone()))
+                .build()?,
+        );
+    }
+    let mut orphan: Vec<Option<bool>> = vec![Some(false); items.len()];
+    for (&i, answer) in unowned.iter().zip(send_ok(source, exists).await?) {
+        orphan[i] = (answer.as_i64()? > 0).then_some(true);
+    }
+    let owners = spans.into_iter().map(|span| named[span].to_vec()).collect();
+    Ok((orphan, owners))
 }
 
 /// The next page of one log (or drain) to copy.
@@ -910,23 +885,23 @@ fn take_wave(queue: &mut VecDeque<LogPage>) -> Vec<LogPage> {
 pub(super) fn other_owners(
     ks: &Keyspace,
     chat: &str,
-    id: &str,
+    id: &[u8],
     drain: bool,
     readings: bool,
 ) -> Vec<(Key, Bytes)> {
-    let own = Bytes::copy_from_slice(id.as_bytes());
+    let own = Bytes::copy_from_slice(id);
     let mut out = vec![if drain {
         (ks.message_log(chat), own)
     } else {
         (ks.message_drain(chat), own)
     }];
     if readings {
-        let rest = format!("{chat}:{id}");
+        let rest = [chat.as_bytes(), b":", id].concat();
         for (c, i) in item_readings(&rest) {
             if c == chat && i == id {
                 continue;
             }
-            let member = Bytes::copy_from_slice(i.as_bytes());
+            let member = Bytes::copy_from_slice(i);
             out.push((ks.message_log(c), member.clone()));
             out.push((ks.message_drain(c), member));
         }

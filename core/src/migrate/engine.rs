@@ -9,7 +9,7 @@ use crate::error::Error;
 use crate::executor::Executor;
 use crate::keys::Key;
 use crate::plan::{misuse, Plan, Reply, Step};
-use crate::request::{Access, Request};
+use crate::request::{Access, NodeTarget, Request, Route};
 use crate::scan::{masters_of, masters_request, parse_page};
 use crate::script::Script;
 use crate::value::Value;
@@ -29,20 +29,59 @@ const READ_CHUNK: usize = 256;
 pub(super) const WRITE_CHUNK: usize = 256;
 
 /// A plan that sends one batch and yields every reply, errors included.
-struct Batch(Option<Vec<Request>>);
+///
+/// A request for a master whose endpoint the cluster leaves unknown (`:port`, see
+/// [`crate::scan`]) is resolved by the session against the node that gave the plan its
+/// previous reply. A migration asks such masters one request at a time, in plans of their own,
+/// so the batch is led by `CLUSTER SLOTS`: its answer names the host, as it does for the
+/// store's own scan.
+struct Batch {
+    requests: Option<Vec<Request>>,
+    led: bool,
+}
+
+impl Batch {
+    fn new(requests: Vec<Request>) -> Batch {
+        Batch {
+            requests: Some(requests),
+            led: false,
+        }
+    }
+}
+
+fn needs_host(request: &Request) -> bool {
+    matches!(request.route(), Route::Node(NodeTarget::Port(_)))
+}
 
 impl Plan for Batch {
     type Output = Vec<Reply>;
 
     fn start(&mut self) -> Step<Vec<Reply>> {
-        match self.0.take() {
-            Some(batch) if batch.is_empty() => Step::Done(Ok(Vec::new())),
-            Some(batch) => Step::Send(batch),
+        match &self.requests {
             None => Step::Done(Err(misuse("Batch::start called twice"))),
+            Some(batch) if batch.is_empty() => Step::Done(Ok(Vec::new())),
+            Some(batch) if batch.iter().any(needs_host) => {
+                self.led = true;
+                match masters_request() {
+                    Ok(lead) => Step::Send(vec![lead]),
+                    Err(e) => Step::Done(Err(e)),
+                }
+            }
+            Some(_) => match self.requests.take() {
+                Some(batch) => Step::Send(batch),
+                None => Step::Done(Err(misuse("Batch lost its requests"))),
+            },
         }
     }
 
     fn resume(&mut self, replies: Vec<Reply>) -> Step<Vec<Reply>> {
+        if std::mem::take(&mut self.led) {
+            // The lead's answer only names the host; an error there surfaces with the batch.
+            return match self.requests.take() {
+                Some(batch) => Step::Send(batch),
+                None => Step::Done(Err(misuse("Batch lost its requests"))),
+            };
+        }
         Step::Done(Ok(replies))
     }
 }
@@ -52,7 +91,7 @@ impl Plan for Batch {
 /// runs it again.
 pub(super) async fn send<E: Executor>(e: &E, batch: Vec<Request>) -> Result<Vec<Reply>, Error> {
     let wanted = batch.len();
-    let replies = e.run(Batch(Some(batch))).await?;
+    let replies = e.run(Batch::new(batch)).await?;
     if replies.len() != wanted {
         return Err(misuse("a batch answered with the wrong number of replies"));
     }
@@ -181,11 +220,37 @@ impl Mode {
     }
 }
 
+/// A key's type, as `TYPE` names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum KeyType {
+    /// The key does not exist (gone since the scan, or a member without an item).
+    None,
+    /// A string.
+    String,
+    /// Any other type (hash, sorted set, ...), by name.
+    Other(String),
+}
+
+impl KeyType {
+    fn parse(name: String) -> KeyType {
+        match name.as_str() {
+            "none" => KeyType::None,
+            "string" => KeyType::String,
+            _ => KeyType::Other(name),
+        }
+    }
+
+    /// Whether the key is gone.
+    pub(super) fn is_none(&self) -> bool {
+        *self == KeyType::None
+    }
+}
+
 /// A key as read.
 #[derive(Clone, Debug)]
 pub(super) struct Read {
-    /// The type (`none` when the key is gone).
-    pub kind: String,
+    /// The type ([`KeyType::None`] when the key is gone).
+    pub kind: KeyType,
     /// The remaining time to live in ms; negative for none (-1) or gone (-2).
     pub pttl: i64,
     /// The value, when the key had the wanted type: bytes for a string or a dump, the flat
@@ -226,10 +291,12 @@ impl Read {
 
 fn decode_read(value: Value, now_ms: i64) -> Result<Read, Error> {
     let mut items = value.into_array()?.into_iter();
-    let kind = items
-        .next()
-        .ok_or_else(|| unexpected("migrate_read entry without a type"))?
-        .into_string()?;
+    let kind = KeyType::parse(
+        items
+            .next()
+            .ok_or_else(|| unexpected("migrate_read entry without a type"))?
+            .into_string()?,
+    );
     let pttl = items.next().map(|v| v.as_i64()).transpose()?.unwrap_or(-2);
     Ok(Read {
         kind,
@@ -312,7 +379,7 @@ pub(super) async fn read_strings<E: Executor>(
     }
     let mut out: Vec<Read> = Vec::with_capacity(keys.len());
     out.resize_with(keys.len(), || Read {
-        kind: "none".to_owned(),
+        kind: KeyType::None,
         pttl: -2,
         value: None,
         now_ms: 0,
@@ -328,7 +395,7 @@ pub(super) async fn read_strings<E: Executor>(
                 missing.push(i);
             } else {
                 out[i] = Read {
-                    kind: "string".to_owned(),
+                    kind: KeyType::String,
                     pttl: -1,
                     value: Some(value),
                     now_ms: 0,
@@ -341,7 +408,7 @@ pub(super) async fn read_strings<E: Executor>(
         types.push(Request::cmd(Access::Read, "TYPE").key(&keys[i]).build()?);
     }
     for (&i, kind) in missing.iter().zip(send_ok(e, types).await?) {
-        out[i].kind = kind.into_string()?;
+        out[i].kind = KeyType::parse(kind.into_string()?);
     }
     Ok(out)
 }

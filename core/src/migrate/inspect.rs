@@ -14,6 +14,7 @@ use crate::store::guard::is_legacy_layout_key;
 
 use super::engine::{dbsize, masters, scan_page, send};
 use super::names::{self, Name};
+use super::sides::{server, view};
 use super::{KeyspaceReport, Namespace, Progress, EXAMPLES};
 
 /// Counters of the hot-tag summary (Misra-Gries): tags holding more than 1/1024 of the keys
@@ -94,6 +95,16 @@ pub async fn inspect_keyspace<E: Executor>(
             .into_opt_bytes()?
             .map(|b| String::from_utf8_lossy(&b).into_owned());
     }
+    let server = server(client).await?;
+    for ks in [Some(legacy.clone()), cluster.clone()]
+        .into_iter()
+        .flatten()
+    {
+        let side = view(client, &server, &ks, false).await?;
+        if let Some(record) = side.record.transpose() {
+            report.lifecycle.insert(ks.layout(), record);
+        }
+    }
     Ok(report)
 }
 
@@ -104,6 +115,11 @@ fn classify(
     key: &[u8],
 ) -> Namespace {
     let as_cluster = cluster.map_or(Name::Unknown, |ks| names::cluster(ks, key));
+    let as_legacy = names::legacy(legacy, key);
+    if matches!(as_legacy, Name::Lifecycle { .. }) {
+        // Read and shown whole below, not counted as data.
+        return Namespace::Marker;
+    }
     if as_cluster.is_shared() {
         let ns = Namespace::of(&as_cluster);
         *report.shared.entry(ns).or_default() += 1;
@@ -114,7 +130,6 @@ fn classify(
         *report.cluster.entry(ns).or_default() += 1;
         return ns;
     }
-    let as_legacy = names::legacy(legacy, key);
     if as_legacy.is_shared() {
         // A shared name the cluster reading refused: a braced prefix.
         let ns = Namespace::of(&as_legacy);

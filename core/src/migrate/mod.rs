@@ -1,26 +1,33 @@
 //! Moving a keyspace between the two layouts: inspection, the forward migration
-//! (`legacy` → `cluster:v1`) and the rollback (`cluster:v1` → `legacy`).
+//! (`legacy` → `cluster:v1`), the rollback (`cluster:v1` → `legacy`), and the cleanup that
+//! deletes the side the bots left.
 //!
-//! All three are written once over any [`Executor`](crate::Executor), like the store's API,
+//! All four are written once over any [`Executor`](crate::Executor), like the store's API,
 //! and send nothing but the requests built here: `SCAN` pages, one read script per batch of
 //! keys ([`MIGRATE_READ`]) and one write script per group of keys that share a slot at the
 //! target. Memory stays bounded whatever the keyspace size: one `SCAN` page at a time, message
 //! logs in pages of 1000, and at most [`CHAT_WAVE`] logs in flight.
 //!
+//! Each side keeps a lifecycle record ([`lifecycle`]): every copy and every bot start updates
+//! it, so a step taken days after the last one knows which side the bots write, and refuses
+//! what would bring back deleted data or destroy newer writes.
+//!
 //! `docs/migration.md` is the operator's guide and states every rule; in short:
 //!
+//! - a copy goes only from the live side into a side no bot started on since its last copy,
+//!   and by default mirrors: the target ends up holding what the source holds, no more;
 //! - messages are read from each chat's log, never by parsing item keys; an item no log (or
 //!   drain) names is an orphan, reported and left alone;
 //! - records and user data keep their remaining TTL; checkpoint and user-data index scores are
 //!   computed from the target server's clock;
-//! - lock fences, leadership terms and cursors are only ever raised; schedule tokens never go
-//!   backwards (a higher source token wins even without `overwrite`);
+//! - lock fences and leadership terms are only ever raised, never pruned; schedule tokens never
+//!   go backwards (a higher source token wins even without `overwrite`);
 //! - turn queues, lock and leadership holders and heartbeats belong to running bots and are not
 //!   copied; conversations, cursors, leases and durability tables keep their names and are copied
 //!   only to another server or prefix;
-//! - an existing target key wins unless `overwrite`; so a run killed at any point and run again
-//!   ends with the same keyspace;
-//! - the layout marker is written last, and only by a complete run.
+//! - a run killed at any point and run again ends with the same keyspace;
+//! - the layout marker is written last, and only by a complete run;
+//! - deleting a side is its own step ([`delete_abandoned_side`]), which only deletes.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -28,19 +35,26 @@ use std::time::Duration;
 
 use crate::layout::{Layout, RecordKind};
 use crate::scripts::{
-    MIGRATE_COUNTERS, MIGRATE_DROP, MIGRATE_LEASE, MIGRATE_MEMBERS, MIGRATE_MESSAGES,
-    MIGRATE_PRUNE_SCHEDULE, MIGRATE_READ, MIGRATE_RESTORE, MIGRATE_SCHEDULES, MIGRATE_STRINGS,
+    MIGRATE_COUNTERS, MIGRATE_LEASE, MIGRATE_MEMBERS, MIGRATE_MESSAGES, MIGRATE_READ,
+    MIGRATE_RESTORE, MIGRATE_SCHEDULES, MIGRATE_STRINGS,
 };
 
+mod cleanup;
 mod copy;
 mod engine;
 mod forward;
 mod inspect;
+pub mod lifecycle;
 pub mod names;
+mod prune;
 mod rollback;
+mod sides;
+mod step;
 
+pub use cleanup::delete_abandoned_side;
 pub use forward::migrate_to_cluster_layout;
 pub use inspect::inspect_keyspace;
+pub use lifecycle::CopyId;
 pub use rollback::rollback_to_legacy_layout;
 
 /// At most this many message logs are migrated at once (each in pages of 1000 messages): a
@@ -89,7 +103,7 @@ pub enum Namespace {
     Leases,
     /// Durability table keys.
     Durability,
-    /// The layout marker.
+    /// The layout marker and the lifecycle records (the `{meta}` keys).
     Marker,
     /// Keys under the prefix that are no name of the layout.
     Unknown,
@@ -194,7 +208,7 @@ impl Namespace {
             Name::Cursor => Namespace::Cursors,
             Name::Lease => Namespace::Leases,
             Name::Durable { .. } => Namespace::Durability,
-            Name::Marker => Namespace::Marker,
+            Name::Marker | Name::Lifecycle { .. } => Namespace::Marker,
             Name::Unknown => Namespace::Unknown,
         }
     }
@@ -240,6 +254,9 @@ pub enum Refusal {
     /// The legacy source is a Redis Cluster: the legacy layout lives on one node.
     #[error("the source is a Redis Cluster, but the legacy layout lives on one node: connect to that node")]
     SourceIsCluster,
+    /// A cleanup was asked of a legacy side on a Redis Cluster, or named one as the other side.
+    #[error("the legacy layout lives on one node, not on a Redis Cluster: connect to that node")]
+    LegacyOnCluster,
     /// The legacy target of a rollback is a Redis Cluster.
     #[error("the rollback target is a Redis Cluster, but the legacy layout lives on one node")]
     TargetIsCluster,
@@ -251,23 +268,59 @@ pub enum Refusal {
         /// The prefix.
         prefix: String,
     },
-    /// A mirroring rollback from a source without the layout marker: it was never completely
-    /// migrated (or an interrupted rollback with `delete_source` already removed it), so the
-    /// legacy data it does not hold was not deleted since, and mirroring would delete it.
+    /// `delete_source` with a copy-only run (`mirror: false`): copy-only keeps existing target
+    /// keys, which may be older than the source's, so deleting the source after it would lose
+    /// the newer data.
     #[error(
-        "the source has no layout marker {key} (cluster:v1): it was never completely migrated, so a mirroring rollback would delete legacy data the source never held; roll back with mirror off (copy only), which is also how an interrupted rollback with delete_source is finished"
-    )]
-    SourceNotMigrated {
-        /// The marker key.
-        key: String,
-    },
-    /// A rollback with `delete_source` but without the mirror, from a migrated source: copy-only
-    /// keeps existing legacy keys, which may be older than the source's, so deleting the source
-    /// after it would lose the newer data.
-    #[error(
-        "delete_source without the mirror would delete source data that older legacy keys kept from being copied; roll back with the mirror (finishing an interrupted rollback, whose source marker is already gone, may use copy-only)"
+        "delete_source needs a mirror: a copy-only run keeps existing target keys, which may be older than the source's, and deleting the source after it would lose the newer data for good; run with the mirror, or copy only and clean up once the bots run on the target"
     )]
     DeleteWithoutMirror,
+    /// `delete_source` with a run limited by `include`: only a complete copy lets its source
+    /// go.
+    #[error(
+        "delete_source needs a complete copy: include limits the run to some namespaces, and the source may only be deleted once the target holds all of them"
+    )]
+    DeleteAfterPartialCopy,
+    /// The lifecycle records of the two sides show the step is unsafe: it would bring back
+    /// data the live side deleted, destroy data it wrote, or delete the only copy.
+    #[error("{message}")]
+    Lifecycle {
+        /// The step.
+        step: lifecycle::StepKind,
+        /// Why.
+        reason: lifecycle::Unsafe,
+        /// The reason, what each side holds, and what to do.
+        message: String,
+    },
+    /// A lifecycle record changed while the step ran (a bot started on that side): nothing
+    /// more was written.
+    #[error(
+        "the lifecycle record {key} changed while the step ran: a bot started on that side; stop every bot of the prefix and run the step again (it reads the records afresh)"
+    )]
+    RecordChanged {
+        /// The record's key.
+        key: String,
+    },
+    /// `other_server` says otherwise than the servers: two single nodes are the same server
+    /// exactly when they answer one `run_id`, and a cluster is never the same server as a
+    /// single node.
+    #[error(
+        "other_server is {said}, but the source is {source_server} and the target is {target_server}; leave other_server unset and the step finds out"
+    )]
+    OtherServerMismatch {
+        /// What the options said.
+        said: bool,
+        /// The source server, as it described itself.
+        source_server: String,
+        /// The target server.
+        target_server: String,
+    },
+    /// The servers did not tell whether they are one (`INFO server` refused), and the options
+    /// left `other_server` unset.
+    #[error(
+        "cannot tell whether the source and the target are one server (INFO server gave no run_id): set other_server"
+    )]
+    OtherServerUnknown,
     /// The target's layout marker holds a value this version does not know.
     #[error("the target's layout marker {key} holds {value:?}, not cluster:v1")]
     ForeignMarker {
@@ -376,8 +429,15 @@ pub struct MigrationReport {
     pub target_layout: u64,
     /// Up to [`EXAMPLES`] keys per problem (orphans, unreadable, unrepresentable, unknown).
     pub examples: BTreeMap<&'static str, Vec<String>>,
-    /// Source keys deleted after copying (`delete_source`; a message counts once).
+    /// Source keys deleted after the copy completed (`delete_source`: the cleanup of the
+    /// source, which deletes only; a log counts its items and itself).
     pub source_deleted: u64,
+    /// The copy this run made: a rerun of the one both lifecycle records name, or a new one
+    /// (`docs/migration.md`, "The lifecycle").
+    pub copy: CopyId,
+    /// Whether the run mirrored: existing target keys that differ were replaced and target
+    /// data the source no longer holds was removed (`pruned`).
+    pub mirrored: bool,
     /// The layout marker.
     pub marker: MarkerOutcome,
     /// Wall time of the run, on the source server's clock (`TIME` at the start and the end:
@@ -403,6 +463,8 @@ impl MigrationReport {
             target_layout: 0,
             examples: BTreeMap::new(),
             source_deleted: 0,
+            copy: CopyId::New,
+            mirrored: false,
             marker: MarkerOutcome::Kept,
             elapsed: Duration::ZERO,
         }
@@ -472,8 +534,8 @@ pub struct Progress {
     pub total: u64,
     /// Records and messages handled so far (copied, kept or overwritten).
     pub moved: u64,
-    /// The phase: `scanning` (inspection), `checking`, `copying`, `pruning`, `deleting` (a
-    /// rollback's `delete_source` pass).
+    /// The phase: `scanning` (inspection), `checking`, `pruning` (a mirror), `copying`,
+    /// `deleting` (a cleanup, or `delete_source`).
     pub phase: &'static str,
 }
 
@@ -484,19 +546,29 @@ pub struct MigrateOptions {
     pub prefix: String,
     /// The target's prefix; `None`: the same prefix.
     pub target_prefix: Option<String>,
-    /// Whether the target is another server than the source (a different client).
-    pub other_server: bool,
+    /// Whether the target is another server than the source. `None` (the default): the
+    /// migration finds out (a cluster is always another server; two single nodes are one
+    /// server exactly when `INFO server` gives one `run_id`); a value that contradicts the
+    /// servers is refused ([`Refusal::OtherServerMismatch`]).
+    pub other_server: Option<bool>,
+    /// Make the target match the source (default): existing target keys that differ are
+    /// replaced, and target data the source no longer holds is removed. The lifecycle only
+    /// lets a copy into a side no bot started on since its last copy, so what a mirror
+    /// replaces or removes there is stale, never newer. `false`: copy only, existing target
+    /// keys win unless `overwrite`.
+    pub mirror: bool,
     /// Count what would happen; write nothing.
     pub dry_run: bool,
     /// Only these namespaces (of [`Namespace::COPIED`]); `None`: all. A limited run leaves the
     /// layout marker unset.
     pub include: Option<Vec<Namespace>>,
-    /// Replace existing target keys (counters are still only raised).
+    /// With `mirror: false`, replace existing target keys (counters are still only raised).
     pub overwrite: bool,
     /// Run although heartbeats or pending tickets show live bots. Unsafe: see
     /// `docs/migration.md`.
     pub allow_live: bool,
-    /// Delete each source key once the target holds it.
+    /// Once the copy is complete, delete the source ([`delete_abandoned_side`] on it: it
+    /// deletes only). Needs the mirror and a complete run.
     pub delete_source: bool,
     /// `SCAN COUNT` hint (default 2000).
     pub scan_count: u32,
@@ -508,7 +580,8 @@ impl MigrateOptions {
         MigrateOptions {
             prefix: prefix.into(),
             target_prefix: None,
-            other_server: false,
+            other_server: None,
+            mirror: true,
             dry_run: false,
             include: None,
             overwrite: false,
@@ -522,18 +595,6 @@ impl MigrateOptions {
     pub fn target_prefix(&self) -> &str {
         self.target_prefix.as_deref().unwrap_or(&self.prefix)
     }
-
-    /// Whether the target is another server or prefix (the names both layouts share are then
-    /// copied, and the target is checked for live bots too).
-    pub fn separate(&self) -> bool {
-        self.other_server || self.target_prefix() != self.prefix
-    }
-
-    fn complete(&self) -> bool {
-        self.include
-            .as_ref()
-            .is_none_or(|list| Namespace::COPIED.iter().all(|ns| list.contains(ns)))
-    }
 }
 
 /// Options of [`rollback_to_legacy_layout`].
@@ -543,16 +604,17 @@ pub struct RollbackOptions {
     pub prefix: String,
     /// The target's prefix (legacy layout); `None`: the same prefix.
     pub target_prefix: Option<String>,
-    /// Whether the target is another server than the source.
-    pub other_server: bool,
+    /// Whether the target is another server than the source; `None` (the default): the
+    /// rollback finds out, as [`MigrateOptions::other_server`].
+    pub other_server: Option<bool>,
     /// Make the legacy target match the source (default): records overwrite, and legacy
     /// records the source no longer holds are deleted (schedules become deleted markers).
     /// `false`: copy only, existing legacy keys win.
     pub mirror: bool,
     /// Count what would happen; write nothing.
     pub dry_run: bool,
-    /// Delete each source key once the target holds it (and the source's indexes, turn queues,
-    /// holders and marker).
+    /// Once the rollback is complete, delete the cluster-layout source
+    /// ([`delete_abandoned_side`] on it: it deletes only). Needs the mirror.
     pub delete_source: bool,
     /// Run although heartbeats or pending tickets show live bots. Unsafe: see
     /// `docs/migration.md`.
@@ -567,7 +629,7 @@ impl RollbackOptions {
         RollbackOptions {
             prefix: prefix.into(),
             target_prefix: None,
-            other_server: false,
+            other_server: None,
             mirror: true,
             dry_run: false,
             delete_source: false,
@@ -580,10 +642,79 @@ impl RollbackOptions {
     pub fn target_prefix(&self) -> &str {
         self.target_prefix.as_deref().unwrap_or(&self.prefix)
     }
+}
 
-    /// Whether the target is another server or prefix.
-    pub fn separate(&self) -> bool {
-        self.other_server || self.target_prefix() != self.prefix
+/// Options of [`delete_abandoned_side`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CleanupOptions {
+    /// The prefix of the side to delete.
+    pub prefix: String,
+    /// The layout of the side to delete.
+    pub layout: Layout,
+    /// The other side's prefix; `None`: the same prefix.
+    pub other_prefix: Option<String>,
+    /// Whether the other side is on another server; `None` (the default): the cleanup finds
+    /// out, as [`MigrateOptions::other_server`]. In place (one server, one prefix) the names
+    /// both layouts share are the live side's too, and are never deleted.
+    pub other_server: Option<bool>,
+    /// Count what would be deleted; delete nothing.
+    pub dry_run: bool,
+    /// Run although pending tickets (or, on another server, heartbeats) show bots running on
+    /// the side to delete. Unsafe.
+    pub allow_live: bool,
+    /// `SCAN COUNT` hint (default 2000).
+    pub scan_count: u32,
+}
+
+impl CleanupOptions {
+    /// Deletes the `layout` side of `prefix`, the other side being the other layout of the
+    /// same prefix (in place, or on the server given to [`delete_abandoned_side`]).
+    pub fn new(prefix: impl Into<String>, layout: Layout) -> Self {
+        CleanupOptions {
+            prefix: prefix.into(),
+            layout,
+            other_prefix: None,
+            other_server: None,
+            dry_run: false,
+            allow_live: false,
+            scan_count: 2000,
+        }
+    }
+
+    /// The other side's prefix.
+    pub fn other_prefix(&self) -> &str {
+        self.other_prefix.as_deref().unwrap_or(&self.prefix)
+    }
+}
+
+/// What [`delete_abandoned_side`] deleted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CleanupReport {
+    /// The layout of the deleted side.
+    pub layout: Layout,
+    /// Whether nothing was deleted.
+    pub dry_run: bool,
+    /// Keys seen under the prefix.
+    pub scanned: u64,
+    /// Keys deleted (or that a dry run would delete), per namespace; a message log counts
+    /// its items under [`Namespace::Items`].
+    pub deleted: BTreeMap<Namespace, u64>,
+    /// Message items that no log or drain names: never copied, so left for the operator.
+    pub orphans: u64,
+    /// Keys under the prefix that are no name of the layout: left alone.
+    pub unknown: u64,
+    /// Keys both layouts share, left because the other side is in place and uses them.
+    pub shared_kept: u64,
+    /// Up to [`EXAMPLES`] keys per kind left (`orphans`, `unknown`).
+    pub examples: BTreeMap<&'static str, Vec<String>>,
+    /// Wall time, on the deleted side's server clock.
+    pub elapsed: Duration,
+}
+
+impl CleanupReport {
+    /// Keys deleted in all.
+    pub fn total(&self) -> u64 {
+        self.deleted.values().sum()
     }
 }
 
@@ -610,6 +741,10 @@ pub struct KeyspaceReport {
     pub unknown_examples: Vec<String>,
     /// The layout marker's value, if any.
     pub marker: Option<String>,
+    /// Each layout's lifecycle record under the prefix (`docs/migration.md`, "The lifecycle"):
+    /// which copy the side took part in, and whether bots started on it since
+    /// ([`lifecycle::Record::describe`] says it in words). An unreadable record is its error.
+    pub lifecycle: BTreeMap<Layout, Result<lifecycle::Record, String>>,
     /// Keys per node and namespace (both layouts and shared names together).
     pub per_node: BTreeMap<String, NamespaceCounts>,
     /// The hash tags holding the most keys, most first (at most 10). Counted with a bounded

@@ -15,10 +15,11 @@
 //!   up to the second, key the rest. That is the only reading because the legacy layout refuses
 //!   a `:` in a user id or a namespace ([`KeyError::LegacyColon`](crate::layout::KeyError)).
 
+use bytes::Bytes;
 use percent_encoding::percent_decode_str;
 
 use crate::keys::{bucket, enc};
-use crate::layout::{Keyspace, RecordKind, TurnPart};
+use crate::layout::{Keyspace, Layout, RecordKind, TurnPart};
 
 /// What a key under the prefix holds. Ids are the raw (decoded) ids.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,17 +34,19 @@ pub enum Name {
         /// The chat.
         chat: String,
     },
-    /// A legacy message item: `rest` is `<chat>:<id>`, which may have several readings.
+    /// A legacy message item: `rest` is `<chat>:<id>`, which may have several readings. Bytes,
+    /// not text: a log another program wrote may name ids that are not UTF-8, and their items
+    /// must be found by their exact names.
     LegacyItem {
         /// Everything after `msg:`.
-        rest: String,
+        rest: Bytes,
     },
     /// A cluster-layout message item.
     Item {
         /// The chat.
         chat: String,
-        /// The message id.
-        id: String,
+        /// The message id (decoded; bytes, as for [`Name::LegacyItem`]).
+        id: Bytes,
     },
     /// A chat, contact, checkpoint or schedule record.
     Record {
@@ -115,6 +118,12 @@ pub enum Name {
     },
     /// The layout marker.
     Marker,
+    /// A layout's lifecycle record (`{meta}:lifecycle:<layout>`, the same name in both
+    /// readings).
+    Lifecycle {
+        /// Whose record.
+        layout: Layout,
+    },
     /// Under the prefix, but no name of this layout.
     Unknown,
 }
@@ -131,6 +140,7 @@ impl Name {
                 | Name::Lease
                 | Name::Durable { .. }
                 | Name::Marker
+                | Name::Lifecycle { .. }
         )
     }
 }
@@ -164,6 +174,12 @@ fn shared(rest: &str) -> Option<Name> {
     if rest == "{meta}:layout" {
         return Some(Name::Marker);
     }
+    if let Some(layout) = rest.strip_prefix("{meta}:lifecycle:") {
+        return [Layout::Legacy, Layout::Cluster]
+            .into_iter()
+            .find(|l| l.name() == layout)
+            .map(|layout| Name::Lifecycle { layout });
+    }
     if let Some(tail) = rest.strip_prefix("{durable:") {
         let (table, _part) = tail.split_once("}:")?;
         if !table.is_empty() && !table.contains(['{', '}']) {
@@ -193,7 +209,18 @@ fn record_kind_tag(word: &str) -> Option<RecordKind> {
 /// except the shared names.
 pub fn legacy(ks: &Keyspace, key: &[u8]) -> Name {
     let Some(rest) = rest_of(ks, key) else {
-        return Name::Unknown;
+        // An item whose id is not UTF-8 still names a message (the only legacy name whose
+        // variable part can come from a log's member as raw bytes).
+        let item = key
+            .strip_prefix(ks.prefix().as_bytes())
+            .and_then(|r| r.strip_prefix(b":msg:"))
+            .filter(|rest| item_readings(rest).next().is_some());
+        return match item {
+            Some(rest) => Name::LegacyItem {
+                rest: Bytes::copy_from_slice(rest),
+            },
+            None => Name::Unknown,
+        };
     };
     if let Some(name) = shared(rest) {
         return name;
@@ -207,7 +234,9 @@ pub fn legacy(ks: &Keyspace, key: &[u8]) -> Name {
     }
     if let Some(item) = rest.strip_prefix("msg:") {
         if item.contains(':') {
-            return Name::LegacyItem { rest: owned(item) };
+            return Name::LegacyItem {
+                rest: Bytes::copy_from_slice(item.as_bytes()),
+            };
         }
         return Name::Unknown;
     }
@@ -263,11 +292,20 @@ pub fn dec(segment: &str) -> Option<String> {
     (enc(&decoded) == segment).then_some(decoded)
 }
 
+/// [`dec`] to bytes, which need not be UTF-8 (a message id): `None` unless the segment is
+/// exactly what `enc` makes of them.
+pub fn dec_bytes(segment: &str) -> Option<Bytes> {
+    let decoded: Vec<u8> = percent_decode_str(segment).collect();
+    let canonical = crate::keys::enc_bytes(&decoded).to_string() == segment;
+    canonical.then(|| Bytes::from(decoded))
+}
+
 /// Reads a cluster-layout key. Legacy-layout keys are `Unknown` here except the shared names.
 pub fn cluster(ks: &Keyspace, key: &[u8]) -> Name {
     let Some(rest) = rest_of(ks, key) else {
         return Name::Unknown;
     };
+    // (A cluster-layout name is all text: `enc` leaves no byte that is not ASCII.)
     if let Some(name) = shared(rest) {
         return name;
     }
@@ -303,7 +341,7 @@ fn cluster_tagged(rest: &str) -> Option<Name> {
                 "d" => Some(Name::Drain { chat }),
                 _ => Some(Name::Item {
                     chat,
-                    id: dec(after.strip_prefix("i:")?)?,
+                    id: dec_bytes(after.strip_prefix("i:")?)?,
                 }),
             }
         }
@@ -342,16 +380,18 @@ fn cluster_tagged(rest: &str) -> Option<Name> {
     }
 }
 
-/// Every reading of a legacy item's rest (`<chat>:<id>`): one per `:`, shortest chat first.
-pub fn item_readings(rest: &str) -> impl Iterator<Item = (&str, &str)> {
-    rest.match_indices(':')
-        .map(move |(at, _)| (&rest[..at], &rest[at + 1..]))
+/// Every reading of a legacy item's rest (`<chat>:<id>`): one per `:` whose chat part is text
+/// (a log's name, which must be UTF-8 to be read at all), shortest chat first.
+pub fn item_readings(rest: &[u8]) -> impl Iterator<Item = (&str, &[u8])> {
+    rest.iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b':')
+        .filter_map(move |(at, _)| Some((std::str::from_utf8(&rest[..at]).ok()?, &rest[at + 1..])))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::Layout;
 
     fn names(ks: &Keyspace) -> Vec<(crate::keys::Key, Name)> {
         let s = |x: &str| x.to_owned();
@@ -378,6 +418,12 @@ mod tests {
                 Name::Durable { table: s("t") },
             ),
             (ks.marker(), Name::Marker),
+            (
+                ks.lifecycle(),
+                Name::Lifecycle {
+                    layout: ks.layout(),
+                },
+            ),
             (
                 ks.user_entry("u", "n", "k:1"),
                 Name::UserEntry {
@@ -411,6 +457,12 @@ mod tests {
                 rest: "a:b:c".into()
             }
         );
+        assert_eq!(
+            legacy(&ks, ks.message_item_raw("a", b"\xff:x").as_bytes()),
+            Name::LegacyItem {
+                rest: Bytes::from_static(b"a:\xff:x")
+            }
+        );
         assert_eq!(legacy(&ks, b"p:x:user:u:n"), Name::Unknown);
         assert_eq!(legacy(&ks, b"p:x:msg:nocolon"), Name::Unknown);
         assert_eq!(legacy(&ks, b"p:x:co:turn:c:other"), Name::Unknown);
@@ -429,6 +481,13 @@ mod tests {
             Name::Item {
                 chat: "a:b".into(),
                 id: "c".into()
+            }
+        );
+        assert_eq!(
+            cluster(&ks, ks.message_item_raw("a", b"\xff").as_bytes()),
+            Name::Item {
+                chat: "a".into(),
+                id: Bytes::from_static(b"\xff")
             }
         );
         assert_eq!(
@@ -455,8 +514,14 @@ mod tests {
 
     #[test]
     fn item_readings_split_at_every_colon() {
-        let readings: Vec<_> = item_readings("a:b:c").collect();
-        assert_eq!(readings, vec![("a", "b:c"), ("a:b", "c")]);
-        assert_eq!(item_readings(":").collect::<Vec<_>>(), vec![("", "")]);
+        let readings: Vec<_> = item_readings(b"a:b:c").collect();
+        assert_eq!(readings, vec![("a", &b"b:c"[..]), ("a:b", &b"c"[..])]);
+        assert_eq!(
+            item_readings(b":").collect::<Vec<_>>(),
+            vec![("", &b""[..])]
+        );
+        // A chat part that is not text is no reading: no log can have that name.
+        let raw: Vec<_> = item_readings(b"a:\xff:c").collect();
+        assert_eq!(raw, vec![("a", &b"\xff:c"[..])]);
     }
 }

@@ -37,9 +37,11 @@ use bytes::Bytes;
 
 use crate::error::Error;
 use crate::layout::{Keyspace, Layout, CLUSTER_V1};
+use crate::migrate::lifecycle::{Record, Role};
 use crate::plan::{misuse, Plan, Reply, Step};
 use crate::request::{Access, Request};
 use crate::scan::{scan, Scan};
+use crate::scripts::LIFECYCLE;
 use crate::value::Value;
 
 use super::{forward, one};
@@ -115,8 +117,12 @@ enum State {
     Start,
     ReadingMarker,
     Scanning(Scan),
-    WritingMarker { checked: usize },
+    WritingMarker {
+        checked: usize,
+    },
     RereadingMarker,
+    /// The start is decided; the lifecycle record is being stamped.
+    Stamping(Started),
     Finished,
 }
 
@@ -129,7 +135,7 @@ impl StartGuard {
 
     fn on_marker(&mut self, marker: Option<Bytes>, reread: bool) -> Result<Step<Started>, Error> {
         match (self.ks.layout(), marker) {
-            (Layout::Legacy, None) => Ok(Step::Done(Ok(Started::Legacy))),
+            (Layout::Legacy, None) => self.stamp(Started::Legacy),
             (Layout::Legacy, Some(value)) => {
                 tracing::warn!(
                     prefix = self.ks.prefix(),
@@ -138,10 +144,10 @@ impl StartGuard {
                      marker: replicas on different layouts of one prefix see different \
                      keyspaces, and their turns and locks stop excluding each other"
                 );
-                Ok(Step::Done(Ok(Started::LegacyWithMarker)))
+                self.stamp(Started::LegacyWithMarker)
             }
             (Layout::Cluster, Some(value)) if value.as_ref() == CLUSTER_V1.as_bytes() => {
-                Ok(Step::Done(Ok(Started::MarkerFound)))
+                self.stamp(Started::MarkerFound)
             }
             (Layout::Cluster, Some(value)) => Err(Error::UnknownLayoutMarker {
                 key: self.ks.marker().to_string(),
@@ -157,6 +163,63 @@ impl StartGuard {
                 self.scanned(step)
             }
         }
+    }
+
+    /// Stamps the keyspace's lifecycle record: bots start here (`docs/migration.md`, "The
+    /// lifecycle"). A cluster-layout keyspace no copy made gets an origin record; a legacy one
+    /// without a record gets none (a legacy bot that never migrated writes no new key).
+    fn stamp(&mut self, started: Started) -> Result<Step<Started>, Error> {
+        let create = self.ks.layout() == Layout::Cluster;
+        let request = Request::script(
+            &LIFECYCLE,
+            Access::Write,
+            vec![self.ks.lifecycle(), self.ks.marker()],
+            vec![
+                Bytes::from_static(b"start"),
+                Bytes::from_static(if create { b"1" } else { b"0" }),
+            ],
+        )?;
+        self.state = State::Stamping(started);
+        Ok(Step::Send(vec![request]))
+    }
+
+    /// What the stamp found: a keyspace that may not start, or one whose other side goes stale
+    /// now (which the log says).
+    fn on_stamp(&self, reply: Value) -> Result<(), Error> {
+        let mut items = reply.into_array()?.into_iter();
+        let outcome = items
+            .next()
+            .ok_or_else(|| misuse("the lifecycle stamp answered nothing"))?
+            .into_string()?;
+        let flat: Vec<Bytes> = items.map(Value::into_bytes).collect::<Result<_, _>>()?;
+        if outcome == "none" || outcome == "created" || outcome == "again" {
+            return Ok(());
+        }
+        let record = Record::parse(&flat).map_err(|detail| Error::UnexpectedReply {
+            detail: format!("the lifecycle record {}: {detail}", self.ks.lifecycle()),
+        })?;
+        if outcome == "refused" {
+            return Err(Error::KeyspaceNotReady {
+                key: self.ks.lifecycle().to_string(),
+                found: record.describe(),
+            });
+        }
+        match record.role {
+            Role::Target => tracing::info!(
+                prefix = self.ks.prefix(),
+                peer = %record.peer,
+                "bots start on this copy: from now on the other side is stale, and a copy into \
+                 this side is refused"
+            ),
+            Role::Source => tracing::warn!(
+                prefix = self.ks.prefix(),
+                peer = %record.peer,
+                "bots start on a keyspace that was copied: the copy goes stale as they write; \
+                 migrate again before moving the bots to it"
+            ),
+            Role::Origin => {}
+        }
+        Ok(())
     }
 
     fn scanned(&mut self, step: Step<Vec<Bytes>>) -> Result<Step<Started>, Error> {
@@ -185,8 +248,7 @@ impl StartGuard {
                 "a cluster-layout store started over legacy-layout keys (allow_legacy_data); \
                  they are invisible to it until migrated, and the layout marker is not written"
             );
-            self.state = State::Finished;
-            return Ok(Step::Done(Ok(Started::LegacyDataAllowed { example })));
+            return self.stamp(Started::LegacyDataAllowed { example });
         }
         let request = Request::cmd(Access::Write, "SET")
             .key(&self.ks.marker())
@@ -216,9 +278,13 @@ impl StartGuard {
                 }
                 ok => {
                     ok.expect_ok()?;
-                    Ok(Step::Done(Ok(Started::MarkerWritten { checked })))
+                    self.stamp(Started::MarkerWritten { checked })
                 }
             },
+            State::Stamping(started) => {
+                self.on_stamp(one(replies)?)?;
+                Ok(Step::Done(Ok(started)))
+            }
             State::Start | State::Finished => Err(misuse("StartGuard resumed out of order")),
         }
     }

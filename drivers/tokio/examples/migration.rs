@@ -63,8 +63,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(seeds) => {
             println!("target: the cluster of BOTMESH_CLUSTER, prefix {prefix:?}");
             let seeds = seeds.split(',').map(str::trim).filter(|s| !s.is_empty());
-            let mut options = MigrateOptions::new(&prefix);
-            options.other_server = true;
+            let options = MigrateOptions::new(&prefix);
             (
                 Client::connect(ClientOptions::cluster(seeds)).await?,
                 options,
