@@ -792,9 +792,8 @@ marker         \"cluster:v1\"
     let restored = run_expect(0, &["inspect", "--url", &url, "--prefix", &back]);
     let record = "legacy side    mirror copy of ";
     let restored_body = body(&restored.stdout);
-    let (data, lifecycle): (Vec<&str>, Vec<&str>) = restored_body
-        .lines()
-        .partition(|l| !l.starts_with(record));
+    let (data, lifecycle): (Vec<&str>, Vec<&str>) =
+        restored_body.lines().partition(|l| !l.starts_with(record));
     assert_eq!(lifecycle.len(), 1, "{}", restored.stdout);
     assert!(
         lifecycle[0].contains(&format!(

@@ -114,6 +114,27 @@ pub(super) async fn run<A: Executor, O: Executor>(
     let o_view = view(other.e, other.server, &other.ks, false).await?;
     lifecycle::cleanup(&d_view, &o_view)
         .map_err(|reason| lifecycle_refusal(StepKind::Cleanup, reason, &d_view, &o_view))?;
+    // The names both layouts share stay while the other layout of this prefix on this server
+    // (the other side in place, or an in-place sibling of a separate step) is not deleted: they
+    // are its keys too.
+    let sibling_layout = match doomed.ks.layout() {
+        Layout::Legacy => Layout::Cluster,
+        Layout::Cluster => Layout::Legacy,
+    };
+    let sibling = Keyspace::new(sibling_layout, doomed.ks.prefix())
+        .ok()
+        .filter(|_| separate);
+    let keep_shared = match &sibling {
+        None => !separate,
+        Some(ks) => {
+            let v = view(doomed.e, doomed.server, ks, false).await?;
+            match v.record {
+                Ok(Some(r)) => !r.phase.is_deletion(),
+                Ok(None) => v.marker,
+                Err(_) => true,
+            }
+        }
+    };
     let first = doomed.server.nodes.first().cloned().flatten();
     let started_ms = server_ms(doomed.e, &first).await?;
     let mut record = Recorded {
@@ -138,6 +159,7 @@ pub(super) async fn run<A: Executor, O: Executor>(
         ks: &doomed.ks,
         cluster: doomed.server.is_cluster(),
         in_place_other: (!separate).then(|| other.ks.clone()),
+        keep_shared,
         dry_run,
         report: CleanupReport {
             layout: doomed.ks.layout(),
@@ -193,6 +215,8 @@ struct Deleter<'a, E> {
     /// In place: the other layout under the same prefix on this server, whose keys (and the
     /// names both share) belong to the live side.
     in_place_other: Option<Keyspace>,
+    /// The names both layouts share are another keyspace's too: left.
+    keep_shared: bool,
     dry_run: bool,
     report: CleanupReport,
 }
@@ -237,7 +261,7 @@ impl<E: Executor> Deleter<'_, E> {
                 // The record stays (marked deleted); the marker goes with the record's last
                 // write (a cluster side's), or is the live side's (in place).
                 Name::Marker | Name::Lifecycle { .. } => {}
-                ref shared if shared.is_shared() && self.in_place_other.is_some() => {
+                ref shared if shared.is_shared() && self.keep_shared => {
                     self.report.shared_kept += 1;
                 }
                 Name::Log { chat } => logs.push((Key::new(key), chat, Namespace::Messages)),

@@ -392,6 +392,10 @@ pub enum Unsafe {
     /// The two records name different copies: these keyspaces are not the two sides of one
     /// migration.
     NotPartners,
+    /// The target's server holds the other layout of the target's prefix too, and bots run on
+    /// it: the names both layouts share (conversations, cursors, leases, durability tables) are
+    /// its keys, which a copy from another server or prefix would overwrite.
+    SiblingLive,
     /// Cleanup: bots started on the side to delete since its copy: it holds their writes.
     SideLive,
     /// Cleanup: the side took part in no copy (no record), so no other side holds its data.
@@ -434,6 +438,7 @@ impl Unsafe {
             Unsafe::SourceDeleted => "the source was deleted (or is being deleted) by a cleanup".into(),
             Unsafe::SourceMayBeStale => "the source was copied to another keyspace than this target and no bot started on it since: the bots may run on that keyspace".into(),
             Unsafe::NotPartners => "the two sides' records name different copies: they are not the two sides of one migration".into(),
+            Unsafe::SiblingLive => "bots run on the other layout of the target's prefix on the target's server, and the names both layouts share (conversations, cursors, leases, durability tables) are its keys too".into(),
             Unsafe::SideLive => "bots started on the side to delete since its copy: it holds their writes".into(),
             Unsafe::NoCopy => "the side to delete took part in no recorded copy, so no other side is known to hold its data".into(),
             Unsafe::CopyIncomplete => "the other side's copy is not complete".into(),
@@ -456,6 +461,7 @@ impl Unsafe {
             (Unsafe::SourceDeleted, _) => "finish the cleanup (`botmesh-redis cleanup`); the data is on the other side",
             (Unsafe::SourceMayBeStale, _) => "take the step against the keyspace the record names as the copy's other side; if the bots run on this side, start them here once (their start records it)",
             (Unsafe::NotPartners, _) => "check the prefixes and servers: name the two keyspaces of one migration",
+            (Unsafe::SiblingLive, _) => "copy into another prefix, or take the step from the side the bots run on",
             (Unsafe::NoCopy, _) | (Unsafe::CopyIncomplete, _) => "finish the copy first (rerun it); the cleanup waits for a complete copy",
             (Unsafe::CopyInexact, _) => "start the bots on the copy first, or rerun the copy as a mirror",
             (Unsafe::OtherDeleted, _) => "keep this side: it holds the only copy of the data",
@@ -564,6 +570,16 @@ pub fn copy(from: &View, to: &View) -> Result<CopyId, Unsafe> {
         // A copy from here to another keyspace whose target never recorded it is just as unsafe
         // to overlook: the bots may run there.
         _ => Err(Unsafe::SourceMayBeStale),
+    }
+}
+
+/// Whether a copy from another server or prefix may write the names both layouts share at the
+/// target: not while bots run on the target's in-place sibling (the other layout of the same
+/// prefix on the same server), whose keys they are too.
+pub fn shared_names(sibling: &View) -> Result<(), Unsafe> {
+    match sibling.record()? {
+        Some(r) if r.started_since_copy() && !r.phase.is_deletion() => Err(Unsafe::SiblingLive),
+        _ => Ok(()),
     }
 }
 

@@ -181,8 +181,45 @@ pub(super) async fn run<S: Executor, T: Executor>(
         )
         .await?;
     }
-    let decision = lifecycle::copy(&src_view, &tgt_view)
-        .map_err(|reason| lifecycle_refusal(step.kind, reason, &src_view, &tgt_view))?;
+    let decision = lifecycle::copy(&src_view, &tgt_view);
+    if decision == Err(lifecycle::Unsafe::SourceDeleted) && step.delete_source {
+        // A `delete_source` run killed while it deleted the source: the copy is complete, so
+        // the rerun only finishes the deletion (the cleanup decides whether it may).
+        let mut report = MigrationReport::new(from, step.dry_run);
+        report.mirrored = step.mirror;
+        report.marker = match step.kind {
+            StepKind::Rollback => MarkerOutcome::Kept,
+            _ => MarkerOutcome::AlreadySet,
+        };
+        let deleted = cleanup::run(
+            Side {
+                e: source,
+                server: &src_server,
+                ks: src.clone(),
+            },
+            Side {
+                e: target,
+                server: &tgt_server,
+                ks: tgt.clone(),
+            },
+            separate,
+            step.dry_run,
+            step.scan_count,
+            progress,
+        )
+        .await?;
+        report.source_deleted = deleted.total();
+        return Ok(report);
+    }
+    let decision =
+        decision.map_err(|reason| lifecycle_refusal(step.kind, reason, &src_view, &tgt_view))?;
+    // (A braced legacy prefix has no cluster-layout sibling.)
+    let sibling = Keyspace::new(from, step.target_prefix.clone()).ok();
+    if let Some(sibling) = sibling.filter(|_| separate) {
+        let sibling_view = view(target, &tgt_server, &sibling, false).await?;
+        lifecycle::shared_names(&sibling_view)
+            .map_err(|reason| lifecycle_refusal(step.kind, reason, &src_view, &tgt_view))?;
+    }
     let first = src_server.nodes.first().cloned().flatten();
     let started_ms = server_ms(source, &first).await?;
     let known = |v: &View| v.record.as_ref().ok().cloned().flatten();
