@@ -2,7 +2,8 @@
 -- marker beside it in the {meta} slot. A migration step replaces the record ('put') only while
 -- it still holds what the step read, so a bot that started in between is never overlooked;
 -- a store's start() stamps it ('start').
--- KEYS[1] the record (hash: copy, prev, role, phase, exact, peer, at, started, started_at)
+-- KEYS[1] the record (hash: copy, prev, role, phase, exact, peer, at, started, started_at,
+--         live)
 -- KEYS[2] the layout marker (string)
 -- ARGV[1] operation: put or start
 -- ARGV[2] put: the copy field the step read ('' for no record); start: '1' to create an origin
@@ -44,14 +45,14 @@ if op == 'put' then
 end
 
 if op == 'start' then
-  local fields = redis.call('HMGET', KEYS[1], 'copy', 'role', 'phase', 'started')
+  local fields = redis.call('HMGET', KEYS[1], 'copy', 'role', 'phase', 'started', 'live')
   local outcome
   if not fields[1] then
     if ARGV[2] ~= '1' then
       return {'none'}
     end
     redis.call('HSET', KEYS[1], 'copy', '0', 'role', 'origin', 'phase', 'complete', 'exact', '1',
-      'peer', '', 'at', now, 'started', '0', 'started_at', now)
+      'peer', '', 'at', now, 'started', '0', 'started_at', now, 'live', '0')
     outcome = 'created'
   elseif (fields[2] == 'target' and fields[3] == 'copying') or fields[3] == 'deleting'
       or fields[3] == 'deleted' then
@@ -59,7 +60,19 @@ if op == 'start' then
   elseif fields[4] == fields[1] then
     outcome = 'again'
   else
-    redis.call('HSET', KEYS[1], 'started', fields[1], 'started_at', now)
+    -- The copies this side went live after: this one is added, the oldest dropped past 16.
+    local live = {}
+    for copy in string.gmatch(fields[5] or '', '[^,]+') do
+      if copy ~= fields[1] then
+        live[#live + 1] = copy
+      end
+    end
+    live[#live + 1] = fields[1]
+    while #live > 16 do
+      table.remove(live, 1)
+    end
+    redis.call('HSET', KEYS[1], 'started', fields[1], 'started_at', now, 'live',
+      table.concat(live, ','))
     outcome = 'stamped'
   end
   local out = {outcome}

@@ -6,6 +6,7 @@
 pub mod chaos;
 pub mod conformance;
 pub mod keyspace;
+pub mod lifecycle;
 
 pub use botmesh_redis_harness as harness;
 

@@ -123,16 +123,12 @@ pub(super) async fn run<A: Executor, O: Executor>(
     };
     let sibling = Keyspace::new(sibling_layout, doomed.ks.prefix())
         .ok()
-        .filter(|_| separate);
+        .filter(|ks| separate && !(ks.layout() == Layout::Legacy && doomed.server.is_cluster()));
     let keep_shared = match &sibling {
         None => !separate,
         Some(ks) => {
-            let v = view(doomed.e, doomed.server, ks, false).await?;
-            match v.record {
-                Ok(Some(r)) => !r.phase.is_deletion(),
-                Ok(None) => v.marker,
-                Err(_) => true,
-            }
+            let data = ks.layout() == Layout::Legacy;
+            lifecycle::sibling_in_use(&view(doomed.e, doomed.server, ks, data).await?)
         }
     };
     let first = doomed.server.nodes.first().cloned().flatten();

@@ -142,7 +142,14 @@ pub struct Record {
     pub started: Option<u64>,
     /// Server time in ms of that start.
     pub started_at_ms: Option<i64>,
+    /// Every copy (the last [`LIVE_AFTER`]) this side held when bots started on it: the side
+    /// went live after each of them. A later step reads it to know that this side was where
+    /// the bots wrote after an older copy, even once newer copies came and went.
+    pub live_after: Vec<u64>,
 }
+
+/// How many copies a record remembers bots starting after.
+pub const LIVE_AFTER: usize = 16;
 
 impl Record {
     /// The record a cluster-layout store writes when it starts on a keyspace no copy made.
@@ -157,12 +164,18 @@ impl Record {
             at_ms: now_ms,
             started: Some(0),
             started_at_ms: Some(now_ms),
+            live_after: vec![0],
         }
+    }
+
+    /// Whether bots started on this side while it held `copy`.
+    pub fn live_after(&self, copy: u64) -> bool {
+        self.started == Some(copy) || self.live_after.contains(&copy)
     }
 
     /// Whether bots started on this side since its copy: this side is where they write.
     pub fn started_since_copy(&self) -> bool {
-        self.started == Some(self.copy)
+        self.live_after(self.copy)
     }
 
     /// The hash fields of the record, in a fixed order.
@@ -181,6 +194,10 @@ impl Record {
         if let (Some(started), Some(at)) = (self.started, self.started_at_ms) {
             out.push(("started", started.to_string()));
             out.push(("started_at", at.to_string()));
+        }
+        if !self.live_after.is_empty() {
+            let list: Vec<String> = self.live_after.iter().map(u64::to_string).collect();
+            out.push(("live", list.join(",")));
         }
         out
     }
@@ -231,6 +248,13 @@ impl Record {
             at_ms: time("at")?.unwrap_or(0),
             started: number("started")?,
             started_at_ms: time("started_at")?,
+            live_after: match field("live") {
+                None => Vec::new(),
+                Some(list) => std::str::from_utf8(list)
+                    .ok()
+                    .and_then(|t| t.split(',').map(|n| n.parse().ok()).collect())
+                    .ok_or("field live is not a list of numbers")?,
+            },
         })
     }
 }
@@ -392,10 +416,11 @@ pub enum Unsafe {
     /// The two records name different copies: these keyspaces are not the two sides of one
     /// migration.
     NotPartners,
-    /// The target's server holds the other layout of the target's prefix too, and bots run on
-    /// it: the names both layouts share (conversations, cursors, leases, durability tables) are
-    /// its keys, which a copy from another server or prefix would overwrite.
-    SiblingLive,
+    /// The target's server holds the other layout of the target's prefix too (a keyspace with
+    /// a lifecycle record that no cleanup deleted, or legacy data): the names both layouts share
+    /// (conversations, cursors, leases, durability tables) are its keys, which a copy from
+    /// another server or prefix would overwrite.
+    SiblingInUse,
     /// Cleanup: bots started on the side to delete since its copy: it holds their writes.
     SideLive,
     /// Cleanup: the side took part in no copy (no record), so no other side holds its data.
@@ -438,7 +463,7 @@ impl Unsafe {
             Unsafe::SourceDeleted => "the source was deleted (or is being deleted) by a cleanup".into(),
             Unsafe::SourceMayBeStale => "the source was copied to another keyspace than this target and no bot started on it since: the bots may run on that keyspace".into(),
             Unsafe::NotPartners => "the two sides' records name different copies: they are not the two sides of one migration".into(),
-            Unsafe::SiblingLive => "bots run on the other layout of the target's prefix on the target's server, and the names both layouts share (conversations, cursors, leases, durability tables) are its keys too".into(),
+            Unsafe::SiblingInUse => "the target's server holds the other layout of the target's prefix, not deleted, and the names both layouts share (conversations, cursors, leases, durability tables) are its keys too".into(),
             Unsafe::SideLive => "bots started on the side to delete since its copy: it holds their writes".into(),
             Unsafe::NoCopy => "the side to delete took part in no recorded copy, so no other side is known to hold its data".into(),
             Unsafe::CopyIncomplete => "the other side's copy is not complete".into(),
@@ -461,7 +486,7 @@ impl Unsafe {
             (Unsafe::SourceDeleted, _) => "finish the cleanup (`botmesh-redis cleanup`); the data is on the other side",
             (Unsafe::SourceMayBeStale, _) => "take the step against the keyspace the record names as the copy's other side; if the bots run on this side, start them here once (their start records it)",
             (Unsafe::NotPartners, _) => "check the prefixes and servers: name the two keyspaces of one migration",
-            (Unsafe::SiblingLive, _) => "copy into another prefix, or take the step from the side the bots run on",
+            (Unsafe::SiblingInUse, _) => "if the bots left that keyspace, delete it first (`botmesh-redis cleanup`); else copy into another prefix",
             (Unsafe::NoCopy, _) | (Unsafe::CopyIncomplete, _) => "finish the copy first (rerun it); the cleanup waits for a complete copy",
             (Unsafe::CopyInexact, _) => "start the bots on the copy first, or rerun the copy as a mirror",
             (Unsafe::OtherDeleted, _) => "keep this side: it holds the only copy of the data",
@@ -573,14 +598,25 @@ pub fn copy(from: &View, to: &View) -> Result<CopyId, Unsafe> {
     }
 }
 
-/// Whether a copy from another server or prefix may write the names both layouts share at the
-/// target: not while bots run on the target's in-place sibling (the other layout of the same
-/// prefix on the same server), whose keys they are too.
-pub fn shared_names(sibling: &View) -> Result<(), Unsafe> {
-    match sibling.record()? {
-        Some(r) if r.started_since_copy() && !r.phase.is_deletion() => Err(Unsafe::SiblingLive),
-        _ => Ok(()),
+/// Whether the names both layouts share on a server and prefix belong to `sibling` too (the
+/// other layout of the same prefix on the same server): it has a lifecycle record that no
+/// cleanup deleted, or, without a record, legacy data or the layout marker. A copy from another
+/// server or prefix must not write them then, and a cleanup keeps them.
+pub fn sibling_in_use(sibling: &View) -> bool {
+    match &sibling.record {
+        Ok(Some(r)) => r.phase != Phase::Deleted,
+        Ok(None) => sibling.marker || sibling.holds_data,
+        Err(_) => true,
     }
+}
+
+/// Whether a copy from another server or prefix may write the names both layouts share at the
+/// target: not while they are its in-place sibling's too ([`sibling_in_use`]).
+pub fn shared_names(sibling: &View) -> Result<(), Unsafe> {
+    if sibling_in_use(sibling) {
+        return Err(Unsafe::SiblingInUse);
+    }
+    Ok(())
 }
 
 /// Whether a side that is no partner of the source may receive a copy: it has no record and
@@ -609,7 +645,7 @@ pub fn cleanup(doomed: &View, other: &View) -> Result<(), Unsafe> {
     };
     // The other side went live after this side's copy: whatever it did since, this side is
     // stale, and its data was carried forward (or deleted) by the bots' own choice.
-    if o.started == Some(d.copy) && d.role != Role::Origin {
+    if o.live_after(d.copy) && d.role != Role::Origin {
         return Ok(());
     }
     let Some((d, o)) = partners(d, o) else {
@@ -647,12 +683,14 @@ mod tests {
             at_ms: copy as i64,
             started: None,
             started_at_ms: None,
+            live_after: Vec::new(),
         }
     }
 
     fn started(mut r: Record, at: u64) -> Record {
         r.started = Some(at);
         r.started_at_ms = Some(at as i64 + 1);
+        r.live_after.push(at);
         r
     }
 
@@ -741,6 +779,7 @@ mod tests {
             ("cluster after a copy-only rollback no bot started", cluster(Some(started(rec(K2, Source, Complete), K1))), legacy(Some(inexact.clone())), Err(Unsafe::CopyInexact)),
             ("cluster after a copy-only rollback bots started", cluster(Some(started(rec(K2, Source, Complete), K1))), legacy(Some(started(inexact, K2))), Ok(())),
             ("the first legacy side, long after", legacy(Some(rec(K1, Source, Complete))), cluster(Some(started(rec(K2, Source, Deleted), K1))), Ok(())),
+            ("the first legacy side, after the bots restarted on a later copy", legacy(Some(rec(K1, Source, Complete))), cluster(Some(started(started(rec(K2, Source, Complete), K1), K2))), Ok(())),
             ("an abandoned copy no bot started", cluster(Some(rec(K1, Target, Complete))), legacy(Some(started(rec(K1, Source, Complete), K1))), Ok(())),
             ("an interrupted copy", cluster(Some(rec(K1, Target, Copying))), legacy(Some(rec(K1, Source, Copying))), Ok(())),
             ("the copy whose source is gone", cluster(Some(rec(K1, Target, Complete))), legacy(Some(rec(K1, Source, Deleted))), Err(Unsafe::OtherDeleted)),

@@ -114,6 +114,7 @@ fn beginning(
         at_ms: now_ms,
         started: current.and_then(|r| r.started),
         started_at_ms: current.and_then(|r| r.started_at_ms),
+        live_after: current.map(|r| r.live_after.clone()).unwrap_or_default(),
     }
 }
 
@@ -182,7 +183,8 @@ pub(super) async fn run<S: Executor, T: Executor>(
         .await?;
     }
     let decision = lifecycle::copy(&src_view, &tgt_view);
-    if decision == Err(lifecycle::Unsafe::SourceDeleted) && step.delete_source {
+    let deleting = matches!(&src_view.record, Ok(Some(r)) if r.phase == Phase::Deleting);
+    if decision == Err(lifecycle::Unsafe::SourceDeleted) && step.delete_source && deleting {
         // A `delete_source` run killed while it deleted the source: the copy is complete, so
         // the rerun only finishes the deletion (the cleanup decides whether it may).
         let mut report = MigrationReport::new(from, step.dry_run);
@@ -213,10 +215,14 @@ pub(super) async fn run<S: Executor, T: Executor>(
     }
     let decision =
         decision.map_err(|reason| lifecycle_refusal(step.kind, reason, &src_view, &tgt_view))?;
-    // (A braced legacy prefix has no cluster-layout sibling.)
-    let sibling = Keyspace::new(from, step.target_prefix.clone()).ok();
-    if let Some(sibling) = sibling.filter(|_| separate) {
-        let sibling_view = view(target, &tgt_server, &sibling, false).await?;
+    // (A braced legacy prefix has no cluster-layout sibling, and no legacy keyspace lives on a
+    // cluster.)
+    let sibling = Keyspace::new(from, step.target_prefix.clone())
+        .ok()
+        .filter(|ks| separate && !(ks.layout() == Layout::Legacy && tgt_server.is_cluster()));
+    if let Some(sibling) = sibling {
+        let data = sibling.layout() == Layout::Legacy;
+        let sibling_view = view(target, &tgt_server, &sibling, data).await?;
         lifecycle::shared_names(&sibling_view)
             .map_err(|reason| lifecycle_refusal(step.kind, reason, &src_view, &tgt_view))?;
     }
