@@ -16,6 +16,13 @@
 //! store logs a warning (`tracing::warn!`) and starts: replicas on different layouts of one
 //! prefix see different keyspaces, so the warning must be seen.
 //!
+//! Both layouts, once the start is decided: the side's lifecycle record is stamped (the
+//! `lifecycle` script's `start`), so that a migration step taken later knows the bots run
+//! here (`docs/migration.md`, "The lifecycle"). A cluster-layout keyspace without a record gets
+//! an `origin` one; a legacy one without a record gets none. A record that says a copy into
+//! this side was interrupted, or a cleanup deleted it, refuses the start
+//! ([`Error::KeyspaceNotReady`]), nothing written.
+//!
 //! Which keys are legacy-layout keys: every key under the prefix except the cluster layout's
 //! (the rest after `p:` starts with a hash tag, `{`, or is a coordinator key `co:{`) and the
 //! names both layouts share (`conv:`, `cursor:`, `lease:`, `co:rep:`).
@@ -31,6 +38,9 @@
 //!               │ already set by another replica
 //!               ▼
 //!           GET marker ──cluster:v1──► Done(MarkerFound)
+//!
+//! (every Done above, and the legacy layout's: stamp the lifecycle record first; a record of
+//! an incomplete copy or a deleted side ──► error)
 //! ```
 
 use bytes::Bytes;
