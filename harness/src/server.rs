@@ -248,8 +248,23 @@ impl RedisServer {
         tls: bool,
         auth: AdminAuth,
     ) -> Result<RedisServer, String> {
+        RedisServer::spawn_binary(None, config, cluster, tls, auth)
+    }
+
+    /// [`RedisServer::spawn`] with another server binary than the suites' (`binary`), for a
+    /// test that needs two server versions at once.
+    pub(crate) fn spawn_binary(
+        binary: Option<&Path>,
+        config: &[String],
+        cluster: bool,
+        tls: bool,
+        auth: AdminAuth,
+    ) -> Result<RedisServer, String> {
         refuse_in_external_mode()?;
-        let binary = redis_server_path()?;
+        let binary = match binary {
+            Some(path) => path.to_path_buf(),
+            None => redis_server_path()?,
+        };
         let version = server_version()?;
         let bus = cluster.then(|| Bus::for_server(version));
         let mut last = String::new();
@@ -617,12 +632,20 @@ pub struct ServerOptions {
     extra_config: Vec<String>,
     cluster_bus: bool,
     tls: Option<Arc<TlsFiles>>,
+    binary: Option<PathBuf>,
 }
 
 impl ServerOptions {
     /// No password, no ACL user, no extra configuration.
     pub fn new() -> ServerOptions {
         ServerOptions::default()
+    }
+
+    /// Runs this server binary instead of the suites' `redis-server` (a test that needs another
+    /// server version beside the shared ones, for example a newer server's `DUMP` payloads).
+    pub fn binary(mut self, path: impl Into<PathBuf>) -> ServerOptions {
+        self.binary = Some(path.into());
+        self
     }
 
     /// Sets `requirepass` (the `default` user's password).
@@ -710,7 +733,8 @@ impl SingleNode {
 
     /// Starts a node.
     pub fn try_start(options: ServerOptions) -> Result<SingleNode, String> {
-        let server = RedisServer::spawn(
+        let server = RedisServer::spawn_binary(
+            options.binary.as_deref(),
             &options.config_lines(),
             options.cluster_bus,
             options.tls.is_some(),

@@ -42,8 +42,8 @@ pub(super) enum Doomed {
 
 impl<S: Executor, T: Executor> Pair<'_, S, T> {
     /// The prune pass: every target key of a copied namespace whose datum the source no longer
-    /// holds is removed. It runs before the copy pass, so what it keeps the copy then
-    /// overwrites, and it compares with the whole source.
+    /// holds is removed. Yields how many target keys of the copied namespaces it checked: none
+    /// means the target held nothing stale, so a second pass after the copy has nothing to do.
     pub(super) async fn prune(
         &self,
         settings: &Settings,
@@ -51,16 +51,17 @@ impl<S: Executor, T: Executor> Pair<'_, S, T> {
         scan_count: u32,
         report: &mut MigrationReport,
         progress: &mut (dyn FnMut(&Progress) + Send),
-    ) -> Result<(), Error> {
+    ) -> Result<u64, Error> {
         let pattern = self.tgt.prefix_pattern();
         let mut seen = 0u64;
+        let mut checked = 0u64;
         for node in tgt_nodes {
             let mut cursor = Bytes::from_static(b"0");
             loop {
                 let (next, keys) =
                     scan_page(self.target, node, &cursor, &pattern, scan_count).await?;
                 seen += keys.len() as u64;
-                self.prune_page(settings, keys, report).await?;
+                checked += self.prune_page(settings, keys, report).await?;
                 progress(&Progress {
                     scanned: seen,
                     total: 0,
@@ -73,7 +74,7 @@ impl<S: Executor, T: Executor> Pair<'_, S, T> {
                 }
             }
         }
-        Ok(())
+        Ok(checked)
     }
 
     fn target_name(&self, key: &[u8]) -> Name {
@@ -88,7 +89,7 @@ impl<S: Executor, T: Executor> Pair<'_, S, T> {
         settings: &Settings,
         keys: Vec<Bytes>,
         report: &mut MigrationReport,
-    ) -> Result<(), Error> {
+    ) -> Result<u64, Error> {
         // What each target key is in the source; asked with EXISTS.
         let mut asked: Vec<(Key, Name)> = Vec::new();
         let mut batch = Vec::new();
@@ -116,6 +117,7 @@ impl<S: Executor, T: Executor> Pair<'_, S, T> {
             );
             asked.push((Key::new(key), name));
         }
+        let checked = asked.len() as u64;
         let answers = send_ok(self.source, batch).await?;
         let mut doomed = Vec::new();
         for ((key, name), exists) in asked.into_iter().zip(answers) {
@@ -131,7 +133,8 @@ impl<S: Executor, T: Executor> Pair<'_, S, T> {
                 name => doomed.push(Doomed::Shared(Namespace::of(&name), key)),
             }
         }
-        self.remove(doomed, settings.dry_run, report).await
+        self.remove(doomed, settings.dry_run, report).await?;
+        Ok(checked)
     }
 
     /// Removes target data the source no longer holds, counting it as `pruned`: records and

@@ -299,7 +299,27 @@ pub(super) async fn run<S: Executor, T: Executor>(
         own_other,
         report,
     };
+    let mut stale = 0;
     if step.mirror {
+        let mut pruned = run.report.part();
+        stale = run
+            .pair
+            .prune(
+                &run.settings,
+                &tgt_server.nodes,
+                step.scan_count,
+                &mut pruned,
+                progress,
+            )
+            .await?;
+        run.report.absorb(pruned);
+    }
+    copy_pass(&mut run, &src_server.nodes, step.scan_count, progress).await?;
+    if stale > 0 && !step.dry_run {
+        // The target held data before the run: a source key that went away (expired) after the
+        // first pass checked it, and before the copy pass's scan reached it, left its stale
+        // copy behind. A second pass, after the copy, compares again. (An empty target, the
+        // usual first migration, holds nothing stale and is not scanned twice.)
         let mut pruned = run.report.part();
         run.pair
             .prune(
@@ -312,7 +332,6 @@ pub(super) async fn run<S: Executor, T: Executor>(
             .await?;
         run.report.absorb(pruned);
     }
-    copy_pass(&mut run, &src_server.nodes, step.scan_count, progress).await?;
     let mut report = run.report;
 
     // 6. complete
