@@ -5,7 +5,7 @@
 //! must reconcile one whose outcome is unknown.
 
 use crate::keys::Key;
-use crate::layout::KeyError;
+use crate::keys::KeyError;
 use crate::topology::NodeAddr;
 use std::fmt;
 

@@ -45,11 +45,10 @@ pub trait Executor: Clone + Send + Sync + 'static {
 /// with `CROSSSLOT` at the first call.
 pub(crate) fn check_layout<E: Executor>(
     exec: &E,
-    ks: &crate::layout::Keyspace,
+    ks: &crate::keys::Keyspace,
     component: &'static str,
 ) -> Result<(), Error> {
-    if ks.layout() == crate::layout::Layout::Legacy
-        && exec.deployment() == Some(Deployment::Cluster)
+    if ks.layout() == crate::keys::Layout::Legacy && exec.deployment() == Some(Deployment::Cluster)
     {
         return Err(crate::error::ConfigError::LegacyLayoutOnCluster { component }.into());
     }

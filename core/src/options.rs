@@ -400,7 +400,7 @@ mod config {
     use super::{parse_url, redact_url, ClientOptions, TlsOptions};
     use crate::coord::TurnOptions;
     use crate::error::{ConfigError, Error};
-    use crate::layout::Layout;
+    use crate::keys::Layout;
     use crate::retry::RetryPolicy;
     use crate::store::StoreOptions;
 

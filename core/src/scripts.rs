@@ -87,3 +87,24 @@ manifest! {
     /// Deletes migrated messages from the source, item and member together.
     MIGRATE_DROP = "migrate_drop";
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ALL;
+
+    #[test]
+    fn every_lua_file_is_registered_once() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().into_string().unwrap();
+                name.strip_suffix(".lua").map(str::to_owned)
+            })
+            .collect();
+        files.sort();
+        let mut registered: Vec<String> = ALL.iter().map(|s| s.name().to_owned()).collect();
+        registered.sort();
+        assert_eq!(files, registered);
+    }
+}

@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 use botmesh_redis_core::driver::session::{Config, Output, Session, TimerReason};
-use botmesh_redis_core::driver::topology::NodeAddr;
 use botmesh_redis_core::driver::{Plan, Reply, Step};
 use botmesh_redis_core::testing::Token;
 use botmesh_redis_core::testing::{get, incr, set, start, Batch, Harness, SimCluster};
 use botmesh_redis_core::Error;
+use botmesh_redis_core::NodeAddr;
 use botmesh_redis_core::Value;
 
 fn cluster() -> Harness {

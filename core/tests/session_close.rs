@@ -60,7 +60,7 @@ fn close_completes_every_plan() {
 fn a_closed_session_ignores_late_events_and_stays_idle() {
     let now = start();
     let mut session = Session::new(
-        Config::single(botmesh_redis_core::driver::topology::NodeAddr::new("h", 1)),
+        Config::single(botmesh_redis_core::NodeAddr::new("h", 1)),
         now,
     );
     session.submit(now, Token(1), Batch::new(vec![get("k")]));
@@ -121,7 +121,7 @@ fn closed_result(session: &mut Session<Token>) -> Result<Vec<Reply>, Error> {
 #[test]
 fn a_granted_write_whose_wait_is_not_written_yet_is_reply_lost_at_close() {
     let now = start();
-    let node = botmesh_redis_core::driver::topology::NodeAddr::new("h", 1);
+    let node = botmesh_redis_core::NodeAddr::new("h", 1);
     let mut session = Session::new(Config::single(node.clone()), now);
     session.submit(
         now,
@@ -147,7 +147,7 @@ fn a_granted_write_whose_wait_is_not_written_yet_is_reply_lost_at_close() {
 #[test]
 fn a_write_lost_with_its_connection_is_not_hidden_by_a_later_close() {
     let now = start();
-    let node = botmesh_redis_core::driver::topology::NodeAddr::new("h", 1);
+    let node = botmesh_redis_core::NodeAddr::new("h", 1);
     let mut session = Session::new(Config::single(node.clone()), now);
     session.submit(now, Token(1), Batch::new(vec![set("k", "v"), get("j")]));
     let conn = ready_single(&mut session, now);

@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use botmesh_redis_core::driver::session::{Auth, Config};
-use botmesh_redis_core::driver::topology::NodeAddr;
 use botmesh_redis_core::testing::{get, incr, set, start, ConnectMode, Harness, SimCluster};
 use botmesh_redis_core::Error;
+use botmesh_redis_core::NodeAddr;
 use botmesh_redis_core::Value;
 
 fn single(mode: ConnectMode) -> (Harness, NodeAddr) {

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use botmesh_redis_core::driver::plan::Reply;
+use botmesh_redis_core::driver::Reply;
 use botmesh_redis_core::testing::{get, ConnectMode, Harness};
 use botmesh_redis_core::Value;
 

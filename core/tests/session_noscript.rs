@@ -3,11 +3,11 @@
 //! `ASKING`. Script calls are routed by their first key.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use botmesh_redis_core::driver::script::Script;
 use botmesh_redis_core::driver::session::Config;
 use botmesh_redis_core::keys::slot;
 use botmesh_redis_core::testing::{start, Data, Demotion, Harness, SimCluster};
 use botmesh_redis_core::Error;
+use botmesh_redis_core::Script;
 use botmesh_redis_core::{Access, Key, Request, ServerError, Value};
 use bytes::Bytes;
 

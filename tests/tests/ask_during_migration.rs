@@ -10,7 +10,7 @@ mod driver_support;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use botmesh_redis_core::driver::store;
+use botmesh_redis_core::driver::store::messages;
 use botmesh_redis_core::{Access, ClientOptions, Executor, Key, Keyspace, Layout, Request, Value};
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
 use botmesh_redis_tests::{
@@ -132,7 +132,7 @@ async fn script_on_keys_split_by_a_migration_retries_tryagain_until_the_move_end
     let ks = Keyspace::new(Layout::Cluster, prefix.as_str()).unwrap();
     let chat = format!("{prefix}-chat");
     let save = |time: i64, payload: &'static str| {
-        store::save_message(
+        messages::save_message(
             &ks,
             &chat,
             "m1",

@@ -18,9 +18,9 @@ use bytes::Bytes;
 
 use botmesh_redis_core::driver::coord;
 
-use botmesh_redis_core::driver::script::Script;
 use botmesh_redis_core::driver::{Plan, Reply, Step};
 use botmesh_redis_core::Durability;
+use botmesh_redis_core::Script;
 use botmesh_redis_core::{Access, ClientOptions, Error, Executor, Key, Keyspace, Layout, Request};
 use botmesh_redis_core::{Acked, Begun};
 use botmesh_redis_tests::conformance::{Client, Runtime};

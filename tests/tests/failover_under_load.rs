@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use botmesh_redis_core::driver::store;
+use botmesh_redis_core::driver::store::messages;
 use botmesh_redis_core::{Access, ClientOptions, Error, Executor, Key, Keyspace, Layout, Request};
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
 use botmesh_redis_tests::{
@@ -109,7 +109,8 @@ impl Load {
                         let chat = format!("{prefix}-chat{}", i % COUNTERS as u64);
                         let id = i.to_string();
                         let payload = Bytes::from(id.clone());
-                        let save = store::save_message(&ks, &chat, &id, i as i64, payload).unwrap();
+                        let save =
+                            messages::save_message(&ks, &chat, &id, i as i64, payload).unwrap();
                         match client.run(save).await {
                             Ok(true) => *report.saves.entry(chat).or_default() += 1,
                             Ok(false) => panic!("message {id} of {chat} was not new"),

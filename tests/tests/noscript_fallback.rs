@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use botmesh_redis_core::driver::scripts::SAVE_MESSAGE;
-use botmesh_redis_core::driver::store;
+use botmesh_redis_core::driver::store::messages;
 use botmesh_redis_core::{ClientOptions, Executor, Keyspace, Layout};
 use botmesh_redis_tests::conformance::{exclusive, Client, Runtime};
 use botmesh_redis_tests::{both_drivers, shared_cluster, unique_prefix, RedisCluster};
@@ -76,7 +76,7 @@ async fn script_calls_succeed_after_script_flush_on_every_master<R: Runtime>() {
         }
     }
     let save = |chat: &str, id: &str| {
-        store::save_message(&ks, chat, id, 7, Bytes::from(format!("{chat}/{id}"))).unwrap()
+        messages::save_message(&ks, chat, id, 7, Bytes::from(format!("{chat}/{id}"))).unwrap()
     };
 
     // Sequential calls after a flush: exactly one NOSCRIPT and one EVAL per master.

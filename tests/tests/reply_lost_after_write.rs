@@ -18,7 +18,7 @@ mod driver_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use botmesh_redis_core::driver::script::Script;
+use botmesh_redis_core::Script;
 use botmesh_redis_core::{Access, ClientOptions, Error, Executor, Key, Request, Value};
 use botmesh_redis_tests::conformance::{Client, Runtime};
 use botmesh_redis_tests::{both_drivers, AdminConn, ServerOptions, SingleNode};

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use botmesh_redis_core::driver::scripts::SAVE_MESSAGE;
-use botmesh_redis_core::driver::store;
+use botmesh_redis_core::driver::store::messages;
 use botmesh_redis_core::{ClientOptions, Executor, Keyspace, Layout};
 use botmesh_redis_tests::conformance::{exclusive, Client, Runtime};
 use botmesh_redis_tests::{both_drivers, shared_cluster, unique_prefix};
@@ -77,7 +77,7 @@ async fn save_message_runs_on_the_owner_of_its_slot_without_redirects<R: Runtime
     let mut calls = Vec::new();
     for (i, chat) in chats.iter().enumerate() {
         let plan =
-            store::save_message(&ks, chat, "m1", 1_000 + i as i64, Bytes::from(chat.clone()))
+            messages::save_message(&ks, chat, "m1", 1_000 + i as i64, Bytes::from(chat.clone()))
                 .unwrap();
         let client = client.clone();
         calls.push(tokio::spawn(async move { client.run(plan).await }));

@@ -144,7 +144,7 @@ use botmesh_redis_runtime::{Client, Runtime};
 use botmesh_redis_harness::{
     parse_info, AdminConn, ClusterOptions, RedisCluster, ServerOptions, SingleNode,
 };
-use botmesh_redis_tokio::driver::{store, Plan, Reply, Step};
+use botmesh_redis_tokio::driver::{store::messages, Plan, Reply, Step};
 use botmesh_redis_tokio::runtime::Tokio;
 use botmesh_redis_tokio::{Access, ClientOptions, Executor, Key, Keyspace, Layout, Request, Value};
 use botmesh_redis_tokio::{MessageQuery, Store, StoreOptions};
@@ -860,7 +860,7 @@ impl<R: Runtime> Worker for SaveOurs<R> {
     async fn op(&mut self, n: usize) -> Result<(), String> {
         let chat = format!("c{}", n % CHATS);
         let id = format!("m{n}");
-        let plan = store::save_message(&self.ks, &chat, &id, n as i64, self.payload.clone())
+        let plan = messages::save_message(&self.ks, &chat, &id, n as i64, self.payload.clone())
             .map_err(describe)?;
         match self.client.run(plan).await.map_err(describe)? {
             true => Ok(()),

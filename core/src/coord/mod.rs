@@ -19,7 +19,7 @@ use bytes::Bytes;
 
 use crate::error::{ConfigError, Error};
 use crate::keys::{enc, Key};
-use crate::layout::{Keyspace, Layout, RecordKind, TurnPart};
+use crate::keys::{Keyspace, Layout, RecordKind, TurnPart};
 use crate::plan::{misuse, single, Plan, Reply, Single, Step};
 use crate::request::{Access, Arg, Request};
 use crate::scripts::{
@@ -51,6 +51,7 @@ fn require(ok: bool, what: String) -> Result<(), Error> {
     }
 }
 
+mod api;
 mod durable;
 mod fence;
 mod heartbeat;
@@ -58,6 +59,7 @@ mod lease;
 mod schedule;
 mod turn;
 
+pub use api::{Coordinator, Durability, Leases, Schedules};
 pub use durable::*;
 pub use fence::*;
 pub use heartbeat::*;

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use crate::layout::{Layout, RecordKind};
+use crate::keys::{Layout, RecordKind};
 use crate::scripts::{
     MIGRATE_COUNTERS, MIGRATE_DROP, MIGRATE_LEASE, MIGRATE_MEMBERS, MIGRATE_MESSAGES,
     MIGRATE_PRUNE_SCHEDULE, MIGRATE_READ, MIGRATE_RESTORE, MIGRATE_SCHEDULES, MIGRATE_STRINGS,

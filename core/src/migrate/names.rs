@@ -13,12 +13,12 @@
 //!   logs that may own an item.
 //! - A user-data entry `p:user:<user>:<ns>:<key>` is read as user up to the first `:`, namespace
 //!   up to the second, key the rest. That is the only reading because the legacy layout refuses
-//!   a `:` in a user id or a namespace ([`KeyError::LegacyColon`](crate::layout::KeyError)).
+//!   a `:` in a user id or a namespace ([`KeyError::LegacyColon`](crate::keys::KeyError)).
 
 use percent_encoding::percent_decode_str;
 
 use crate::keys::{bucket, enc};
-use crate::layout::{Keyspace, RecordKind, TurnPart};
+use crate::keys::{Keyspace, RecordKind, TurnPart};
 
 /// What a key under the prefix holds. Ids are the raw (decoded) ids.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -351,7 +351,7 @@ pub fn item_readings(rest: &str) -> impl Iterator<Item = (&str, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::Layout;
+    use crate::keys::Layout;
 
     fn names(ks: &Keyspace) -> Vec<(crate::keys::Key, Name)> {
         let s = |x: &str| x.to_owned();

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::keys::Key;
-use crate::layout::{Keyspace, Layout, RecordKind, CLUSTER_V1};
+use crate::keys::{Keyspace, Layout, RecordKind, CLUSTER_V1};
 use crate::request::{Access, Request};
 
 use super::copy::{other_owners, Copier, Settings};

@@ -4,12 +4,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::codec::Typed;
-use crate::coordinator::{Coordinator, Durability, Leases, Schedules};
+use crate::coord::{Coordinator, Durability, Leases, Schedules};
 use crate::error::{ConfigError, Error};
 use crate::executor::{Deployment, Executor};
-use crate::layout::{Keyspace, Layout, RecordKind};
+use crate::keys::{Keyspace, Layout, RecordKind};
 
+use super::typed::Typed;
 use super::{
     conv, cursor, delete_chat, guard, messages, records, user, DeletedChat, Message, MessagePage,
     MessageQuery, RecordPage, Started, UserDataCursor, UserDataPage,
@@ -18,7 +18,7 @@ use super::{
 /// How to build a [`Store`]: the prefix, the layout, and what the client is.
 ///
 /// ```
-/// use botmesh_redis_core::driver::store::StoreOptions;
+/// use botmesh_redis_core::StoreOptions;
 /// use botmesh_redis_core::Layout;
 ///
 /// // On a cluster client: the cluster layout is the default, and the only one allowed.
@@ -206,7 +206,7 @@ impl<E: Executor> Store<E> {
     /// # #[cfg(feature = "json")]
     /// # mod example {
     /// use botmesh_redis_core::codec::Json;
-    /// use botmesh_redis_core::driver::store::Store;
+    /// use botmesh_redis_core::Store;
     /// use botmesh_redis_core::{Error, Executor};
     ///
     /// #[derive(serde::Serialize, serde::Deserialize)]

@@ -36,7 +36,7 @@
 use bytes::Bytes;
 
 use crate::error::Error;
-use crate::layout::{Keyspace, Layout, CLUSTER_V1};
+use crate::keys::{Keyspace, Layout, CLUSTER_V1};
 use crate::plan::{misuse, Plan, Reply, Step};
 use crate::request::{Access, Request};
 use crate::scan::{scan, Scan};

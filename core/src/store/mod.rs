@@ -22,7 +22,7 @@
 //! runs on a single node, where the same scripts are sent with
 //! [`Request::single_node_script`]. Scripts never build key names: where a script needs keys
 //! that depend on data (the items of a page of messages, the members of a chunk), the plan reads
-//! the ids first, builds the keys in Rust with [`Keyspace`](crate::layout::Keyspace) and passes them as `KEYS`.
+//! the ids first, builds the keys in Rust with [`Keyspace`](crate::keys::Keyspace) and passes them as `KEYS`.
 
 use std::time::Duration;
 
@@ -33,22 +33,21 @@ use crate::request::{Access, Request};
 use crate::value::Value;
 
 mod api;
-pub mod conv;
-pub mod cursor;
-pub mod delete_chat;
-pub mod guard;
-pub mod messages;
-pub mod records;
-pub mod user;
+pub(crate) mod conv;
+pub(crate) mod cursor;
+pub(crate) mod delete_chat;
+pub(crate) mod guard;
+pub(crate) mod messages;
+pub(crate) mod records;
+mod typed;
+pub(crate) mod user;
 
 pub use api::{Store, StoreOptions};
-pub use delete_chat::{delete_chat, DeleteChat, DeletedChat};
-pub use guard::{start, Started};
-pub use messages::{
-    delete_message, get_message, list_messages, save_message, ListMessages, Message, MessageCursor,
-    MessagePage, MessageQuery,
-};
-pub use records::{ListRecords, Record, RecordPage};
+pub use delete_chat::DeletedChat;
+pub use guard::Started;
+pub use messages::{Message, MessageCursor, MessagePage, MessageQuery};
+pub use records::{Record, RecordPage};
+pub use typed::Typed;
 pub use user::{UserDataCursor, UserDataPage, UserEntry};
 
 /// The largest page of a listing, and the largest chunk of a multi-key script call: a listing
@@ -82,7 +81,6 @@ impl<T, C> IntoIterator for Page<T, C> {
 
 pub(crate) use crate::plan::forward;
 use crate::ttl::ttl_ms;
-pub use crate::ttl::MAX_TTL;
 
 /// Clamps a page size to `1..=MAX_PAGE`.
 pub(crate) fn clamp_limit(limit: usize) -> usize {

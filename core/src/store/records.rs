@@ -32,7 +32,7 @@ use bytes::Bytes;
 
 use crate::error::{ConfigError, Error};
 use crate::keys::{bucket, BUCKET_COUNT};
-use crate::layout::{Keyspace, Layout, RecordKind};
+use crate::keys::{Keyspace, Layout, RecordKind};
 use crate::plan::{misuse, single, Plan, Reply, Single, Step};
 use crate::request::{Access, Arg, Request};
 use crate::scan::{scan, Scan};

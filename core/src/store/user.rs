@@ -19,7 +19,7 @@ use percent_encoding::percent_decode_str;
 
 use crate::error::Error;
 use crate::keys::enc;
-use crate::layout::Keyspace;
+use crate::keys::Keyspace;
 use crate::plan::{misuse, single, Plan, Reply, Single, Step};
 use crate::request::{Access, Arg, Request};
 use crate::scan::{scan, Scan};
@@ -76,12 +76,12 @@ fn parse_member(member: &str) -> Option<(String, String)> {
 /// listing of user `a` would also match user `a:b`. The cluster layout encodes every segment
 /// and holds any id.
 pub fn check_legacy_ids(ks: &Keyspace, user: &str, ns: Option<&str>) -> Result<(), Error> {
-    if ks.layout() != crate::layout::Layout::Legacy {
+    if ks.layout() != crate::keys::Layout::Legacy {
         return Ok(());
     }
     for (field, value) in [("user id", Some(user)), ("namespace", ns)] {
         if let Some(value) = value.filter(|v| v.contains(':')) {
-            return Err(crate::layout::KeyError::LegacyColon {
+            return Err(crate::keys::KeyError::LegacyColon {
                 field,
                 value: value.to_owned(),
             }

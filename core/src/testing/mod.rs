@@ -37,7 +37,7 @@ use std::time::Instant;
 
 use crate::error::Error;
 use crate::keys::Key;
-use crate::layout::{Keyspace, Layout};
+use crate::keys::{Keyspace, Layout};
 use crate::plan::{misuse, Plan, Reply, Step};
 use crate::request::{Access, Request};
 use crate::session::Config;

@@ -55,9 +55,9 @@ use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender};
 use futures_channel::oneshot;
 use futures_lite::{future, StreamExt};
 
-use botmesh_redis_core::driver::request::{Access, Request};
 use botmesh_redis_core::driver::session::{BoxedPlan, Completion, ConnId, Output, Session};
 use botmesh_redis_core::driver::Plan;
+use botmesh_redis_core::{Access, Request};
 use botmesh_redis_core::{
     ClientOptions, Deployment, Error, Executor, NodeAddr, Store, StoreOptions,
 };

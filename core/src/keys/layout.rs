@@ -5,7 +5,7 @@
 //! formats a key name.
 
 // Segments are written straight into the key being formatted, without a String of their own.
-use crate::keys::{bucket, enc_display as enc, Key, BUCKET_COUNT};
+use super::encoding::{bucket, enc_display as enc, glob_escape, Key, BUCKET_COUNT};
 use std::fmt;
 
 /// The value of the layout marker key in the cluster layout.
@@ -326,13 +326,8 @@ impl Keyspace {
 
     /// The `SCAN MATCH` pattern for records of `kind` (legacy layout only).
     pub fn record_pattern(&self, kind: RecordKind) -> Option<String> {
-        (!self.is_cluster()).then(|| {
-            format!(
-                "{}:{}:*",
-                crate::keys::glob_escape(&self.prefix),
-                kind.legacy_name()
-            )
-        })
+        (!self.is_cluster())
+            .then(|| format!("{}:{}:*", glob_escape(&self.prefix), kind.legacy_name()))
     }
 
     // --- user data ------------------------------------------------------------------------
@@ -358,7 +353,7 @@ impl Keyspace {
 
     /// The `SCAN MATCH` pattern for a user's entries, optionally in one namespace (legacy only).
     pub fn user_pattern(&self, user: &str, ns: Option<&str>) -> Option<String> {
-        use crate::keys::glob_escape as g;
+        use super::encoding::glob_escape as g;
         (!self.is_cluster()).then(|| match ns {
             Some(ns) => format!("{}:user:{}:{}:*", g(&self.prefix), g(user), g(ns)),
             None => format!("{}:user:{}:*", g(&self.prefix), g(user)),
@@ -416,7 +411,7 @@ impl Keyspace {
 
     /// The `SCAN MATCH` pattern of every heartbeat.
     pub fn heartbeat_pattern(&self) -> String {
-        format!("{}:co:rep:*", crate::keys::glob_escape(&self.prefix))
+        format!("{}:co:rep:*", glob_escape(&self.prefix))
     }
 
     /// A chat's conversation state (same name in both layouts).
@@ -451,7 +446,7 @@ impl Keyspace {
 
     /// The `SCAN MATCH` pattern of every key under the prefix.
     pub fn prefix_pattern(&self) -> String {
-        format!("{}:*", crate::keys::glob_escape(&self.prefix))
+        format!("{}:*", glob_escape(&self.prefix))
     }
 }
 

@@ -15,7 +15,7 @@ use crate::coord::{
 };
 use crate::error::Error;
 use crate::executor::{check_layout, Executor};
-use crate::layout::Keyspace;
+use crate::keys::Keyspace;
 
 /// The request ids of turn takes, process-wide.
 static NEXT_TURN_REQUEST: AtomicU64 = AtomicU64::new(0);

@@ -1,9 +1,9 @@
-//! The `cluster:v1` primitives: segment encoding, hash tags, slots and buckets.
+//! The `cluster:v1` primitives: segment encoding, hash tags, slots and buckets, and [`Key`].
 //!
 //! These four functions are part of the layout contract (`docs/key-layout.md`): changing any of
-//! them moves existing data out of reach, so each one is pinned by test vectors.
+//! them moves existing data out of reach, so each one is pinned by test vectors. They depend on
+//! nothing else of the crate: the layouts (`layout.rs`) build on them, never the reverse.
 
-pub use crate::layout::{Keyspace, RecordKind, TurnPart, CLUSTER_V1};
 use bytes::Bytes;
 use percent_encoding::{percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use std::fmt;
