@@ -9,6 +9,7 @@ use std::time::Duration;
 use percent_encoding::percent_decode_str;
 
 use crate::error::{ConfigError, Error};
+use crate::executor::Deployment;
 use crate::retry::RetryPolicy;
 use crate::session::{Auth, Config};
 use crate::topology::NodeAddr;
@@ -319,7 +320,15 @@ impl ClientOptions {
 
     /// Whether these options name a cluster.
     pub fn is_cluster(&self) -> bool {
-        !self.root_nodes.is_empty()
+        self.deployment() == Deployment::Cluster
+    }
+
+    /// What these options connect to: root nodes name a cluster, a URL one node.
+    pub fn deployment(&self) -> Deployment {
+        match self.root_nodes.is_empty() {
+            true => Deployment::Single,
+            false => Deployment::Cluster,
+        }
     }
 
     /// Checks the options and builds the session configuration. `seed` is used unless one was
@@ -626,17 +635,17 @@ mod config {
     /// What a config file says about the store: the prefix, and optionally the layout
     /// (`"legacy"`, `"cluster"` or `"cluster:v1"`) and `allow_legacy_data`.
     ///
-    /// Whether the client is a cluster is not configuration but a fact about the client: pass
-    /// it to the options ([`StoreOptions::cluster_client`]). [`Store::new`](crate::store::Store::new)
-    /// checks the prefix and the layout, with typed errors.
+    /// Whether the client is a cluster is not configuration but a fact about the client, which
+    /// the store asks its executor ([`Executor::deployment`](crate::Executor::deployment)).
+    /// [`Store::new`](crate::Store::new) checks the prefix and the layout, with typed errors.
     ///
     /// ```
     /// use botmesh_redis_core::StoreConfig;
-    /// use botmesh_redis_core::Layout;
+    /// use botmesh_redis_core::{Deployment, Layout};
     ///
     /// let config: StoreConfig = serde_json::from_str(r#"{ "prefix": "mybot", "layout": "cluster" }"#)?;
-    /// let options = config.into_options().cluster_client(false);
-    /// assert_eq!(options.resolved_layout(), Layout::Cluster);
+    /// let options = config.into_options();
+    /// assert_eq!(options.resolved_layout(Deployment::Single), Layout::Cluster);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -663,8 +672,7 @@ mod config {
             }
         }
 
-        /// The store options, for a single-node client until
-        /// [`StoreOptions::cluster_client`] says otherwise.
+        /// The store options.
         pub fn into_options(self) -> StoreOptions {
             let options = StoreOptions::new(self.prefix).allow_legacy_data(self.allow_legacy_data);
             match self.layout {

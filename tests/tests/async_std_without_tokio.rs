@@ -31,9 +31,7 @@ async fn store_and_lock(client: Client, layout: Layout) {
     let prefix = unique_prefix("no-tokio");
     let store = Store::new(
         client.clone(),
-        StoreOptions::new(prefix.as_str())
-            .layout(layout)
-            .cluster_client(client.is_cluster()),
+        StoreOptions::new(prefix.as_str()).layout(layout),
     )
     .unwrap();
     store.start().await.unwrap();

@@ -115,9 +115,7 @@ async fn rollback<R: Runtime>(host: Node<'static>, in_place: bool) {
 
         let store = Store::new(
             cluster.clone(),
-            StoreOptions::new(prefix.as_str())
-                .layout(Layout::Cluster)
-                .cluster_client(cluster.is_cluster()),
+            StoreOptions::new(prefix.as_str()).layout(Layout::Cluster),
         )
         .unwrap();
         store.start().await.unwrap();

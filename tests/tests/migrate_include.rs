@@ -104,9 +104,7 @@ async fn limited_then_complete<R: Runtime>(target: Option<Node<'static>>, includ
             // The start guard stays armed: the prefix still holds legacy data and no marker.
             let store = Store::new(
                 tgt.clone(),
-                StoreOptions::new(prefix.as_str())
-                    .layout(Layout::Cluster)
-                    .cluster_client(tgt.is_cluster()),
+                StoreOptions::new(prefix.as_str()).layout(Layout::Cluster),
             )
             .unwrap();
             assert!(

@@ -136,9 +136,7 @@ async fn mirror<R: Runtime>(host: Node<'static>, mirror: bool) {
 
         let store = Store::new(
             cluster.clone(),
-            StoreOptions::new(prefix.as_str())
-                .layout(Layout::Cluster)
-                .cluster_client(cluster.is_cluster()),
+            StoreOptions::new(prefix.as_str()).layout(Layout::Cluster),
         )
         .unwrap();
         store.start().await.unwrap();

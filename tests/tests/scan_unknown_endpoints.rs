@@ -93,22 +93,14 @@ async fn start_guard_sees_every_master_without_endpoints<R: Runtime>() {
         .await
         .unwrap();
     for (prefix, key) in &legacy {
-        let store = Store::new(
-            client.clone(),
-            StoreOptions::new(prefix.as_str()).cluster_client(true),
-        )
-        .unwrap();
+        let store = Store::new(client.clone(), StoreOptions::new(prefix.as_str())).unwrap();
         let text = refused(store.start().await);
         assert!(
             text.contains(key.as_str()) && text.contains("migrate_to_cluster_layout"),
             "{text}"
         );
     }
-    let store = Store::new(
-        client.clone(),
-        StoreOptions::new(clean.as_str()).cluster_client(true),
-    )
-    .unwrap();
+    let store = Store::new(client.clone(), StoreOptions::new(clean.as_str())).unwrap();
     assert_eq!(
         store.start().await.unwrap(),
         Started::MarkerWritten { checked: 3 }

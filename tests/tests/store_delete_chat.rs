@@ -101,9 +101,7 @@ async fn delete_with_concurrent_saves<R: Runtime>(setup: Setup) {
             inner: store.executor().clone(),
             first_step: began.clone(),
         },
-        StoreOptions::new(store.keyspace().prefix())
-            .layout(store.layout())
-            .cluster_client(store.executor().is_cluster()),
+        StoreOptions::new(store.keyspace().prefix()).layout(store.layout()),
     )
     .unwrap();
     let deleting = {
@@ -165,9 +163,7 @@ async fn interrupted_delete_finishes_on_the_second_call<R: Runtime>(setup: Setup
             inner: store.executor().clone(),
             sends: steps,
         },
-        StoreOptions::new(store.keyspace().prefix())
-            .layout(store.layout())
-            .cluster_client(store.executor().is_cluster()),
+        StoreOptions::new(store.keyspace().prefix()).layout(store.layout()),
     )
     .unwrap();
     let err = crashing.delete_chat(chat).await.unwrap_err();

@@ -94,7 +94,6 @@ async fn legacy_data_is_refused<R: Runtime>(setup: Setup) {
         client.clone(),
         StoreOptions::new(prefix.as_str())
             .layout(Layout::Cluster)
-            .cluster_client(client.is_cluster())
             .allow_legacy_data(true),
     )
     .unwrap();
@@ -180,10 +179,7 @@ async fn configuration_errors<R: Runtime>() {
     assert_eq!(on_cluster.layout(), Layout::Cluster);
 
     // A hint that contradicts the client loses: the client knows what it talks to.
-    let hinted = Store::new(
-        cluster.clone(),
-        StoreOptions::new("st-cfg").cluster_client(false),
-    );
+    let hinted = Store::new(cluster.clone(), StoreOptions::new("st-cfg"));
     assert_eq!(hinted.unwrap().layout(), Layout::Cluster);
 
     // The components share the store's prefix and layout.

@@ -54,12 +54,9 @@ fn trust_the_ca() -> TlsOptions {
 
 /// Saves messages in one chat and lists them back through the store.
 async fn store_save_and_list<R: Runtime>(client: Client<R>, name: &str) {
-    let cluster = client.is_cluster();
     let store = Store::new(
         client,
-        StoreOptions::new(unique_prefix(name))
-            .layout(Layout::Cluster)
-            .cluster_client(cluster),
+        StoreOptions::new(unique_prefix(name)).layout(Layout::Cluster),
     )
     .unwrap();
     store.start().await.unwrap();

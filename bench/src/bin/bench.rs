@@ -1721,11 +1721,7 @@ async fn run<R: Runtime>(args: Args, servers: Servers, name: &str, peers: Peers)
 
     // Store-level workloads (ours only: they measure the store's plans end to end), in the
     // layout a user of the deployment gets by default.
-    let store = Store::new(
-        ours.clone(),
-        StoreOptions::new("bench-store").cluster_client(bench.deployment == Deployment::Cluster),
-    )
-    .expect("store");
+    let store = Store::new(ours.clone(), StoreOptions::new("bench-store")).expect("store");
     if args.runs("S1") {
         let total = args.scaled(100_000);
         servers.flush();

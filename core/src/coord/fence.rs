@@ -1,7 +1,17 @@
 //! Locks and leaderships: a holder key with a TTL and a counter that hands out fences
 //! (terms), and grants that wait for replicas (`WAIT`).
 
-use super::*;
+use std::time::Duration;
+
+use crate::error::Error;
+use crate::keys::{Key, Keyspace};
+use crate::plan::{misuse, single, Plan, Reply, Single, Step};
+use crate::request::{Access, Arg, Request};
+use crate::scripts::{ACQUIRE_FENCED, EXTEND_IF_HOLDER, RELEASE_IF_HOLDER};
+use crate::ttl::ttl_ms;
+use crate::value::Value;
+
+use super::{grant, held, require};
 use crate::error::ServerError;
 
 /// A lock and a leadership are one primitive on different keys: a holder key with a TTL and a

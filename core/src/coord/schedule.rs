@@ -1,6 +1,13 @@
 //! Schedules guarded by fencing tokens, with deleted markers and bucket listings.
 
-use super::*;
+use bytes::Bytes;
+
+use crate::error::Error;
+use crate::keys::{Keyspace, RecordKind};
+use crate::plan::{misuse, single, Plan, Reply, Single, Step};
+use crate::request::{Access, Arg, Request};
+use crate::scripts::SCHEDULE;
+use crate::value::Value;
 
 /// A stored schedule.
 #[derive(Clone, Debug, PartialEq, Eq)]

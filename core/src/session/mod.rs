@@ -145,40 +145,37 @@
 //!
 //! # Rooms
 //!
-//! This file keeps the [`Session`] itself, its inputs, [`Session::poll`] and the dispatch of a
-//! request to its node. The rest lives where its state lives:
+//! This file keeps the [`Session`] itself, its inputs, [`Session::poll`] and the work queues.
+//! Each piece of state has one owner, in the file named after it; the session's methods that
+//! join two rooms live beside the decision they make:
 //!
 //! | file | holds |
 //! | - | - |
-//! | `config.rs` | [`Config`]: endpoints, credentials, timeouts, retry policy |
+//! | `config.rs` | [`Config`]: endpoints (and so the [`Deployment`](crate::Deployment)), credentials, timeouts, retry policy |
 //! | `plans.rs` | [`BoxedPlan`] and [`Completion`]: plans with their output type erased |
-//! | `ops.rs` | the one slab of ops in flight (each plan with its caller's waiter and its current batch), stepping a plan, ending a request, the retry of a request |
-//! | `slots.rs` | the slot table: the owner of every slot, as ranges |
-//! | `nodes.rs` | the nodes known by address, masters, stalled and ready nodes, forgetting departed ones |
-//! | `conns.rs` | one connection per node: state, outbox, replies in flight, read buffer, connect backoff, deadlines, and what a lost connection means for its requests |
-//! | `replies.rs` | a reply matched to its dispatch, and what it means (redirections, retries, the end) |
-//! | `refresh.rs` | the topology refresh: rounds, backoff, applying a map |
-//! | `timers.rs` | the timers by kind (batch deadlines in a queue in firing order, the rest in a table by instant), and what firing one does |
+//! | `ops.rs` | `Ops`, the one slab of ops in flight (each plan with its caller's waiter and its current batch); stepping a plan, ending a request, the retry of a request |
+//! | `nodes.rs` | `Nodes`, the node registry: addresses and their ids (reused after a node is forgotten), the connection each node uses, connect backoff, absence from the topology |
+//! | `slots.rs` | `SlotTable`: the owner of every slot, as ranges |
+//! | `routing.rs` | where a request goes: `Session::route` decides from the state alone (table-tested), `Session::dispatch` carries the decision out |
+//! | `conns.rs` | one `Conn` per connection: state, outbox, replies in flight, read buffer, deadlines, and what a lost connection means for its requests |
+//! | `replies.rs` | a reply matched to its dispatch; a value (a grant's `WAIT`, a stale master's answer) and an error (redirections, retries, the end) |
+//! | `refresh.rs` | `Refresh`: the topology rounds, their backoff, applying a map, forgetting departed nodes |
+//! | `timers.rs` | `Timers`, by kind (batch deadlines in a queue in firing order, the rest in a table by instant), and what firing one does |
 
-use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
-use crate::error::ServerError;
-use crate::error::{ConfigError, Error};
-use crate::framing::{FrameScan, Scanned};
-use crate::keys::SLOT_COUNT;
-use crate::plan::{Plan, Reply, Step};
-use crate::request::{encode_args, Access, NodeTarget, Request, Route};
-use crate::retry::{
-    classify, handshake, next_attempt, Decision, Handshake, Jitter, NextAttempt, RetryPolicy,
-};
-use crate::topology::{parse_cluster_slots, NodeAddr, Topology};
-use crate::value::{from_frame, Frame, Value};
+use crate::error::Error;
+use crate::executor::Deployment;
+use crate::framing::Scanned;
+use crate::plan::{misuse, Plan};
+use crate::request::{encode_args, Access};
+use crate::retry::Jitter;
+use crate::topology::NodeAddr;
+use crate::value::from_frame;
 
 mod config;
 mod conns;
@@ -187,6 +184,7 @@ mod ops;
 mod plans;
 mod refresh;
 mod replies;
+mod routing;
 mod slots;
 mod timers;
 
@@ -195,12 +193,12 @@ pub use conns::ConnId;
 pub use plans::{BoxedPlan, Completion};
 pub use timers::TimerReason;
 
-use conns::{Conn, ConnState, Down, Loss, Pending, Queued};
+use conns::{Conn, ConnState, Loss, Pending};
+use nodes::Nodes;
 use ops::{Op, OpId, Ops, ReqRef};
-use plans::ErasedPlan;
 use refresh::Refresh;
 use slots::SlotTable;
-use timers::{Timer, Timers};
+use timers::Timers;
 
 /// What the driver must do next.
 #[derive(Debug)]
@@ -259,23 +257,13 @@ fn after(t: Instant, d: Duration) -> Option<Instant> {
     t.checked_add(d.max(TICK))
 }
 
-type NodeId = usize;
-
 /// The routing session. See the module docs for the driver contract.
 pub struct Session<W> {
     config: Config,
-    cluster: bool,
     /// The time of the latest input; outputs are stamped with it.
     now: Instant,
-    nodes: Vec<NodeAddr>,
-    node_ids: BTreeMap<NodeAddr, NodeId>,
-    /// Ids of forgotten nodes, reused by the next new ones.
-    free_ids: Vec<NodeId>,
-    /// Nodes missing from the complete topologies since then (see [`FORGET_AFTER`]).
-    absent: BTreeMap<NodeId, Instant>,
-    node_conn: BTreeMap<NodeId, ConnId>,
-    /// Nodes in connect backoff: one dial per backoff period, however many requests arrive.
-    down: BTreeMap<NodeId, Down>,
+    /// Every node known, with its connection and its connect backoff.
+    nodes: Nodes,
     slots: SlotTable,
     /// Counts the slot map's changes (see [`ReqState::map_gen`]).
     map_gen: u64,
@@ -313,18 +301,11 @@ impl<W> Session<W> {
     /// A session that has not connected yet: the first submitted plan (or, for a cluster, the
     /// first topology refresh, which starts at once) opens connections.
     pub fn new(config: Config, now: Instant) -> Self {
-        let cluster = matches!(config.endpoints, Endpoints::Cluster(_));
         let mut session = Session {
             jitter: Jitter::new(config.seed),
             config,
-            cluster,
             now,
-            nodes: Vec::new(),
-            node_ids: BTreeMap::new(),
-            free_ids: Vec::new(),
-            absent: BTreeMap::new(),
-            node_conn: BTreeMap::new(),
-            down: BTreeMap::new(),
+            nodes: Nodes::default(),
             slots: SlotTable::default(),
             map_gen: 0,
             map_loaded: false,
@@ -344,11 +325,11 @@ impl<W> Session<W> {
         };
         match session.config.endpoints.clone() {
             Endpoints::Single(addr) => {
-                session.intern(addr);
+                session.nodes.intern(addr);
             }
             Endpoints::Cluster(roots) => {
                 for addr in roots {
-                    session.intern(addr);
+                    session.nodes.intern(addr);
                 }
                 session.start_refresh(now);
             }
@@ -365,7 +346,7 @@ impl<W> Session<W> {
 
     /// The master the session would send `slot` to now, if it knows one.
     pub fn slot_owner(&self, slot: u16) -> Option<&NodeAddr> {
-        if self.cluster {
+        if self.is_cluster() {
             self.slots.get(slot).and_then(|n| self.nodes.get(n))
         } else {
             self.nodes.first()
@@ -380,7 +361,12 @@ impl<W> Session<W> {
     /// Nodes the session knows now: the root nodes, the nodes of the topology, and nodes
     /// that left it less than [`FORGET_AFTER`] ago or are still in use.
     pub fn known_nodes(&self) -> usize {
-        self.node_ids.len()
+        self.nodes.len()
+    }
+
+    /// Whether the session talks to a Redis Cluster: its configuration's endpoints say.
+    fn is_cluster(&self) -> bool {
+        self.config.endpoints.deployment() == Deployment::Cluster
     }
 
     // --- inputs -----------------------------------------------------------------------------
@@ -557,7 +543,7 @@ impl<W> Session<W> {
             self.outputs.push_back(Output::Close { conn });
         }
         self.conns.clear();
-        self.node_conn.clear();
+        self.nodes.clear_conns();
         self.dirty.clear();
         self.timers.clear();
         self.unrouted.clear();
@@ -609,7 +595,7 @@ impl<W> Session<W> {
         }
     }
 
-    // --- dispatch ---------------------------------------------------------------------------
+    // --- the work queues -------------------------------------------------------------------
 
     /// Drains the internal work queues; called at the end of every input.
     fn pump(&mut self, now: Instant) {
@@ -621,10 +607,7 @@ impl<W> Session<W> {
                     op.deadline = None;
                     op.reqs
                         .drain(..)
-                        .map(|r| {
-                            r.reply
-                                .unwrap_or_else(|| Err(crate::plan::misuse("a reply is missing")))
-                        })
+                        .map(|r| r.reply.unwrap_or_else(|| Err(misuse("a reply is missing"))))
                         .collect::<Vec<_>>()
                 });
                 if let Some(replies) = replies {
@@ -633,109 +616,6 @@ impl<W> Session<W> {
                 }
             } else {
                 break;
-            }
-        }
-    }
-
-    /// Sends one request toward its node, or parks it until the node is known.
-    fn dispatch(&mut self, now: Instant, r: ReqRef) {
-        let attempt = self.next_attempt;
-        self.next_attempt += 1;
-        let (cluster, map_loaded) = (self.cluster, self.map_loaded);
-        let (response_timeout, map_gen) = (self.config.response_timeout, self.map_gen);
-        let Some(state) = self.req_mut(r) else {
-            return;
-        };
-        if let Some((_, ms)) = state.request.wait() {
-            if Duration::from_millis(ms) >= response_timeout {
-                let error = Error::Config(ConfigError::WaitNotBelowResponseTimeout {
-                    wait_ms: ms,
-                    response_timeout,
-                });
-                self.finish(r, Err(error));
-                return;
-            }
-        }
-        state.granted = None;
-        state.map_gen = map_gen;
-        state.attempt = attempt;
-        let r = ReqRef { attempt, ..r };
-        let (ask, pinned) = (state.ask.take(), state.pinned.take());
-        let route = state.request.route().clone();
-        let target = if let Some(node) = ask {
-            Some((node, true))
-        } else if let Some(node) = pinned {
-            Some((node, false))
-        } else if !cluster {
-            Some((0, false))
-        } else {
-            match route {
-                Route::Slot(slot) => match self.slots.get(slot) {
-                    Some(node) => Some((node, false)),
-                    None if !map_loaded => None,
-                    None => {
-                        self.refresh_soon(now);
-                        let cause = ServerError::new(format!(
-                            "CLUSTERDOWN Hash slot {slot} has no known owner"
-                        ));
-                        self.retry_later(now, r, Error::Server(cause));
-                        return;
-                    }
-                },
-                Route::AnyMaster => {
-                    let masters = self.masters();
-                    let ready = masters.iter().copied().find(|&n| self.is_ready(n));
-                    let up = || {
-                        masters
-                            .iter()
-                            .copied()
-                            .find(|n| self.down.get(n).is_none_or(|d| d.until <= now))
-                    };
-                    ready
-                        .or_else(up)
-                        .or_else(|| masters.first().copied())
-                        .map(|n| (n, false))
-                }
-                Route::Node(NodeTarget::Addr(addr)) => Some((self.intern(addr), false)),
-                Route::Node(NodeTarget::Port(port)) => {
-                    let answered = self.ops.get_mut(r.op).and_then(|op| op.answered_by);
-                    match answered.map(|node| self.nodes[node].host.clone()) {
-                        Some(host) => Some((self.intern(NodeAddr::new(host, port)), false)),
-                        None => {
-                            let error = Error::Config(ConfigError::NodeWithoutHost { port });
-                            self.finish(r, Err(error));
-                            return;
-                        }
-                    }
-                }
-            }
-        };
-        match target {
-            Some((node, asking)) => {
-                // A node in connect backoff gets no new dial: the request waits for the
-                // backoff to end (no attempt counted), then routes again, maybe elsewhere.
-                let backoff = self.down.get(&node).map(|d| d.until).filter(|&t| t > now);
-                match backoff {
-                    Some(until) if !self.node_conn.contains_key(&node) => {
-                        if let Some(state) = self.req_mut(r) {
-                            if asking {
-                                state.ask = Some(node);
-                            } else if pinned.is_some() {
-                                state.pinned = Some(node);
-                            }
-                        }
-                        self.timers.arm(until, Timer::Backoff(r));
-                    }
-                    _ => self.send_to(now, node, r, asking),
-                }
-            }
-            None => {
-                // The first map is on its way (or will be): a running round is not stale, so
-                // it is not followed by another.
-                self.unrouted.push(r);
-                if !self.refresh.running {
-                    self.refresh_when_allowed(now);
-                }
             }
         }
     }

@@ -1,7 +1,18 @@
 //! The ops in flight: one slab of submitted plans, each with its caller's waiter and the
 //! requests of its current batch, and what ends or advances them.
 
-use super::*;
+use std::time::Instant;
+
+use crate::error::Error;
+use crate::plan::{misuse, Reply, Step};
+use crate::request::{Access, Request};
+use crate::retry::{next_attempt, NextAttempt};
+use crate::value::Value;
+
+use super::nodes::NodeId;
+use super::plans::ErasedPlan;
+use super::timers::Timer;
+use super::{after, Output, Session};
 
 /// An op's id: its submission number, and where it is stored. Ids order by submission, and the
 /// id of an ended op never finds a later op stored in its place.
@@ -185,7 +196,7 @@ impl<W> Session<W> {
                 }
             }
         }
-        let stuck = crate::plan::misuse("the plan sent 1024 empty batches in a row");
+        let stuck = misuse("the plan sent 1024 empty batches in a row");
         if let Some(op) = self.ops.remove(id) {
             self.outputs.push_back(Output::Complete {
                 waiter: op.waiter,
@@ -195,6 +206,15 @@ impl<W> Session<W> {
     }
 
     /// The request as dispatched by `r`, while it awaits its reply; `None` for anything stale.
+    pub(super) fn req(&self, r: ReqRef) -> Option<&ReqState> {
+        self.ops
+            .get(r.op)?
+            .reqs
+            .get(r.idx)
+            .filter(|s| s.attempt == r.attempt && s.reply.is_none())
+    }
+
+    /// [`Session::req`], to change it.
     pub(super) fn req_mut(&mut self, r: ReqRef) -> Option<&mut ReqState> {
         self.ops
             .get_mut(r.op)?
@@ -279,12 +299,13 @@ impl<W> Session<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::{Access, Request};
+    use crate::plan::single;
+    use crate::session::BoxedPlan;
 
     fn op(waiter: u64) -> Op<u64> {
         Op {
             waiter,
-            plan: BoxedPlan::new(crate::plan::single(
+            plan: BoxedPlan::new(single(
                 Request::cmd(Access::Read, "PING").build().unwrap(),
                 |_| Ok(()),
             ))

@@ -1,7 +1,11 @@
 //! Plans with their output type erased, so that one session runs plans of every type, and
 //! the completion that hands a plan's typed result back to its caller.
 
-use super::*;
+use std::any::Any;
+use std::fmt;
+
+use crate::error::Error;
+use crate::plan::{misuse, Plan, Reply, Step};
 
 /// The result of a plan, typed by the plan's output; see [`Completion::into_result`].
 ///
@@ -15,15 +19,15 @@ impl Completion {
         match self.0.output().downcast_mut::<Option<Result<T, Error>>>() {
             Some(output) => output
                 .take()
-                .unwrap_or_else(|| Err(crate::plan::misuse("completed without a result"))),
-            None => Err(crate::plan::misuse(
+                .unwrap_or_else(|| Err(misuse("completed without a result"))),
+            None => Err(misuse(
                 "a completion read as another type than its plan's output",
             )),
         }
     }
 }
 
-/// A plan boxed for [`Session::submit_boxed`]: a driver that moves plans to its session task
+/// A plan boxed for [`Session::submit_boxed`](super::Session::submit_boxed): a driver that moves plans to its session task
 /// boxes each one once, where it is submitted.
 pub struct BoxedPlan(pub(super) Box<dyn ErasedPlan>);
 

@@ -1,6 +1,11 @@
 //! The session's timers, by kind, and what each does when it fires.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Instant;
+
+use super::conns::ConnId;
+use super::ops::{OpId, ReqRef};
+use super::Session;
 
 /// Why the session wants to be woken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -177,6 +182,7 @@ impl<W> Session<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn op(seq: u64) -> OpId {
         OpId {

@@ -222,7 +222,8 @@ struct Shared<R: Runtime> {
     tx: Tx<R>,
     counters: Arc<Counters>,
     closed: async_channel::Receiver<()>,
-    cluster: bool,
+    /// What the session's configuration talks to, kept for [`Executor::deployment`].
+    deployment: Deployment,
     _runtime: PhantomData<fn() -> R>,
 }
 
@@ -236,7 +237,7 @@ impl<R: Runtime> Drop for Shared<R> {
 impl<R: Runtime> std::fmt::Debug for Client<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("cluster", &self.shared.cluster)
+            .field("deployment", &self.shared.deployment)
             .finish_non_exhaustive()
     }
 }
@@ -261,6 +262,7 @@ impl<R: Runtime> Client<R> {
         let mut seed = RandomState::new().build_hasher();
         seed.write_u64(0);
         let config = options.to_config(seed.finish())?;
+        let deployment = config.endpoints.deployment();
         let tls = match options.tls_settings()? {
             Some(settings) => Some(TlsConnector::new(&settings)?),
             None => None,
@@ -276,7 +278,7 @@ impl<R: Runtime> Client<R> {
                 tx,
                 counters,
                 closed,
-                cluster: options.is_cluster(),
+                deployment,
                 _runtime: PhantomData,
             }),
         })
@@ -284,7 +286,7 @@ impl<R: Runtime> Client<R> {
 
     /// Whether this client talks to a cluster.
     pub fn is_cluster(&self) -> bool {
-        self.shared.cluster
+        self.shared.deployment == Deployment::Cluster
     }
 
     /// What the driver has done and holds now: dials made, tasks alive.
@@ -334,12 +336,8 @@ impl<R: Runtime> Executor for Client<R> {
         rx.await.map_err(|_| Error::Closed)?.into_result()
     }
 
-    fn deployment(&self) -> Option<Deployment> {
-        Some(if self.shared.cluster {
-            Deployment::Cluster
-        } else {
-            Deployment::Single
-        })
+    fn deployment(&self) -> Deployment {
+        self.shared.deployment
     }
 }
 

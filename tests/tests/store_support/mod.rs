@@ -54,14 +54,7 @@ pub(crate) fn store_on<R: Runtime>(
     layout: Layout,
     prefix: &str,
 ) -> Store<Client<R>> {
-    let cluster = client.is_cluster();
-    Store::new(
-        client,
-        StoreOptions::new(prefix)
-            .layout(layout)
-            .cluster_client(cluster),
-    )
-    .unwrap()
+    Store::new(client, StoreOptions::new(prefix).layout(layout)).unwrap()
 }
 
 /// The members of a sorted set, in order.
@@ -116,7 +109,7 @@ impl<E: Executor> Executor for StopAfter<E> {
         })
     }
 
-    fn deployment(&self) -> Option<botmesh_redis_core::Deployment> {
+    fn deployment(&self) -> botmesh_redis_core::Deployment {
         self.inner.deployment()
     }
 }
@@ -173,7 +166,7 @@ impl<E: Executor> Executor for SignalFirstStep<E> {
         })
     }
 
-    fn deployment(&self) -> Option<botmesh_redis_core::Deployment> {
+    fn deployment(&self) -> botmesh_redis_core::Deployment {
         self.inner.deployment()
     }
 }
