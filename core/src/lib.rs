@@ -71,6 +71,7 @@
 
 // One file (or folder) per module; every module is private, and the public paths are the
 // re-exports below: the typed API at the root, the machinery in `driver`.
+mod addr;
 pub mod codec;
 mod coord;
 mod error;
@@ -79,6 +80,7 @@ mod framing;
 pub mod keys;
 pub mod migrate;
 mod options;
+mod page;
 mod plan;
 mod request;
 mod retry;
@@ -95,9 +97,11 @@ mod value;
 
 // The store and its records.
 pub use store::{
-    DeletedChat, Message, MessageCursor, MessagePage, MessageQuery, Page, Record, RecordPage,
-    Started, Store, StoreOptions, Typed, UserDataCursor, UserDataPage, UserEntry, MAX_PAGE,
+    DeletedChat, Message, MessageCursor, MessagePage, MessageQuery, Record, RecordPage, Started,
+    Store, StoreOptions, Typed, UserDataCursor, UserDataPage, UserEntry,
 };
+// Listings.
+pub use page::{Page, MAX_PAGE};
 // Coordination.
 pub use coord::MIN_IDLE_LIFETIME;
 pub use coord::{
@@ -114,6 +118,7 @@ pub use keys::layout::{Keyspace, Layout};
 pub use options::{ClientConfig, StoreConfig, TlsConfig, TurnConfig};
 pub use options::{ClientOptions, Pem, TlsOptions};
 // Raw commands, for what the typed API does not cover (`Executor::call`).
+pub use addr::NodeAddr;
 /// Record values and message bodies are `Bytes`; re-exported so a caller needs no extra
 /// dependency to build one.
 pub use bytes::Bytes;
@@ -121,7 +126,6 @@ pub use keys::encoding::Key;
 pub use request::{Access, NodeTarget, Request, Route};
 /// A bot's own Lua script, for [`Request::script`] (`static MY_SCRIPT: Script = Script::new(..)`).
 pub use script::Script;
-pub use topology::NodeAddr;
 pub use ttl::MAX_TTL;
 pub use value::Value;
 

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use percent_encoding::percent_decode_str;
 
+use crate::addr::NodeAddr;
 use crate::error::{ConfigError, Error};
 use crate::executor::Deployment;
 use crate::retry::RetryPolicy;
 use crate::session::{Auth, Config};
-use crate::topology::NodeAddr;
 
 /// Client options: exactly one of [`ClientOptions::url`] (one node) or
 /// [`ClientOptions::cluster`] (root nodes of a cluster).

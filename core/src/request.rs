@@ -4,10 +4,10 @@
 use bytes::Bytes;
 use std::fmt;
 
+use crate::addr::NodeAddr;
 use crate::error::{ConfigError, Error};
 use crate::keys::Key;
 use crate::script::Script;
-use crate::topology::NodeAddr;
 
 /// Whether a request changes data. Decides what happens when its reply is lost: a read may be
 /// retried, a write never is.

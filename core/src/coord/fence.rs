@@ -12,7 +12,6 @@ use crate::ttl::ttl_ms;
 use crate::value::Value;
 
 use super::{grant, held, require};
-use crate::error::ServerError;
 
 /// A lock and a leadership are one primitive on different keys: a holder key with a TTL and a
 /// counter that hands out the fence (or term). A leadership may be taken again by its holder,
@@ -312,9 +311,7 @@ impl Plan for Replicated {
                     Value::Nil => Error::ReplicationUnknown {
                         what: std::mem::take(&mut self.what),
                     },
-                    Value::Status(text) if text.starts_with(b"-") => Error::Server(
-                        ServerError::new(String::from_utf8_lossy(&text[1..]).into_owned()),
-                    ),
+                    Value::Error(e) => Error::Server(e),
                     other => Error::UnexpectedReply {
                         detail: format!("WAIT answered {other:?}"),
                     },

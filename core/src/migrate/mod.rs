@@ -220,63 +220,7 @@ impl std::str::FromStr for Namespace {
     }
 }
 
-/// Why a migration or a rollback refused to start. Nothing was written.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum Refusal {
-    /// Bots still run on the source or the target: a heartbeat or a pending chat ticket exists.
-    #[error(
-        "bots may still be running: {} heartbeat(s) and {} pending turn queue(s) found (for example {}); stop every bot of the prefix, or pass allow_live",
-        heartbeats, tickets, examples.join(", ")
-    )]
-    Live {
-        /// Heartbeat keys found.
-        heartbeats: u64,
-        /// Turn queues with pending tickets found.
-        tickets: u64,
-        /// Up to 5 of the keys found.
-        examples: Vec<String>,
-    },
-    /// The legacy source is a Redis Cluster: the legacy layout lives on one node.
-    #[error("the source is a Redis Cluster, but the legacy layout lives on one node: connect to that node")]
-    SourceIsCluster,
-    /// The legacy target of a rollback is a Redis Cluster.
-    #[error("the rollback target is a Redis Cluster, but the legacy layout lives on one node")]
-    TargetIsCluster,
-    /// An in-place migration of a legacy prefix with braces, which the cluster layout refuses.
-    #[error(
-        "the prefix {prefix:?} contains {{ or }}, which the cluster layout reserves for hash tags: an in-place migration is impossible; migrate to a new target prefix"
-    )]
-    BracedPrefixInPlace {
-        /// The prefix.
-        prefix: String,
-    },
-    /// A mirroring rollback from a source without the layout marker: it was never completely
-    /// migrated (or an interrupted rollback with `delete_source` already removed it), so the
-    /// legacy data it does not hold was not deleted since, and mirroring would delete it.
-    #[error(
-        "the source has no layout marker {key} (cluster:v1): it was never completely migrated, so a mirroring rollback would delete legacy data the source never held; roll back with mirror off (copy only), which is also how an interrupted rollback with delete_source is finished"
-    )]
-    SourceNotMigrated {
-        /// The marker key.
-        key: String,
-    },
-    /// A rollback with `delete_source` but without the mirror, from a migrated source: copy-only
-    /// keeps existing legacy keys, which may be older than the source's, so deleting the source
-    /// after it would lose the newer data.
-    #[error(
-        "delete_source without the mirror would delete source data that older legacy keys kept from being copied; roll back with the mirror (finishing an interrupted rollback, whose source marker is already gone, may use copy-only)"
-    )]
-    DeleteWithoutMirror,
-    /// The target's layout marker holds a value this version does not know.
-    #[error("the target's layout marker {key} holds {value:?}, not cluster:v1")]
-    ForeignMarker {
-        /// The marker key.
-        key: String,
-        /// Its value.
-        value: String,
-    },
-}
+pub use crate::error::Refusal;
 
 /// Per namespace: what happened to the source's keys.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -4,9 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::addr::NodeAddr;
 use crate::executor::Deployment;
 use crate::retry::RetryPolicy;
-use crate::topology::NodeAddr;
 
 /// Credentials sent with `AUTH` when a connection opens.
 #[derive(Clone, PartialEq, Eq)]

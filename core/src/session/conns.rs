@@ -6,10 +6,10 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 
+use crate::addr::NodeAddr;
 use crate::error::Error;
 use crate::framing::FrameScan;
 use crate::request::{encode_args, Access};
-use crate::topology::NodeAddr;
 use crate::value::Value;
 
 use super::nodes::{Down, NodeId};

@@ -168,13 +168,13 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
+use crate::addr::NodeAddr;
 use crate::error::Error;
 use crate::executor::Deployment;
 use crate::framing::Scanned;
 use crate::plan::{misuse, Plan};
 use crate::request::{encode_args, Access};
 use crate::retry::Jitter;
-use crate::topology::NodeAddr;
 use crate::value::from_frame;
 
 mod config;

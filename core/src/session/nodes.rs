@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Index;
 use std::time::Instant;
 
-use crate::topology::NodeAddr;
+use crate::addr::NodeAddr;
 
 use super::conns::ConnId;
 use super::FORGET_AFTER;

@@ -3,9 +3,10 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
+use crate::addr::NodeAddr;
 use crate::error::{ConfigError, Error};
 use crate::retry::{next_attempt, NextAttempt};
-use crate::topology::{parse_cluster_slots, NodeAddr, Topology};
+use crate::topology::{parse_cluster_slots, Topology};
 use crate::value::Frame;
 
 use super::conns::{Loss, Queued};

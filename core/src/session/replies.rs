@@ -3,8 +3,6 @@
 
 use std::time::Instant;
 
-use bytes::Bytes;
-
 use crate::error::{Error, ServerError};
 use crate::request::{Access, Route};
 use crate::retry::{classify, handshake, Decision, Handshake};
@@ -53,7 +51,7 @@ impl<W> Session<W> {
             Pending::Wait { req } => {
                 let wait = match frame {
                     Ok(value) => value,
-                    Err(e) => Value::Status(Bytes::from(format!("-{e}"))),
+                    Err(e) => Value::Error(e),
                 };
                 self.finish_granted(req, wait);
             }

@@ -4,9 +4,9 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use crate::addr::NodeAddr;
 use crate::error::{ConfigError, Error, ServerError};
 use crate::request::{NodeTarget, Route};
-use crate::topology::NodeAddr;
 
 use super::conns::Queued;
 use super::nodes::NodeId;

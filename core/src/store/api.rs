@@ -414,7 +414,7 @@ impl<E: Executor> Store<E> {
     }
 
     /// Lists a user's live entries, in namespace `ns` or all, sorted by namespace then key: the
-    /// page of `limit` (clamped to `1..=`[`MAX_PAGE`](crate::store::MAX_PAGE)) after `after`, and
+    /// page of `limit` (clamped to `1..=`[`MAX_PAGE`](crate::MAX_PAGE)) after `after`, and
     /// the cursor of the next page.
     pub async fn list_user_data(
         &self,

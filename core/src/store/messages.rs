@@ -101,7 +101,7 @@ impl MessageQuery {
 
 /// One page of a chat's messages, in `(time, id)` order; `next` is the cursor of the next page
 /// ([`MessageQuery::after`]), `None` when the range holds nothing after this page.
-pub type MessagePage = super::Page<Message, MessageCursor>;
+pub type MessagePage = crate::page::Page<Message, MessageCursor>;
 
 /// Saves a message: item and log entry in one script call, in the chat's slot. Saving an
 /// existing id replaces its payload and time. Yields `true` when the message is new.

@@ -52,7 +52,7 @@ pub struct UserDataCursor {
 
 /// One page of a user's entries, sorted by namespace then key; `next` is where the next page
 /// starts, `None` after the last page.
-pub type UserDataPage = super::Page<UserEntry, UserDataCursor>;
+pub type UserDataPage = crate::page::Page<UserEntry, UserDataCursor>;
 
 /// The index member of an entry: `enc(ns) ":" enc(key)`.
 fn member(ns: &str, key: &str) -> String {

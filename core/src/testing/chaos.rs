@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
+use crate::addr::NodeAddr;
 use crate::error::Error;
 use crate::error::ServerError;
 use crate::keys::{slot, SLOT_COUNT};
@@ -22,7 +23,6 @@ use crate::plan::Reply;
 use crate::request::Request;
 use crate::session::{Config, ConnId, Output, Session};
 use crate::testing::Token;
-use crate::topology::NodeAddr;
 use crate::value::Value;
 
 use super::{

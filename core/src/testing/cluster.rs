@@ -29,11 +29,11 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp2::types::{OwnedFrame, Resp2Frame};
 
+use crate::addr::NodeAddr;
 use crate::error::ServerError;
 use crate::keys::{slot, SLOT_COUNT};
 use crate::script::Script;
 use crate::session::ConnId;
-use crate::topology::NodeAddr;
 use crate::value::{Frame, Value};
 
 /// The key space of one shard.
@@ -1109,6 +1109,7 @@ fn owned(value: &Value) -> OwnedFrame {
         Value::Bulk(b) => OwnedFrame::BulkString(b.to_vec()),
         Value::Status(b) => OwnedFrame::SimpleString(b.to_vec()),
         Value::Array(items) => OwnedFrame::Array(items.iter().map(owned).collect()),
+        Value::Error(e) => OwnedFrame::Error(e.text().to_owned()),
     }
 }
 

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use arbitrary::{Arbitrary, Unstructured};
 use bytes::BytesMut;
 
+use crate::addr::NodeAddr;
 use crate::error::ServerError;
 use crate::keys::{bucket, enc as encode, hash_tag, slot, BUCKET_COUNT, SLOT_COUNT};
 use crate::options::parse_url;
@@ -24,7 +25,7 @@ use crate::session::{Config, Output, Session};
 use crate::testing::chaos::{config, inject, Driver, Fault, Input, Model};
 use crate::testing::Token;
 use crate::testing::{get, incr, start, Batch, Harness, SimCluster};
-use crate::topology::{parse_cluster_slots, parse_redirect, NodeAddr, Redirect, Topology};
+use crate::topology::{parse_cluster_slots, parse_redirect, Redirect, Topology};
 use crate::value::{from_frame, Value};
 
 /// A fuzz target's body: it takes libFuzzer's raw input and panics on a violation.

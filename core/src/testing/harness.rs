@@ -18,12 +18,12 @@ use bytes::Bytes;
 
 use super::cluster::{render_args, SimCluster, SimEvent};
 use super::Batch;
+use crate::addr::NodeAddr;
 use crate::error::Error;
 use crate::plan::{Plan, Reply};
 use crate::request::Request;
 use crate::session::{Completion, Config, ConnId, Output, Session};
 use crate::testing::Token;
-use crate::topology::NodeAddr;
 
 /// How reply bytes are cut before `handle_read`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
