@@ -162,8 +162,8 @@ pub mod driver {
         //! outputs, the drain rule) is written on [`Session`].
 
         pub use crate::session::{
-            AddressMap, Auth, BoxedPlan, Completion, Config, ConnId, Endpoints, Output, Session,
-            TimerReason, FORGET_AFTER,
+            AddressMap, Auth, Completion, Config, ConnId, Endpoints, Output, Session, Submission,
+            TimerReason, Waiters, FORGET_AFTER,
         };
     }
 

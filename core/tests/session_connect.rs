@@ -162,7 +162,7 @@ fn cluster_requests_queued_on_a_dead_node_are_retried_after_a_refresh() {
         move |sim, now| sim.failover(now, &a, botmesh_redis_core::testing::Demotion::Down)
     });
     let replies = h
-        .wait_for::<Vec<botmesh_redis_core::driver::Reply>>(token)
+        .wait_for::<Vec<botmesh_redis_core::driver::Reply>>(&token)
         .unwrap();
     assert_eq!(
         replies,

@@ -75,7 +75,7 @@ fn a_node_address_without_host_is_the_answering_host() {
         key_by_port: key_by_port.clone(),
         addrs: None,
     });
-    let visited: Vec<(String, Reply)> = h.wait_for(token).unwrap();
+    let visited: Vec<(String, Reply)> = h.wait_for(&token).unwrap();
     let expected: Vec<(String, Reply)> = masters
         .iter()
         .map(|m| {

@@ -119,7 +119,7 @@ fn a_late_reply_of_a_timed_out_batch_is_not_taken_for_the_next_one() {
         vec![get(&keys[0])],
         vec![get(&keys[1])],
     ]));
-    let replies = h.wait_for::<Vec<Vec<Reply>>>(token).unwrap();
+    let replies = h.wait_for::<Vec<Vec<Reply>>>(&token).unwrap();
     assert_eq!(
         replies,
         vec![

@@ -24,7 +24,7 @@ fn tryagain_is_retried_until_the_migration_finishes() {
     });
 
     let token = h.submit_batch(vec![mget(&[&k1, &k2])]);
-    let replies = h.wait_for::<Vec<Reply>>(token).unwrap();
+    let replies = h.wait_for::<Vec<Reply>>(&token).unwrap();
     assert_eq!(
         replies,
         vec![Ok(Value::Array(vec![

@@ -19,7 +19,7 @@ fn wait_follows_its_grant_on_the_same_connection() {
     let a = h.sim.master(0);
     let key = h.sim.keys_on(&a, 1).remove(0);
     let token = h.submit_batch(vec![set(&key, "v").then_wait(1, 100), set(&key, "w")]);
-    let replies = h.wait_for::<Vec<Reply>>(token).unwrap();
+    let replies = h.wait_for::<Vec<Reply>>(&token).unwrap();
     assert_eq!(
         replies,
         vec![Ok(Value::Array(vec![ok(), Value::Int(1)])), Ok(ok())]

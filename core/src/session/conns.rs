@@ -15,7 +15,7 @@ use crate::value::Value;
 use super::nodes::{Down, NodeId};
 use super::ops::ReqRef;
 use super::timers::Timer;
-use super::{after, Output, Session};
+use super::{after, Output, Session, Waiters};
 
 /// Identifies one connection attempt; a reconnect gets a new id, so late events of a dead
 /// connection are recognised and ignored.
@@ -95,7 +95,7 @@ pub(super) enum Loss {
     Lost(String),
 }
 
-impl<W> Session<W> {
+impl<W: Waiters> Session<W> {
     /// Encodes a ready connection's outbox into one write; `None` when nothing is left to
     /// write (every queued request ended meanwhile).
     pub(super) fn flush(&mut self, conn: ConnId) -> Option<Bytes> {

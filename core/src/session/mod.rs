@@ -13,7 +13,9 @@
 //!   [`Session::handle_connect_failed`], [`Session::handle_read`], [`Session::handle_closed`],
 //!   [`Session::handle_timeout`], [`Session::close`]. Each takes `now`, the driver's clock;
 //!   `now` must never go back.
-//! - **output**: [`Session::poll`] returns one [`Output`] at a time.
+//! - **output**: [`Session::poll`] returns one [`Output`] at a time; a finished plan comes as
+//!   [`Output::Complete`], and [`Completion::deliver`] hands its result, typed, to its
+//!   [`Waiters::Waiter`].
 //! - **getters**: [`Session::is_closed`], [`Session::slot_owner`], [`Session::in_flight`],
 //!   [`Session::known_nodes`].
 //!
@@ -33,8 +35,8 @@
 //! recognises them by their [`ConnId`] and ignores them, so a driver forwards every event as it
 //! comes and keeps no table of its own beyond the I/O it owns.
 //!
-//! The session keeps every piece of protocol state: the plans in flight with the caller's
-//! completion handle `W` (a channel's sender in a driver, a number in a test), the slot map,
+//! The session keeps every piece of protocol state: the plans in flight, each with its caller's
+//! waiter (of the driver's family `W`: a channel's sender, a test's ticket), the slot map,
 //! the connections' states and buffers, and every deadline, including the connect timeout
 //! (a connect that takes too long ends as an [`Output::Close`]; the driver needs no timer of
 //! its own).
@@ -51,16 +53,30 @@
 //! use std::net::TcpStream;
 //! use std::time::Instant;
 //!
-//! use botmesh_redis_core::driver::session::{Config, Output, Session};
+//! use std::sync::mpsc;
+//!
+//! use botmesh_redis_core::driver::session::{Config, Output, Session, Waiters};
 //! use botmesh_redis_core::driver::plan;
-//! use botmesh_redis_core::{Access, NodeAddr, Request};
+//! use botmesh_redis_core::{Access, Error, NodeAddr, Request};
+//!
+//! /// The driver's waiters: a channel per plan, typed by the plan's output.
+//! struct Channels;
+//!
+//! impl Waiters for Channels {
+//!     type Waiter<T: Send + 'static> = mpsc::Sender<Result<T, Error>>;
+//!     type Delivered = ();
+//!
+//!     fn deliver<T: Send + 'static>(waiter: Self::Waiter<T>, result: Result<T, Error>) {
+//!         let _ = waiter.send(result);
+//!     }
+//! }
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let node = NodeAddr::new("127.0.0.1", 6379);
-//! // The waiter can be anything the driver needs back with the result: here, a name.
-//! let mut session: Session<&str> = Session::new(Config::single(node), Instant::now());
+//! let mut session = Session::<Channels>::new(Config::single(node), Instant::now());
 //! let ping = Request::cmd(Access::Read, "PING").build()?;
-//! session.submit(Instant::now(), "ping", plan::single(ping, Ok));
+//! let (waiter, reply) = mpsc::channel();
+//! session.submit(Instant::now(), waiter, plan::single(ping, Ok));
 //! let mut sockets: BTreeMap<_, TcpStream> = BTreeMap::new();
 //! loop {
 //!     match session.poll() {
@@ -83,9 +99,11 @@
 //!         Output::Close { conn } => {
 //!             sockets.remove(&conn);
 //!         }
-//!         Output::Complete { waiter, result } => {
-//!             let reply: botmesh_redis_core::Value = result.into_result()?;
-//!             println!("{waiter}: {reply:?}");
+//!         Output::Complete(completion) => {
+//!             completion.deliver();
+//!             // The plan's own output type: no downcast.
+//!             let pong: botmesh_redis_core::Value = reply.recv()??;
+//!             println!("ping: {pong:?}");
 //!             return Ok(());
 //!         }
 //!         Output::Wait { until, .. } => {
@@ -152,7 +170,7 @@
 //! | file | holds |
 //! | - | - |
 //! | `config.rs` | [`Config`]: endpoints (and so the [`Deployment`](crate::Deployment)), credentials, timeouts, retry policy |
-//! | `plans.rs` | [`BoxedPlan`] and [`Completion`]: plans with their output type erased |
+//! | `plans.rs` | [`Waiters`], [`Submission`] and [`Completion`]: plans with their output type erased, each boxed with its caller's waiter, typed by the plan's output |
 //! | `ops.rs` | `Ops`, the one slab of ops in flight (each plan with its caller's waiter and its current batch); stepping a plan, ending a request, the retry of a request |
 //! | `nodes.rs` | `Nodes`, the node registry: addresses and their ids (reused after a node is forgotten), the connection each node uses, connect backoff, absence from the topology |
 //! | `slots.rs` | `SlotTable`: the owner of every slot, as ranges |
@@ -190,7 +208,7 @@ mod timers;
 
 pub use config::{AddressMap, Auth, Config, Endpoints};
 pub use conns::ConnId;
-pub use plans::{BoxedPlan, Completion};
+pub use plans::{Completion, Submission, Waiters};
 pub use timers::TimerReason;
 
 use conns::{Conn, ConnState, Loss, Pending};
@@ -202,7 +220,7 @@ use timers::Timers;
 
 /// What the driver must do next.
 #[derive(Debug)]
-pub enum Output<W> {
+pub enum Output<W: Waiters> {
     /// Open a TCP connection to `dial`; report with `handle_connected` or
     /// `handle_connect_failed`. `node` is the cluster's name for it.
     Connect {
@@ -226,13 +244,8 @@ pub enum Output<W> {
         /// The connection.
         conn: ConnId,
     },
-    /// A plan finished.
-    Complete {
-        /// The caller's completion handle, as submitted.
-        waiter: W,
-        /// Its result.
-        result: Completion,
-    },
+    /// A plan finished: hand its result to its waiter with [`Completion::deliver`].
+    Complete(Completion<W>),
     /// Nothing more to do until `until` (or the next input). `None`: until the next input.
     Wait {
         /// The next deadline.
@@ -258,7 +271,7 @@ fn after(t: Instant, d: Duration) -> Option<Instant> {
 }
 
 /// The routing session. See the module docs for the driver contract.
-pub struct Session<W> {
+pub struct Session<W: Waiters> {
     config: Config,
     /// The time of the latest input; outputs are stamped with it.
     now: Instant,
@@ -286,7 +299,7 @@ pub struct Session<W> {
     closed: bool,
 }
 
-impl<W> fmt::Debug for Session<W> {
+impl<W: Waiters> fmt::Debug for Session<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Session")
             .field("nodes", &self.nodes)
@@ -297,7 +310,7 @@ impl<W> fmt::Debug for Session<W> {
     }
 }
 
-impl<W> Session<W> {
+impl<W: Waiters> Session<W> {
     /// A session that has not connected yet: the first submitted plan (or, for a cluster, the
     /// first topology refresh, which starts at once) opens connections.
     pub fn new(config: Config, now: Instant) -> Self {
@@ -371,24 +384,22 @@ impl<W> Session<W> {
 
     // --- inputs -----------------------------------------------------------------------------
 
-    /// Submits a plan; its result comes back as [`Output::Complete`] with `waiter`.
-    pub fn submit<P: Plan>(&mut self, now: Instant, waiter: W, plan: P) {
-        self.submit_boxed(now, waiter, BoxedPlan::new(plan));
+    /// Submits a plan; its result comes back as [`Output::Complete`], whose
+    /// [`Completion::deliver`] hands it to `waiter`.
+    pub fn submit<P: Plan>(&mut self, now: Instant, waiter: W::Waiter<P::Output>, plan: P) {
+        self.submit_boxed(now, Submission::new(plan, waiter));
     }
 
-    /// [`Session::submit`] for a plan boxed already.
-    pub fn submit_boxed(&mut self, now: Instant, waiter: W, plan: BoxedPlan) {
+    /// [`Session::submit`] for a plan boxed with its waiter already.
+    pub fn submit_boxed(&mut self, now: Instant, submission: Submission<W>) {
         self.now = now;
-        let BoxedPlan(plan) = plan;
+        let Submission(mut plan) = submission;
         if self.closed {
-            self.outputs.push_back(Output::Complete {
-                waiter,
-                result: plan.fail(Error::Closed),
-            });
+            plan.fail(Error::Closed);
+            self.outputs.push_back(Output::Complete(Completion(plan)));
             return;
         }
         let id = self.ops.insert(Op {
-            waiter,
             plan,
             reqs: Vec::new(),
             remaining: 0,
@@ -564,10 +575,9 @@ impl<W> Session<W> {
                 _ => None,
             });
             let error = unknown.unwrap_or(Error::Closed);
-            self.outputs.push_back(Output::Complete {
-                waiter: op.waiter,
-                result: op.plan.fail(error),
-            });
+            let mut plan = op.plan;
+            plan.fail(error);
+            self.outputs.push_back(Output::Complete(Completion(plan)));
         }
     }
 

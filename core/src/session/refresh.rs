@@ -12,7 +12,7 @@ use crate::value::Frame;
 use super::conns::{Loss, Queued};
 use super::nodes::NodeId;
 use super::timers::Timer;
-use super::{after, Endpoints, Session};
+use super::{after, Endpoints, Session, Waiters};
 
 #[derive(Debug, Default)]
 pub(super) struct Refresh {
@@ -29,7 +29,7 @@ pub(super) struct Refresh {
     pub(super) last_error: Option<Error>,
 }
 
-impl<W> Session<W> {
+impl<W: Waiters> Session<W> {
     /// The map may be stale (`MOVED`, `READONLY`, a lost node): refresh now, or once the rate
     /// limit allows; a running refresh is followed by another, since it may predate the news.
     pub(super) fn refresh_soon(&mut self, now: Instant) {

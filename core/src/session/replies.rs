@@ -11,9 +11,9 @@ use crate::value::{Frame, Value};
 use super::conns::{ConnId, ConnState, Loss, Pending, Queued};
 use super::nodes::NodeId;
 use super::ops::ReqRef;
-use super::Session;
+use super::{Session, Waiters};
 
-impl<W> Session<W> {
+impl<W: Waiters> Session<W> {
     pub(super) fn on_frame(&mut self, now: Instant, conn: ConnId, frame: Frame) {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;

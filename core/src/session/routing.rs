@@ -12,7 +12,7 @@ use super::conns::Queued;
 use super::nodes::NodeId;
 use super::ops::{ReqRef, ReqState};
 use super::timers::Timer;
-use super::Session;
+use super::{Session, Waiters};
 
 /// Where one dispatch of a request goes.
 #[derive(Debug, PartialEq)]
@@ -38,7 +38,7 @@ pub(super) enum Routing {
     Fail(Error),
 }
 
-impl<W> Session<W> {
+impl<W: Waiters> Session<W> {
     /// The masters of the map.
     pub(super) fn masters(&self) -> BTreeSet<NodeId> {
         self.slots.owners().collect()
@@ -205,6 +205,7 @@ mod tests {
     use crate::request::{Access, Request};
     use crate::session::nodes::Down;
     use crate::session::Config;
+    use crate::testing::Tickets;
 
     fn state(request: Request) -> ReqState {
         ReqState {
@@ -239,7 +240,7 @@ mod tests {
 
     /// A cluster session of two root nodes (ids 0 and 1) whose map, once `loaded`, gives
     /// every slot but the last to node 1.
-    fn cluster(loaded: bool) -> Session<u64> {
+    fn cluster(loaded: bool) -> Session<Tickets> {
         let now = crate::testing::start();
         let roots = vec![NodeAddr::new("a", 1), NodeAddr::new("b", 1)];
         let mut session = Session::new(Config::cluster(roots), now);
@@ -271,7 +272,7 @@ mod tests {
         let waits = state(get("k").then_wait(1, 60_000));
         type Row = (
             &'static str,
-            Session<u64>,
+            Session<Tickets>,
             ReqState,
             Option<NodeId>,
             Routing,
@@ -363,7 +364,7 @@ mod tests {
             ),
             "a WAIT at the response timeout: {too_long:?}"
         );
-        let single = Session::<u64>::new(Config::single(NodeAddr::new("a", 1)), now);
+        let single = Session::<Tickets>::new(Config::single(NodeAddr::new("a", 1)), now);
         assert_eq!(
             single.route(now, &state(get("k")), None),
             Routing::Send {

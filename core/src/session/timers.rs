@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::conns::ConnId;
 use super::ops::{OpId, ReqRef};
-use super::Session;
+use super::{Session, Waiters};
 
 /// Why the session wants to be woken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -157,7 +157,7 @@ impl Timer {
     }
 }
 
-impl<W> Session<W> {
+impl<W: Waiters> Session<W> {
     /// Runs `timer`, armed for `at`, which is due.
     pub(super) fn fire(&mut self, now: Instant, at: Instant, timer: Timer) {
         match timer {

@@ -22,7 +22,7 @@ use crate::keys::{slot, SLOT_COUNT};
 use crate::plan::Reply;
 use crate::request::Request;
 use crate::session::{Config, ConnId, Output, Session};
-use crate::testing::Token;
+use crate::testing::{Ticket, Tickets, Token};
 use crate::value::Value;
 
 use super::{
@@ -190,7 +190,7 @@ pub fn config(cluster: bool, short: bool) -> Config {
 #[derive(Debug)]
 pub struct Driver {
     /// The session under test.
-    pub session: Session<Token>,
+    pub session: Session<Tickets>,
     now: Instant,
     conns: Vec<ConnId>,
     submitted: BTreeSet<Token>,
@@ -220,13 +220,10 @@ impl Driver {
             match self.session.poll() {
                 Output::Connect { conn, .. } => self.conns.push(conn),
                 Output::Transmit { .. } | Output::Close { .. } => {}
-                Output::Complete {
-                    waiter: token,
-                    result,
-                } => {
+                Output::Complete(completion) => {
+                    let token = completion.deliver();
                     assert!(self.submitted.contains(&token), "{token:?} never submitted");
                     assert!(self.completed.insert(token), "{token:?} completed twice");
-                    let _ = result.into_result::<Vec<Reply>>();
                 }
                 Output::Wait { until, .. } => return until,
             }
@@ -262,7 +259,7 @@ impl Driver {
                 self.next_token += 1;
                 self.submitted.insert(token);
                 let batch = Batch::new(reqs.iter().take(4).map(Req::request).collect());
-                self.session.submit(now, token, batch);
+                self.session.submit(now, Ticket::new(token), batch);
             }
             Input::Connected(i) => self.session.handle_connected(now, self.conn(*i)),
             Input::ConnectFailed(i) => {
@@ -439,8 +436,8 @@ pub fn inject(h: &mut Harness, fault: &Fault) {
 #[derive(Debug, Default)]
 pub struct Model {
     next_key: u32,
-    writes: Vec<(Token, Vec<String>)>,
-    reads: Vec<Token>,
+    writes: Vec<(Ticket<Vec<Reply>>, Vec<String>)>,
+    reads: Vec<Ticket<Vec<Reply>>>,
 }
 
 impl Model {
@@ -464,7 +461,7 @@ impl Model {
     /// heals every fault and checks that each master serves a fresh write.
     pub fn check(self, h: &mut Harness) {
         for (token, names) in self.writes {
-            let replies = match h.wait_for::<Vec<Reply>>(token) {
+            let replies = match h.wait_for(&token) {
                 Ok(replies) => replies,
                 Err(e) => panic!("a batch failed as a whole: {e}"),
             };
@@ -486,7 +483,7 @@ impl Model {
             }
         }
         for token in self.reads {
-            let replies = match h.wait_for::<Vec<Reply>>(token) {
+            let replies = match h.wait_for(&token) {
                 Ok(replies) => replies,
                 Err(e) => panic!("a batch failed as a whole: {e}"),
             };

@@ -19,12 +19,11 @@ use crate::addr::NodeAddr;
 use crate::error::ServerError;
 use crate::keys::{bucket, enc as encode, hash_tag, slot, BUCKET_COUNT, SLOT_COUNT};
 use crate::options::parse_url;
-use crate::plan::Reply;
 use crate::retry::{classify, Decision};
 use crate::session::{Config, Output, Session};
 use crate::testing::chaos::{config, inject, Driver, Fault, Input, Model};
-use crate::testing::Token;
 use crate::testing::{get, incr, start, Batch, Harness, SimCluster};
+use crate::testing::{Ticket, Tickets, Token};
 use crate::topology::{parse_cluster_slots, parse_redirect, Redirect, Topology};
 use crate::value::{from_frame, Value};
 
@@ -178,12 +177,12 @@ fn read_every_way(value: &Value) {
     }
 }
 
-fn drain(session: &mut Session<Token>, done: &mut usize) -> Option<Instant> {
+fn drain(session: &mut Session<Tickets>, done: &mut usize) -> Option<Instant> {
     for _ in 0..10_000 {
         match session.poll() {
-            Output::Complete { result, .. } => {
+            Output::Complete(completion) => {
                 *done += 1;
-                let _ = result.into_result::<Vec<Reply>>();
+                completion.deliver();
             }
             Output::Wait { until, .. } => return until,
             _ => {}
@@ -211,7 +210,7 @@ pub fn resp_reply(data: &[u8]) {
     let mut done = 0;
     session.submit(
         now,
-        Token(1),
+        Ticket::new(Token(1)),
         Batch::new(vec![get("a"), incr("b"), get("c")]),
     );
     let mut conn = None;

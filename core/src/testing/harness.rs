@@ -22,8 +22,8 @@ use crate::addr::NodeAddr;
 use crate::error::Error;
 use crate::plan::{Plan, Reply};
 use crate::request::Request;
-use crate::session::{Completion, Config, ConnId, Output, Session};
-use crate::testing::Token;
+use crate::session::{Config, ConnId, Output, Session};
+use crate::testing::{Ticket, Tickets, Token};
 
 /// How reply bytes are cut before `handle_read`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,7 +81,7 @@ type Action = Box<dyn FnOnce(&mut SimCluster, Instant)>;
 /// The session, the simulated cluster and the simulated clock. See the module docs.
 pub struct Harness {
     /// The session under test.
-    pub session: Session<Token>,
+    pub session: Session<Tickets>,
     /// The simulated deployment; change it freely between runs.
     pub sim: SimCluster,
     start: Instant,
@@ -92,7 +92,8 @@ pub struct Harness {
     /// The latest delivery per connection: a TCP stream never reorders.
     last_delivery: BTreeMap<ConnId, Instant>,
     actions: Vec<(Instant, u64, Action)>,
-    completions: BTreeMap<Token, (Instant, Completion)>,
+    /// When each plan completed, by name.
+    completions: BTreeMap<Token, Instant>,
     next_token: u64,
     chunking: Chunking,
     rng: u64,
@@ -185,27 +186,29 @@ impl Harness {
 
     // --- plans ------------------------------------------------------------------------------
 
-    /// Submits a plan now; its token.
-    pub fn submit<P: Plan>(&mut self, plan: P) -> Token {
+    /// Submits a plan now; its ticket.
+    pub fn submit<P: Plan>(&mut self, plan: P) -> Ticket<P::Output> {
         let token = Token(self.next_token);
         self.next_token += 1;
         self.log(format!("{:>8?} submit {token:?}", self.elapsed()));
-        self.session.submit(self.now, token, plan);
+        let ticket = Ticket::new(token);
+        self.session.submit(self.now, ticket.clone(), plan);
         self.drain();
-        token
+        ticket
     }
 
     /// Submits one batch of requests as a plan; its result is a `Vec<Reply>`.
-    pub fn submit_batch(&mut self, requests: Vec<Request>) -> Token {
+    pub fn submit_batch(&mut self, requests: Vec<Request>) -> Ticket<Vec<Reply>> {
         self.submit(Batch::new(requests))
     }
 
-    /// Runs until `token` completes and returns its result; panics after [`HANG`] of simulated
-    /// time, with the trace.
-    pub fn wait_for<T: 'static>(&mut self, token: Token) -> Result<T, Error> {
+    /// Runs until the plan of `ticket` completes and returns its result; panics after
+    /// [`HANG`] of simulated time, with the trace.
+    pub fn wait_for<T>(&mut self, ticket: &Ticket<T>) -> Result<T, Error> {
         let end = self.now + HANG;
-        self.run_until(end, |h| h.completions.contains_key(&token));
-        match self.take(token) {
+        let token = ticket.token();
+        self.run_until(end, |_| ticket.is_delivered());
+        match self.take(ticket) {
             Some(result) => result,
             None => panic!(
                 "{token:?} did not complete within {HANG:?}\n{}",
@@ -216,8 +219,8 @@ impl Harness {
 
     /// Submits a batch and waits for its replies.
     pub fn run_batch(&mut self, requests: Vec<Request>) -> Vec<Reply> {
-        let token = self.submit_batch(requests);
-        match self.wait_for::<Vec<Reply>>(token) {
+        let ticket = self.submit_batch(requests);
+        match self.wait_for(&ticket) {
             Ok(replies) => replies,
             Err(e) => panic!("a batch plan cannot fail as a whole, got {e:?}"),
         }
@@ -231,20 +234,20 @@ impl Harness {
     }
 
     /// The result of a completed plan, once.
-    pub fn take<T: 'static>(&mut self, token: Token) -> Option<Result<T, Error>> {
-        self.completions
-            .remove(&token)
-            .map(|(_, completion)| completion.into_result())
+    pub fn take<T>(&mut self, ticket: &Ticket<T>) -> Option<Result<T, Error>> {
+        ticket.take()
     }
 
-    /// Whether the plan completed (and was not taken yet).
-    pub fn is_complete(&self, token: Token) -> bool {
-        self.completions.contains_key(&token)
+    /// Whether the plan completed (and its result was not taken yet).
+    pub fn is_complete<T>(&self, ticket: &Ticket<T>) -> bool {
+        ticket.is_delivered()
     }
 
     /// When the plan completed, relative to the start.
-    pub fn completed_after(&self, token: Token) -> Option<Duration> {
-        self.completions.get(&token).map(|(at, _)| *at - self.start)
+    pub fn completed_after<T>(&self, ticket: &Ticket<T>) -> Option<Duration> {
+        self.completions
+            .get(&ticket.token())
+            .map(|at| *at - self.start)
     }
 
     /// Closes the session and drains its outputs.
@@ -435,12 +438,10 @@ impl Harness {
                     self.closed.insert(conn);
                     self.sim.close(conn);
                 }
-                Output::Complete {
-                    waiter: token,
-                    result,
-                } => {
+                Output::Complete(completion) => {
+                    let token = completion.deliver();
                     self.log(format!("{t:>8?} complete {token:?}"));
-                    self.completions.insert(token, (now, result));
+                    self.completions.insert(token, now);
                 }
                 Output::Wait { until, .. } => {
                     self.wait = until;

@@ -55,7 +55,7 @@ use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender};
 use futures_channel::oneshot;
 use futures_lite::{future, StreamExt};
 
-use botmesh_redis_core::driver::session::{BoxedPlan, Completion, ConnId, Output, Session};
+use botmesh_redis_core::driver::session::{ConnId, Output, Session, Submission, Waiters};
 use botmesh_redis_core::driver::Plan;
 use botmesh_redis_core::{Access, Request};
 use botmesh_redis_core::{
@@ -128,7 +128,20 @@ struct Io<R: Runtime> {
     flusher: Option<R::Task>,
 }
 
-type Waiter = oneshot::Sender<Completion>;
+/// The callers' waiters: a one-shot channel per call, typed by the plan's output, so a result
+/// reaches its caller with its type.
+#[derive(Debug)]
+struct OneShot;
+
+impl Waiters for OneShot {
+    type Waiter<T: Send + 'static> = oneshot::Sender<Result<T, Error>>;
+    type Delivered = ();
+
+    fn deliver<T: Send + 'static>(waiter: Self::Waiter<T>, result: Result<T, Error>) {
+        // A caller that stopped waiting (its future dropped) has nothing to be told.
+        let _ = waiter.send(result);
+    }
+}
 /// An inbox of the session task (callers', or the connections'). Sending never waits: a
 /// submit is a push and, when the task sleeps, a wake.
 type Tx<R> = UnboundedSender<Msg<R>>;
@@ -142,8 +155,8 @@ enum Woke<R: Runtime> {
 }
 
 enum Msg<R: Runtime> {
-    /// A plan boxed by its caller (the one allocation of a submission) and its waiter.
-    Submit(BoxedPlan, Waiter),
+    /// A plan boxed by its caller with its waiter: the one allocation of a submission.
+    Submit(Submission<OneShot>),
     /// What a connection's tasks observed.
     Conn(ConnId, ConnEvent<R>),
     Close,
@@ -331,9 +344,9 @@ impl<R: Runtime> Executor for Client<R> {
         let (done, rx) = oneshot::channel();
         self.shared
             .tx
-            .unbounded_send(Msg::Submit(BoxedPlan::new(plan), done))
+            .unbounded_send(Msg::Submit(Submission::new(plan, done)))
             .map_err(|_| Error::Closed)?;
-        rx.await.map_err(|_| Error::Closed)?.into_result()
+        rx.await.map_err(|_| Error::Closed)?
     }
 
     fn deployment(&self) -> Deployment {
@@ -343,7 +356,7 @@ impl<R: Runtime> Executor for Client<R> {
 
 /// The session task's state: the session (all protocol state) and each connection's I/O.
 struct Driver<R: Runtime> {
-    session: Session<Waiter>,
+    session: Session<OneShot>,
     conns: HashMap<ConnId, Io<R>>,
     /// The connections' inbox, for their tasks.
     tx: Tx<R>,
@@ -354,7 +367,7 @@ struct Driver<R: Runtime> {
 
 /// The session task: feeds every input to the session and carries out its outputs.
 async fn run<R: Runtime>(
-    session: Session<Waiter>,
+    session: Session<OneShot>,
     mut calls: Rx<R>,
     _closed: async_channel::Sender<()>,
     counters: Arc<Counters>,
@@ -442,8 +455,8 @@ impl<R: Runtime> Driver<R> {
     /// or drops the I/O the event carries.
     fn apply(&mut self, msg: Msg<R>, now: Instant) -> bool {
         let (conn, event) = match msg {
-            Msg::Submit(plan, waiter) => {
-                self.session.submit_boxed(now, waiter, plan);
+            Msg::Submit(submission) => {
+                self.session.submit_boxed(now, submission);
                 return false;
             }
             Msg::Close => return true,
@@ -527,9 +540,7 @@ impl<R: Runtime> Driver<R> {
                         R::spawn_detached(counted(&self.counters, shutdown));
                     }
                 }
-                Output::Complete { waiter, result } => {
-                    let _ = waiter.send(result);
-                }
+                Output::Complete(completion) => completion.deliver(),
                 Output::Wait { until, .. } => {
                     let held = self.conns.len() as u64;
                     self.counters.connections.store(held, Ordering::Relaxed);
