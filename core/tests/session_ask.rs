@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use botmesh_redis_core::driver::Reply;
 use botmesh_redis_core::keys::slot;
-use botmesh_redis_core::testing::{get, set, Harness, Rule, Sequence};
+use botmesh_redis_core::testing::sim::{Harness, Rule};
+use botmesh_redis_core::testing::{get, set, Sequence};
 use botmesh_redis_core::Value;
 
 fn cluster() -> Harness {

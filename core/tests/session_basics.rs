@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use botmesh_redis_core::driver::session::{Config, Output, Session, TimerReason};
 use botmesh_redis_core::driver::{Plan, Reply, Step};
-use botmesh_redis_core::testing::{get, incr, set, start, Batch, Harness, SimCluster};
+use botmesh_redis_core::testing::sim::{Harness, SimCluster};
+use botmesh_redis_core::testing::{get, incr, set, start, Batch};
 use botmesh_redis_core::testing::{Ticket, Tickets, Token};
 use botmesh_redis_core::Error;
 use botmesh_redis_core::NodeAddr;

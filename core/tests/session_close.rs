@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use botmesh_redis_core::driver::session::{Config, ConnId, Output, Session};
 use botmesh_redis_core::driver::Reply;
-use botmesh_redis_core::testing::{get, incr, set, start, Batch, ConnectMode, Harness, Rule};
+use botmesh_redis_core::testing::sim::{ConnectMode, Harness, Rule};
+use botmesh_redis_core::testing::{get, incr, set, start, Batch};
 use botmesh_redis_core::testing::{Ticket, Tickets, Token};
 use botmesh_redis_core::Error;
 

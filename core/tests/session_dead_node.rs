@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use botmesh_redis_core::testing::{get, ConnectMode, Harness};
+use botmesh_redis_core::testing::get;
+use botmesh_redis_core::testing::sim::{ConnectMode, Harness};
 use botmesh_redis_core::Value;
 
 #[test]

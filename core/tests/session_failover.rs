@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use botmesh_redis_core::keys::slot;
-use botmesh_redis_core::testing::{get, incr, set, Demotion, Harness, Rule};
+use botmesh_redis_core::testing::sim::{Demotion, Harness, Rule};
+use botmesh_redis_core::testing::{get, incr, set};
 use botmesh_redis_core::Error;
 use botmesh_redis_core::Value;
 
@@ -123,7 +124,7 @@ fn a_late_ok_from_a_replaced_master_is_not_a_success() {
     // A master stops with a write queued; its replica is promoted and a refresh says so; then
     // the old master runs again and answers the write it queued, before it learns it was
     // replaced and discards its data. That answer must not count as a success.
-    let sim = botmesh_redis_core::testing::SimCluster::cluster(3, 1);
+    let sim = botmesh_redis_core::testing::sim::SimCluster::cluster(3, 1);
     let mut config = botmesh_redis_core::driver::session::Config::cluster(sim.masters());
     config.response_timeout = Duration::from_secs(30);
     config.request_timeout = Duration::from_secs(60);

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use botmesh_redis_core::driver::session::Config;
 use botmesh_redis_core::driver::Reply;
-use botmesh_redis_core::testing::{get, incr, set, start, ConnectMode, Harness, Rule, SimCluster};
+use botmesh_redis_core::testing::sim::{ConnectMode, Harness, Rule, SimCluster};
+use botmesh_redis_core::testing::{get, incr, set, start};
 use botmesh_redis_core::Error;
 use botmesh_redis_core::Value;
 

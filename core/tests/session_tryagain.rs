@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use botmesh_redis_core::driver::Reply;
 use botmesh_redis_core::keys::slot;
-use botmesh_redis_core::testing::{mget, set, Harness};
+use botmesh_redis_core::testing::sim::Harness;
+use botmesh_redis_core::testing::{mget, set};
 use botmesh_redis_core::Value;
 
 #[test]

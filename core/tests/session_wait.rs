@@ -5,7 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use botmesh_redis_core::driver::Reply;
-use botmesh_redis_core::testing::{get, set, Harness, Rule};
+use botmesh_redis_core::testing::sim::{Harness, Rule};
+use botmesh_redis_core::testing::{get, set};
 use botmesh_redis_core::Value;
 use botmesh_redis_core::{ConfigError, Error};
 

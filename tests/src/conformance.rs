@@ -1,7 +1,7 @@
 //! One conformance suite, run against both drivers.
 //!
 //! Each integration test is written once, as a generic `async fn name<R: Runtime>()` over
-//! [`Client<R>`](botmesh_redis_runtime::Client), and [`both_drivers!`](crate::both_drivers)
+//! [`Client<R>`](botmesh_redis_client::Client), and [`both_drivers!`](crate::both_drivers)
 //! turns it into a module `name` with two tests:
 //!
 //! - `name::tokio`, on [`Tokio`] (`botmesh-redis-tokio`);
@@ -36,7 +36,7 @@
 //! body (each test file is its own process, so this serialises only the tests of one file).
 
 pub use botmesh_redis_async_std::runtime::AsyncStd;
-pub use botmesh_redis_runtime::{Client, Runtime};
+pub use botmesh_redis_client::{Client, Runtime};
 pub use botmesh_redis_tokio::runtime::Tokio;
 
 use botmesh_redis_core::{Access, Executor, Key, Request, Value};

@@ -139,7 +139,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use botmesh_redis_async_std::runtime::AsyncStd;
-use botmesh_redis_runtime::{Client, Runtime};
+use botmesh_redis_client::{Client, Runtime};
 // The real-server harness.
 use botmesh_redis_harness::{
     parse_info, AdminConn, ClusterOptions, RedisCluster, ServerOptions, SingleNode,

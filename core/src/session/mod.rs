@@ -44,7 +44,7 @@
 //! # A driver in a few lines
 //!
 //! A blocking driver for one node that runs one plan: every output is carried out, every
-//! outcome comes back as an input. (`botmesh-redis-runtime` is the real one: it waits on every
+//! outcome comes back as an input. (`botmesh-redis-client` is the real one: it waits on every
 //! socket and on the deadline at once, and runs many plans.)
 //!
 //! ```no_run

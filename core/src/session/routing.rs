@@ -269,82 +269,70 @@ mod tests {
             pinned: Some(0),
             ..state(get("k"))
         };
-        let waits = state(get("k").then_wait(1, 60_000));
-        type Row = (
-            &'static str,
-            Session<Tickets>,
-            ReqState,
-            Option<NodeId>,
-            Routing,
-        );
+        let send = |node, asking| Routing::Send { node, asking };
+        type Row = (&'static str, bool, ReqState, Option<NodeId>, Routing);
         let rows: Vec<Row> = vec![
             (
                 "an ASK target comes first, with ASKING",
-                cluster(true),
+                true,
                 asked,
                 None,
-                Routing::Send {
-                    node: 0,
-                    asking: true,
-                },
+                send(0, true),
             ),
             (
                 "a NOSCRIPT node comes next",
-                cluster(true),
+                true,
                 pinned,
                 None,
-                Routing::Send {
-                    node: 0,
-                    asking: false,
-                },
+                send(0, false),
             ),
             (
                 "a slot goes to its owner",
-                cluster(true),
+                true,
                 state(get("k")),
                 None,
-                Routing::Send {
-                    node: 1,
-                    asking: false,
-                },
+                send(1, false),
             ),
             (
-                "before the first map, a request waits for it",
-                cluster(false),
+                "before the first map, a request waits",
+                false,
                 state(get("k")),
                 None,
                 Routing::AwaitMap,
             ),
             (
                 "a slot the map leaves without owner",
-                cluster(true),
+                true,
                 state(get(&unowned)),
                 None,
                 Routing::NoOwner(last),
             ),
             (
                 "a node route to an unknown address interns it when sent",
-                cluster(true),
+                true,
                 state(to_node("c:1")),
                 None,
                 Routing::SendToAddr(NodeAddr::new("c", 1)),
             ),
             (
-                "a :port route takes the host of the plan's first reply",
-                cluster(true),
+                "a :port route takes the host of the first reply",
+                true,
                 state(to_node(":1")),
                 Some(1),
-                Routing::Send {
-                    node: 1,
-                    asking: false,
-                },
+                send(1, false),
             ),
         ];
         assert_ne!(slot, last);
-        for (what, session, state, answered_by, want) in rows {
+        for (what, loaded, state, answered_by, want) in rows {
+            let session = cluster(loaded);
             assert_eq!(session.route(now, &state, answered_by), want, "{what}");
         }
+    }
 
+    #[test]
+    fn refusals_and_the_single_node() {
+        let now = crate::testing::start();
+        let waits = state(get("k").then_wait(1, 60_000));
         let session = cluster(true);
         let no_host = session.route(now, &state(to_node(":1")), None);
         assert!(

@@ -2,8 +2,9 @@
 //! the types, what they do to a session or a simulated cluster, and the checks that must hold
 //! whatever they were.
 //!
-//! - [`Driver`] feeds a bare [`Session`] arbitrary [`Input`]s and checks it never panics, never
-//!   busy-loops, completes each plan at most once and every plan on `close()`.
+//! - [`BareSession`] feeds a [`Session`] with no simulated cluster behind it arbitrary
+//!   [`Input`]s and checks it never panics, never busy-loops, completes each plan at most once
+//!   and every plan on `close()`.
 //! - [`inject`] applies a [`Fault`] to a [`Harness`]; [`Model`] submits fresh writes between
 //!   faults and checks that every outcome the session reported is true, then that the session
 //!   recovers once the faults heal.
@@ -25,9 +26,8 @@ use crate::session::{Config, ConnId, Output, Session};
 use crate::testing::{Ticket, Tickets, Token};
 use crate::value::Value;
 
-use super::{
-    encode_reply, get, incr, mget, set, Batch, ConnectMode, Demotion, Harness, Rule, SimCluster,
-};
+use super::sim::{encode_reply, ConnectMode, Demotion, Harness, Rule, SimCluster};
+use super::{get, incr, mget, set, Batch};
 
 /// A request of a random batch, on one of a few keys in four slots.
 #[derive(Clone, Debug)]
@@ -188,7 +188,7 @@ pub fn config(cluster: bool, short: bool) -> Config {
 
 /// A bare session driven by random inputs, checking its invariants after each one.
 #[derive(Debug)]
-pub struct Driver {
+pub struct BareSession {
     /// The session under test.
     pub session: Session<Tickets>,
     now: Instant,
@@ -198,10 +198,10 @@ pub struct Driver {
     next_token: u64,
 }
 
-impl Driver {
+impl BareSession {
     /// A session of `config` at `now`, drained once.
-    pub fn new(config: Config, now: Instant) -> Driver {
-        let mut d = Driver {
+    pub fn new(config: Config, now: Instant) -> BareSession {
+        let mut d = BareSession {
             session: Session::new(config, now),
             now,
             conns: Vec::new(),

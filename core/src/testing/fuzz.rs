@@ -21,8 +21,9 @@ use crate::keys::{bucket, enc as encode, hash_tag, slot, BUCKET_COUNT, SLOT_COUN
 use crate::options::parse_url;
 use crate::retry::{classify, Decision};
 use crate::session::{Config, Output, Session};
-use crate::testing::chaos::{config, inject, Driver, Fault, Input, Model};
-use crate::testing::{get, incr, start, Batch, Harness, SimCluster};
+use crate::testing::chaos::{config, inject, BareSession, Fault, Input, Model};
+use crate::testing::sim::{Harness, SimCluster};
+use crate::testing::{get, incr, start, Batch};
 use crate::testing::{Ticket, Tickets, Token};
 use crate::topology::{parse_cluster_slots, parse_redirect, Redirect, Topology};
 use crate::value::{from_frame, Value};
@@ -248,13 +249,13 @@ struct SessionCase {
 }
 
 /// `session`: the bare session under arbitrary driver inputs (the first 80), single node or
-/// cluster, normal or degenerate durations, with the invariants of [`Driver`]: no panic, no
+/// cluster, normal or degenerate durations, with the invariants of [`BareSession`]: no panic, no
 /// busy loop, each plan completed at most once, every plan completed on `close()`.
 pub fn session(data: &[u8]) {
     let Some(case) = decode::<SessionCase>(data) else {
         return;
     };
-    let mut d = Driver::new(config(case.cluster, case.short), start());
+    let mut d = BareSession::new(config(case.cluster, case.short), start());
     for input in case.inputs.iter().take(80) {
         d.apply(input);
     }

@@ -1,15 +1,18 @@
 //! Deterministic tests of the session without a network (the `testing` feature).
 //!
-//! - [`SimCluster`]: a pure fake of one Redis node or a Redis Cluster, speaking RESP2, with
-//!   slot migration, failover and fault injection.
-//! - [`Harness`]: steps a [`Session`](crate::session::Session) and a `SimCluster` together on
-//!   simulated time, as a driver would, and records every connection's writes.
+//! - [`sim`]: the simulated deployment: [`sim::SimCluster`], a pure fake of one Redis node or
+//!   a Redis Cluster, speaking RESP2, with slot migration, failover and fault injection; and
+//!   [`sim::Harness`], which steps a [`Session`](crate::driver::session::Session) and a
+//!   `SimCluster` together on simulated time, as a driver would, and records every
+//!   connection's writes. Plans are submitted with a typed [`Ticket`].
+//! - [`chaos`]: random inputs and faults, for the property tests and the fuzz targets.
 //! - Small plans and requests for tests: [`Batch`], [`Sequence`], [`get`], [`set`], [`incr`],
 //!   [`mget`], [`del`].
 //!
 //! ```
 //! use botmesh_redis_core::driver::session::Config;
-//! use botmesh_redis_core::testing::{get, set, Harness, SimCluster};
+//! use botmesh_redis_core::testing::sim::{Harness, SimCluster};
+//! use botmesh_redis_core::testing::{get, set};
 //! use botmesh_redis_core::Value;
 //!
 //! // The one reading of the real clock: simulated time starts there and never looks again.
@@ -22,16 +25,9 @@
 //! ```
 
 pub mod chaos;
-mod cluster;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz;
-mod harness;
-
-pub use cluster::{
-    encode_reply, render_args, ConnectMode, Data, Demotion, Received, Rule, RuleAction, ScriptFn,
-    SimCluster, SimEvent, FIRST_PORT, SIM_HOST,
-};
-pub use harness::{Chunking, Harness, Wire, HANG};
+pub mod sim;
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
@@ -41,7 +37,7 @@ use crate::keys::Key;
 use crate::keys::{Keyspace, Layout};
 use crate::plan::{misuse, Plan, Reply, Step};
 use crate::request::{Access, Request};
-use crate::session::{Config, Waiters};
+use crate::session::Waiters;
 
 /// A test's name for a submitted plan: what delivering its result gives back to the
 /// simulated driver ([`Tickets`]).
@@ -53,7 +49,8 @@ pub struct Token(pub u64);
 /// for another does not compile.
 ///
 /// ```compile_fail
-/// use botmesh_redis_core::testing::{get, Batch, Harness};
+/// use botmesh_redis_core::testing::sim::Harness;
+/// use botmesh_redis_core::testing::{get, Batch};
 ///
 /// let mut h = Harness::cluster(3, 0);
 /// let ticket = h.submit(Batch::new(vec![get("k")]));
@@ -124,16 +121,6 @@ impl Waiters for Tickets {
 #[allow(clippy::disallowed_methods)]
 pub fn start() -> Instant {
     Instant::now()
-}
-
-impl Harness {
-    /// A harness over a fresh simulated cluster of `masters` shards with `replicas` each, and
-    /// the default cluster configuration.
-    pub fn cluster(masters: usize, replicas: usize) -> Harness {
-        let sim = SimCluster::cluster(masters, replicas);
-        let config = Config::cluster(sim.masters());
-        Harness::new(start(), sim, config)
-    }
 }
 
 /// Ids that break naive key schemes: separators, braces, glob characters, `%`, a space, an

@@ -1,4 +1,4 @@
-//! # botmesh-redis-runtime
+//! # botmesh-redis-client
 //!
 //! The botmesh-redis client, written once over a small [`Runtime`] trait (quinn style): the
 //! session task, the per-connection reader and flusher, `connect`, `close`. A runtime supplies
@@ -355,7 +355,7 @@ impl<R: Runtime> Executor for Client<R> {
 }
 
 /// The session task's state: the session (all protocol state) and each connection's I/O.
-struct Driver<R: Runtime> {
+struct SessionTask<R: Runtime> {
     session: Session<OneShot>,
     conns: HashMap<ConnId, Io<R>>,
     /// The connections' inbox, for their tasks.
@@ -378,7 +378,7 @@ async fn run<R: Runtime>(
     // never holds back the replies of earlier ones, nor makes a healthy connection look silent
     // to its response timeout.
     let (tx, mut events) = futures_channel::mpsc::unbounded();
-    let mut driver = Driver::<R> {
+    let mut task = SessionTask::<R> {
         session,
         conns: HashMap::new(),
         tx,
@@ -402,8 +402,8 @@ async fn run<R: Runtime>(
         };
         let msg = match woke {
             Woke::Timer => {
-                driver.session.handle_timeout(Instant::now());
-                deadline = driver.drain();
+                task.session.handle_timeout(Instant::now());
+                deadline = task.drain();
                 continue;
             }
             Woke::Msg(Some(msg)) => msg,
@@ -411,7 +411,7 @@ async fn run<R: Runtime>(
             // `Close` before its sender goes: neither inbox ends while the task runs.
             Woke::Msg(None) => break,
         };
-        let mut closing = driver.apply(msg, Instant::now());
+        let mut closing = task.apply(msg, Instant::now());
         // Take everything already queued before draining, so that all requests submitted
         // meanwhile leave in one write per connection. One yield first lets callers on other
         // worker threads add theirs: on a multi-thread runtime the task would otherwise wake
@@ -421,13 +421,13 @@ async fn run<R: Runtime>(
         let now = Instant::now();
         for _ in 0..4096 {
             match events.try_recv() {
-                Ok(msg) => closing |= driver.apply(msg, now),
+                Ok(msg) => closing |= task.apply(msg, now),
                 Err(_) => break,
             }
         }
         for _ in 0..1024 {
             match calls.try_recv() {
-                Ok(msg) => closing |= driver.apply(msg, now),
+                Ok(msg) => closing |= task.apply(msg, now),
                 Err(_) => break,
             }
         }
@@ -440,16 +440,16 @@ async fn run<R: Runtime>(
         if let Some(at) = deadline {
             let now = Instant::now();
             if at <= now {
-                driver.session.handle_timeout(now);
+                task.session.handle_timeout(now);
             }
         }
-        deadline = driver.drain();
+        deadline = task.drain();
     }
-    driver.session.close(Instant::now());
-    driver.drain();
+    task.session.close(Instant::now());
+    task.drain();
 }
 
-impl<R: Runtime> Driver<R> {
+impl<R: Runtime> SessionTask<R> {
     /// Applies one message; returns whether the client is closing. Every connection event goes
     /// to the session, which ignores those of connections it closed; the driver only keeps
     /// or drops the I/O the event carries.

@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::cluster::{render_args, SimCluster, SimEvent};
-use super::Batch;
 use crate::addr::NodeAddr;
 use crate::error::Error;
 use crate::plan::{Plan, Reply};
 use crate::request::Request;
 use crate::session::{Config, ConnId, Output, Session};
+use crate::testing::Batch;
 use crate::testing::{Ticket, Tickets, Token};
 
 /// How reply bytes are cut before `handle_read`.
