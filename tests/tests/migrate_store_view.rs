@@ -3,8 +3,6 @@
 //! cluster, on both drivers; and back again after a rollback.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod store_support;
-
 use std::time::Duration;
 
 use botmesh_redis_core::migrate::{
@@ -15,8 +13,8 @@ use botmesh_redis_core::{Coordinator, Schedules};
 use botmesh_redis_core::{Executor, Layout, MAX_PAGE};
 use botmesh_redis_core::{MessageQuery, Store};
 use botmesh_redis_tests::conformance::Runtime;
+use botmesh_redis_tests::store::{store_on, Setup};
 use botmesh_redis_tests::{both_drivers, unique_prefix};
-use store_support::{store_on, Setup};
 
 /// Writes one datum of every namespace through a store of `store`'s layout.
 async fn write_everything<E: Executor>(store: &Store<E>) {
