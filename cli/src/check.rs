@@ -35,12 +35,12 @@ const HOT_MIN_KEYS: u64 = 1000;
 /// fails with [`Failure::Refused`] when `start()` would refuse.
 pub(crate) async fn run(args: &CheckArgs, quiet: bool) -> Result<(), Failure> {
     let client = connect(&args.connection).await?;
-    let options = StoreOptions::new(args.prefix.clone()).cluster_client(client.is_cluster());
+    let options = StoreOptions::new(args.prefix.clone());
     let options = match args.layout {
         Some(layout) => options.layout(layout.into()),
         None => options,
     };
-    let layout = options.resolved_layout();
+    let layout = options.resolved_layout(client.deployment());
     println!(
         "check: prefix {:?}, layout {layout}, on {}",
         args.prefix,

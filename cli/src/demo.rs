@@ -113,9 +113,7 @@ async fn replica(options: &ClientOptions, prefix: &str, n: usize) -> Result<Repl
     let client = Client::connect(options.clone()).await?;
     let store = Store::new(
         client.clone(),
-        StoreOptions::new(prefix)
-            .layout(Layout::Cluster)
-            .cluster_client(client.is_cluster()),
+        StoreOptions::new(prefix).layout(Layout::Cluster),
     )?;
     let ks = store.keyspace().clone();
     let coord = Coordinator::new(

@@ -3,9 +3,10 @@
 
 use std::time::Instant;
 
+use botmesh_redis_tokio::migrate::lifecycle::CopyId;
 use botmesh_redis_tokio::migrate::{
     delete_abandoned_side, migrate_to_cluster_layout, rollback_to_legacy_layout, CleanupOptions,
-    CleanupReport, CopyId, MigrateOptions, MigrationReport, Progress, RollbackOptions,
+    CleanupReport, MigrateOptions, MigrationReport, Progress, RollbackOptions,
 };
 use botmesh_redis_tokio::{Client, ClientOptions, Layout};
 use indicatif::ProgressBar;

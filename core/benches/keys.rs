@@ -11,7 +11,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use botmesh_redis_core::driver::store;
+use botmesh_redis_core::driver::store::messages;
 use botmesh_redis_core::keys::{bucket, enc, slot};
 use botmesh_redis_core::{Keyspace, Layout};
 use bytes::Bytes;
@@ -76,7 +76,7 @@ fn main() {
         black_box(ks.message_item(black_box(typical), black_box(message)));
     });
     bench("save_message_request", || {
-        let plan = store::save_message(
+        let plan = messages::save_message(
             &ks,
             black_box(typical),
             black_box(message),

@@ -4,9 +4,9 @@
 //! request may have run: a caller can retry an error whose outcome is known not to have run, and
 //! must reconcile one whose outcome is unknown.
 
+use crate::addr::NodeAddr;
 use crate::keys::Key;
-use crate::layout::KeyError;
-use crate::topology::NodeAddr;
+use crate::keys::KeyError;
 use std::fmt;
 
 /// Everything that can go wrong between building a request and reading its reply.
@@ -136,7 +136,7 @@ pub enum Error {
     },
     /// A migration or rollback refused to start; nothing was written.
     #[error(transparent)]
-    Refused(#[from] crate::migrate::Refusal),
+    Refused(#[from] Refusal),
     /// A cluster-layout store found legacy-layout keys under its prefix and no layout marker:
     /// the keyspace has not been migrated. Nothing was written.
     #[error(
@@ -361,5 +361,210 @@ impl ServerError {
 impl fmt::Display for ServerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)
+    }
+}
+
+/// Why a migration or a rollback refused to start. Nothing was written.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// Bots still run on the source or the target: a heartbeat or a pending chat ticket exists.
+    #[error(
+        "bots may still be running: {} heartbeat(s) and {} pending turn queue(s) found (for example {}); stop every bot of the prefix, or pass allow_live",
+        heartbeats, tickets, examples.join(", ")
+    )]
+    Live {
+        /// Heartbeat keys found.
+        heartbeats: u64,
+        /// Turn queues with pending tickets found.
+        tickets: u64,
+        /// Up to 5 of the keys found.
+        examples: Vec<String>,
+    },
+    /// The legacy source is a Redis Cluster: the legacy layout lives on one node.
+    #[error("the source is a Redis Cluster, but the legacy layout lives on one node: connect to that node")]
+    SourceIsCluster,
+    /// A cleanup was asked of a legacy side on a Redis Cluster, or named one as the other side.
+    #[error("the legacy layout lives on one node, not on a Redis Cluster: connect to that node")]
+    LegacyOnCluster,
+    /// The legacy target of a rollback is a Redis Cluster.
+    #[error("the rollback target is a Redis Cluster, but the legacy layout lives on one node")]
+    TargetIsCluster,
+    /// An in-place migration of a legacy prefix with braces, which the cluster layout refuses.
+    #[error(
+        "the prefix {prefix:?} contains {{ or }}, which the cluster layout reserves for hash tags: an in-place migration is impossible; migrate to a new target prefix"
+    )]
+    BracedPrefixInPlace {
+        /// The prefix.
+        prefix: String,
+    },
+    /// `delete_source` with a copy-only run (`mirror: false`): copy-only keeps existing target
+    /// keys, which may be older than the source's, so deleting the source after it would lose
+    /// the newer data.
+    #[error(
+        "delete_source needs a mirror: a copy-only run keeps existing target keys, which may be older than the source's, and deleting the source after it would lose the newer data for good; run with the mirror, or copy only and clean up once the bots run on the target"
+    )]
+    DeleteWithoutMirror,
+    /// `delete_source` with a run limited by `include`: only a complete copy lets its source
+    /// go.
+    #[error(
+        "delete_source needs a complete copy: include limits the run to some namespaces, and the source may only be deleted once the target holds all of them"
+    )]
+    DeleteAfterPartialCopy,
+    /// The lifecycle records of the two sides show the step is unsafe: it would bring back
+    /// data the live side deleted, destroy data it wrote, or delete the only copy.
+    #[error("{message}")]
+    Lifecycle {
+        /// The step.
+        step: StepKind,
+        /// Why.
+        reason: Unsafe,
+        /// The reason, what each side holds, and what to do.
+        message: String,
+    },
+    /// A lifecycle record changed while the step ran (a bot started on that side): nothing
+    /// more was written.
+    #[error(
+        "the lifecycle record {key} changed while the step ran: a bot started on that side; stop every bot of the prefix and run the step again (it reads the records afresh)"
+    )]
+    RecordChanged {
+        /// The record's key.
+        key: String,
+    },
+    /// `other_server` says otherwise than the servers: two single nodes are the same server
+    /// exactly when they answer one `run_id`, and a cluster is never the same server as a
+    /// single node.
+    #[error(
+        "other_server is {said}, but the source is {source_server} and the target is {target_server}; leave other_server unset and the step finds out"
+    )]
+    OtherServerMismatch {
+        /// What the options said.
+        said: bool,
+        /// The source server, as it described itself.
+        source_server: String,
+        /// The target server.
+        target_server: String,
+    },
+    /// The servers did not tell whether they are one (`INFO server` refused), and the options
+    /// left `other_server` unset.
+    #[error(
+        "cannot tell whether the source and the target are one server (INFO server gave no run_id): set other_server"
+    )]
+    OtherServerUnknown,
+    /// The target's layout marker holds a value this version does not know.
+    #[error("the target's layout marker {key} holds {value:?}, not cluster:v1")]
+    ForeignMarker {
+        /// The marker key.
+        key: String,
+        /// Its value.
+        value: String,
+    },
+}
+
+/// Why the records forbid a step. Every reason says what was found and what to do
+/// ([`Unsafe::advice`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Unsafe {
+    /// The target is live: bots started on it since the copy. A copy into it would bring back
+    /// what they deleted and undo what they wrote.
+    TargetLive,
+    /// Bots started on both sides since the copy: each holds writes the other lacks.
+    BothLive,
+    /// The target has no lifecycle record but may be live: a cluster side with the layout
+    /// marker (bots started there before lifecycle records existed), or a legacy side with data
+    /// no copy wrote.
+    TargetMayBeLive,
+    /// The source is a copy that no bot started, and either a copy-only one (it kept older
+    /// keys) or a copy of another keyspace than this step's target (which may have changed
+    /// since): the data is on the keyspace it was copied from.
+    SourceIsCopy,
+    /// The source is not a complete keyspace: an interrupted copy into it, or a cluster side
+    /// without the layout marker.
+    SourceIncomplete,
+    /// The source was (or is being) deleted by a cleanup.
+    SourceDeleted,
+    /// The source was copied to another keyspace than this step's target and no bot started on
+    /// it since: the bots may run on that other keyspace.
+    SourceMayBeStale,
+    /// The two records name different copies: these keyspaces are not the two sides of one
+    /// migration.
+    NotPartners,
+    /// The target's server holds the other layout of the target's prefix too (a keyspace with
+    /// a lifecycle record that no cleanup deleted, or legacy data): the names both layouts share
+    /// (conversations, cursors, leases, durability tables) are its keys, which a copy from
+    /// another server or prefix would overwrite.
+    SiblingInUse,
+    /// Cleanup: bots started on the side to delete since its copy: it holds their writes.
+    SideLive,
+    /// Cleanup: the side took part in no copy (no record), so no other side holds its data.
+    NoCopy,
+    /// Cleanup: the other side's copy is not complete.
+    CopyIncomplete,
+    /// Cleanup: the other side is a copy-only copy (it kept some older keys) that no bot
+    /// started: deleting its source would lose the newer values.
+    CopyInexact,
+    /// Cleanup: the other side was deleted: this side holds the only copy.
+    OtherDeleted,
+    /// A lifecycle record could not be read.
+    UnreadableRecord {
+        /// The record's key.
+        key: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+}
+
+/// The step a decision is about, for messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepKind {
+    /// `migrate_to_cluster_layout`.
+    Migrate,
+    /// `rollback_to_legacy_layout`.
+    Rollback,
+    /// `delete_abandoned_side`.
+    Cleanup,
+}
+
+impl Unsafe {
+    pub(crate) fn what(&self) -> String {
+        match self {
+            Unsafe::TargetLive => "the target is live: bots started on it since the copy, so a copy into it would bring back what they deleted and undo what they wrote".into(),
+            Unsafe::BothLive => "bots started on both sides since the copy: each side holds writes the other lacks".into(),
+            Unsafe::TargetMayBeLive => "the target has no lifecycle record but holds data or the layout marker that no copy recorded: bots may have written it".into(),
+            Unsafe::SourceIsCopy => "the source is a copy that no bot started, copy-only or made from another keyspace than this target: the data is on the keyspace it was copied from".into(),
+            Unsafe::SourceIncomplete => "the source is not a complete keyspace (an interrupted copy into it, or a cluster side without the layout marker)".into(),
+            Unsafe::SourceDeleted => "the source was deleted (or is being deleted) by a cleanup".into(),
+            Unsafe::SourceMayBeStale => "the source was copied to another keyspace than this target and no bot started on it since: the bots may run on that keyspace".into(),
+            Unsafe::NotPartners => "the two sides' records name different copies: they are not the two sides of one migration".into(),
+            Unsafe::SiblingInUse => "the target's server holds the other layout of the target's prefix, not deleted, and the names both layouts share (conversations, cursors, leases, durability tables) are its keys too".into(),
+            Unsafe::SideLive => "bots started on the side to delete since its copy: it holds their writes".into(),
+            Unsafe::NoCopy => "the side to delete took part in no recorded copy, so no other side is known to hold its data".into(),
+            Unsafe::CopyIncomplete => "the other side's copy is not complete".into(),
+            Unsafe::CopyInexact => "the other side is a copy-only copy (it kept some of its older keys) that no bot started: deleting its source would lose the newer values".into(),
+            Unsafe::OtherDeleted => "the other side was deleted: this side holds the only copy".into(),
+            Unsafe::UnreadableRecord { key, detail } => format!("the lifecycle record {key} cannot be read ({detail})"),
+        }
+    }
+
+    /// What the operator can do instead, for `step`.
+    pub fn advice(&self, step: StepKind) -> &'static str {
+        match (self, step) {
+            (Unsafe::TargetLive, StepKind::Migrate) => "if the bots run on the cluster side now, delete the legacy side with a cleanup (`botmesh-redis cleanup --layout legacy`); to bring them back to the legacy side, roll back from the cluster side",
+            (Unsafe::TargetLive, StepKind::Rollback) => "if the bots run on the legacy side now, delete the cluster side with a cleanup (`botmesh-redis cleanup --layout cluster`); to move them to the cluster again, migrate from the legacy side",
+            (Unsafe::TargetLive, StepKind::Cleanup) | (Unsafe::SideLive, _) => "the side holds the bots' newest data: delete the other side instead, or copy this one over it first",
+            (Unsafe::BothLive, _) => "stop the bots, decide which side's writes to keep, and reconcile by hand; docs/migration.md (\"Both sides live\") shows how to record the choice",
+            (Unsafe::TargetMayBeLive, _) => "check that no bot uses the target; if its data is a leftover, delete it by hand (docs/migration.md, \"A target without a record\"), or copy into a fresh prefix",
+            (Unsafe::SourceIsCopy, _) => "start the bots on the side that holds the data, or on this copy (their start records it), then take the step from the side they run on",
+            (Unsafe::SourceIncomplete, _) => "finish the copy into the source first (rerun it), or take the step from the side that holds the data",
+            (Unsafe::SourceDeleted, _) => "finish the cleanup (`botmesh-redis cleanup`); the data is on the other side",
+            (Unsafe::SourceMayBeStale, _) => "take the step against the keyspace the record names as the copy's other side; if the bots run on this side, start them here once (their start records it)",
+            (Unsafe::NotPartners, _) => "check the prefixes and servers: name the two keyspaces of one migration",
+            (Unsafe::SiblingInUse, _) => "if the bots left that keyspace, delete it first (`botmesh-redis cleanup`); else copy into another prefix",
+            (Unsafe::NoCopy, _) | (Unsafe::CopyIncomplete, _) => "finish the copy first (rerun it); the cleanup waits for a complete copy",
+            (Unsafe::CopyInexact, _) => "start the bots on the copy first, or rerun the copy as a mirror",
+            (Unsafe::OtherDeleted, _) => "keep this side: it holds the only copy of the data",
+            (Unsafe::UnreadableRecord { .. }, _) => "inspect the record (`HGETALL`); docs/migration.md describes its fields",
+        }
     }
 }

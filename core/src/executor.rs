@@ -32,25 +32,20 @@ pub trait Executor: Clone + Send + Sync + 'static {
         self.run(single(request, Ok))
     }
 
-    /// What this executor talks to, when it knows. A driver's `Client` does (its options
-    /// say); a test executor or a wrapper may answer `None`, and the components then take
-    /// their options' word. The store picks its layout from it, and every component refuses
-    /// the legacy layout on a cluster.
-    fn deployment(&self) -> Option<Deployment> {
-        None
-    }
+    /// What this executor talks to. A driver's `Client` answers what its options' endpoints
+    /// say; a wrapper answers its inner executor's word. The store picks its default layout
+    /// from it, and every component refuses the legacy layout on a cluster.
+    fn deployment(&self) -> Deployment;
 }
 
 /// Refuses a legacy-layout keyspace on a cluster executor: its multi-key scripts would fail
 /// with `CROSSSLOT` at the first call.
 pub(crate) fn check_layout<E: Executor>(
     exec: &E,
-    ks: &crate::layout::Keyspace,
+    ks: &crate::keys::Keyspace,
     component: &'static str,
 ) -> Result<(), Error> {
-    if ks.layout() == crate::layout::Layout::Legacy
-        && exec.deployment() == Some(Deployment::Cluster)
-    {
+    if ks.layout() == crate::keys::Layout::Legacy && exec.deployment() == Deployment::Cluster {
         return Err(crate::error::ConfigError::LegacyLayoutOnCluster { component }.into());
     }
     Ok(())

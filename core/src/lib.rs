@@ -13,7 +13,8 @@
 //!
 //! - [`Store`] ([`StoreOptions`]): messages per chat ([`MessageQuery`], [`MessagePage`]), chat,
 //!   contact and checkpoint records ([`RecordPage`]), per-user data, conversation state and
-//!   cursors; [`Store::typed`] stores a user's own struct through a [`Codec`].
+//!   cursors; [`Store::typed`] ([`Typed`]) stores a user's own struct through a
+//!   [`codec::Codec`].
 //! - [`Coordinator`] (locks with fences, per-chat turns, leaderships with terms, heartbeats),
 //!   [`Schedules`], [`Leases`] and [`Durability`] (the durable inbox/outbox), each built from
 //!   the store so they share its prefix and layout.
@@ -26,12 +27,17 @@
 //! Modules:
 //!
 //! - [`keys`]: the `cluster:v1` primitives (segment encoding, hash tags, CRC16 slots, FNV-1a
-//!   buckets) and every key name of every namespace ([`keys::Keyspace`]): the layout contract.
+//!   buckets), [`keys::Key`], and the names of the record kinds and turn parts: with
+//!   [`Keyspace`], which names every key of every namespace, the layout contract.
 //! - [`migrate`]: inspection, the migration between the layouts and the rollback.
 //! - [`codec`]: typed records.
 //! - [`driver`]: the sans-IO machinery under the typed API, for driver authors: the routing
 //!   [`driver::session`], the [`driver::Plan`] of every operation, requests, scripts,
 //!   topology and retries. A bot author never needs it.
+//!
+//! Every item has one public path: the crate root, one of these modules, or `driver`. The
+//! source files are private modules named after what they hold (`src/session/`,
+//! `src/store/`, ...); the paths above are built from them by re-exports.
 //! - `testing` (feature `testing`): a simulated cluster and scripted runners for tests.
 
 //! ## Layers
@@ -63,58 +69,230 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+// One file (or folder) per module; every module is private, and the public paths are the
+// re-exports below: the typed API at the root, the machinery in `driver`.
+mod addr;
 pub mod codec;
-mod coordinator;
-pub mod driver;
+mod coord;
 mod error;
 mod executor;
+mod framing;
 pub mod keys;
-mod layout;
 pub mod migrate;
+mod options;
+mod page;
+mod plan;
+mod request;
+mod retry;
+mod scan;
+mod script;
+mod scripts;
+mod session;
+mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
-
-// The crate's own code names the driver's modules from the root, as before they moved.
-use driver::{
-    coord, framing, options, plan, request, retry, scan, script, scripts, session, store, topology,
-    ttl, value,
-};
-
-// The crate root is the typed API a bot author meets; the machinery under it is in `driver`.
+mod topology;
+mod ttl;
+mod value;
 
 // The store and its records.
 pub use store::{
-    DeletedChat, Message, MessageCursor, MessagePage, MessageQuery, Page, Record, RecordPage,
-    Started, Store, StoreOptions, UserDataCursor, UserDataPage, UserEntry, MAX_PAGE,
+    DeletedChat, Message, MessageCursor, MessagePage, MessageQuery, Record, RecordPage, Started,
+    Store, StoreOptions, Typed, UserDataCursor, UserDataPage, UserEntry,
 };
+// Listings.
+pub use page::{Page, MAX_PAGE};
 // Coordination.
 pub use coord::MIN_IDLE_LIFETIME;
 pub use coord::{
-    Acked, Begun, Claimed, Schedule, SchedulePage, SkipReason, TurnEvent, TurnGrant, TurnGuard,
-    TurnOptions,
+    Acked, Begun, Claimed, Coordinator, Durability, Leases, Schedule, SchedulePage, Schedules,
+    SkipReason, TurnEvent, TurnGrant, TurnGuard, TurnOptions,
 };
-pub use coordinator::{Coordinator, Durability, Leases, Schedules};
-// Typed records.
-#[cfg(feature = "json")]
-pub use codec::Json;
-pub use codec::{Codec, CodecError, Typed};
 // Errors.
 pub use error::{ConfigError, Error, ServerError};
-pub use layout::{KeyError, ParseLayoutError};
+pub use keys::layout::{KeyError, ParseLayoutError};
 // Configuration and the client's side of the seam.
 pub use executor::{Deployment, Executor};
-pub use layout::{Keyspace, Layout};
+pub use keys::layout::{Keyspace, Layout};
 #[cfg(feature = "serde")]
 pub use options::{ClientConfig, StoreConfig, TlsConfig, TurnConfig};
 pub use options::{ClientOptions, Pem, TlsOptions};
 // Raw commands, for what the typed API does not cover (`Executor::call`).
+pub use addr::NodeAddr;
 /// Record values and message bodies are `Bytes`; re-exported so a caller needs no extra
 /// dependency to build one.
 pub use bytes::Bytes;
-pub use keys::Key;
+pub use keys::encoding::Key;
 pub use request::{Access, NodeTarget, Request, Route};
 /// A bot's own Lua script, for [`Request::script`] (`static MY_SCRIPT: Script = Script::new(..)`).
 pub use script::Script;
-pub use topology::NodeAddr;
 pub use ttl::MAX_TTL;
 pub use value::Value;
+
+pub mod driver {
+    //! The sans-IO machinery under the typed API, for driver authors and for tests of plans.
+    //!
+    //! A bot author never needs this module: [`Store`](crate::Store), the coordination types and the driver
+    //! crates' `Client` cover everything a bot does. A driver author runs a [`session::Session`]:
+    //! it feeds the session bytes, connection events and timeouts, and carries out its
+    //! [`session::Output`]s (connect, transmit, close, complete a waiter, wait until). The typed API
+    //! reaches the session through [`Executor::run`](crate::Executor::run) with a [`Plan`]: one state machine per store
+    //! operation, emitting batches of requests.
+    //!
+    //! These modules follow the crate's version like the rest, but they are the library's inside:
+    //! expect them to change more often than the typed API above them. They hold only what the
+    //! crate root does not: [`NodeAddr`](crate::NodeAddr), [`Request`](crate::Request),
+    //! [`Value`](crate::Value) and the rest of the typed API keep
+    //! their one path at the root.
+    //!
+    //! - [`session`]: the routing state machine (slot map, connections, ops, retries, timers);
+    //! - [`Plan`], [`Step`], [`Reply`]: the plan protocol, and [`plan`]: one-request plans and
+    //!   scripted runners;
+    //! - [`store`] and [`coord`]: the plan of every store and coordination operation, which the
+    //!   typed API runs; useful to test an operation's requests without a server;
+    //! - [`request`], [`scripts`]: building requests, and the Lua scripts of the core;
+    //! - [`topology`], [`retry`], [`framing`], [`value`]: `CLUSTER SLOTS` and redirects, what a
+    //!   reply means for routing and the backoff, where a reply ends in a buffer, decoding replies;
+    //! - [`scan`]: `SCAN` over every master; [`options`]: URL parsing.
+
+    pub use crate::plan::{Plan, Reply, Step};
+
+    pub mod session {
+        //! The routing session: the one state machine a driver talks to. Its contract (inputs,
+        //! outputs, the drain rule) is written on [`Session`].
+
+        pub use crate::session::{
+            AddressMap, Auth, Completion, Config, ConnId, Endpoints, Output, Session, Submission,
+            TimerReason, Waiters, FORGET_AFTER,
+        };
+    }
+
+    pub mod plan {
+        //! One-request plans and a scripted runner for plan snapshots (`Plan`, `Step` and `Reply`
+        //! are [`driver`](crate::driver)'s).
+
+        #[cfg(any(test, feature = "testing"))]
+        pub use crate::plan::scripted;
+        pub use crate::plan::{render_batch, single, Single};
+    }
+
+    pub mod store {
+        //! The plan of every store operation, in either layout (the typed API over them is
+        //! [`Store`](crate::Store)).
+
+        pub mod conv {
+            //! Conversation state: get, set with TTL, delete.
+
+            pub use crate::store::conv::{delete_conversation, get_conversation, set_conversation};
+        }
+        pub mod cursor {
+            //! Cursors: get, set, set if greater.
+
+            pub use crate::store::cursor::{get_cursor, set_cursor, set_cursor_if_greater};
+        }
+        pub mod delete_chat {
+            //! Deleting a chat: its messages in atomic chunks, then its record.
+
+            pub use crate::store::delete_chat::{delete_chat, DeleteChat};
+        }
+        pub mod guard {
+            //! The `start()` guard of each layout.
+
+            pub use crate::store::guard::{
+                eviction_policy, is_legacy_layout_key, start, StartGuard, SCAN_LIMIT,
+            };
+        }
+        pub mod messages {
+            //! Messages: save, get, list (by time range, paged), delete.
+
+            pub use crate::store::messages::{
+                delete_message, get_message, list_messages, save_message, ListMessages,
+            };
+        }
+        pub mod records {
+            //! Chats, contacts and checkpoints.
+
+            pub use crate::store::records::{
+                delete_record, get_record, list_records, set_checkpoint, upsert_record, ListRecords,
+            };
+        }
+        pub mod user {
+            //! User data (`ctx.user`).
+
+            pub use crate::store::user::{
+                check_legacy_ids, clear_user_data, delete_user_data, get_user_data, list_user_data,
+                set_user_data, ClearUserData, ListUserData,
+            };
+        }
+    }
+
+    pub mod coord {
+        //! The plan of every coordination operation, in either layout (the typed API over them is
+        //! [`Coordinator`](crate::Coordinator), [`Schedules`](crate::Schedules),
+        //! [`Leases`](crate::Leases) and [`Durability`](crate::Durability)).
+
+        pub use crate::coord::{
+            acquire_turn, heartbeat, heartbeat_stop, journal_begin, journal_forget,
+            leader_campaign, leader_campaign_replicated, leader_renew, leader_resign,
+            lease_acquire, lease_acquire_replicated, lease_release, lease_renew, live_replicas,
+            lock_acquire, lock_acquire_replicated, lock_extend, lock_release, outbox_ack,
+            outbox_claim, outbox_enqueue, outbox_recover, replica_alive, schedule_delete,
+            schedule_get, schedule_list, schedule_put, turn_extend, turn_release, AcquireTurn,
+            ListSchedules, LiveReplicas, Replicated, DURABLE_PARTS,
+        };
+    }
+
+    pub mod request {
+        //! Building requests ([`Request`](crate::Request) is at the crate root).
+
+        pub use crate::request::{encode_args, Arg, CommandBuilder};
+    }
+
+    pub mod scripts {
+        //! Every Lua script of the core, declared once (the manifest).
+
+        pub use crate::scripts::*;
+    }
+
+    pub mod topology {
+        //! `CLUSTER SLOTS` replies and `MOVED` / `ASK` redirects, parsed defensively.
+
+        pub use crate::topology::{
+            parse_cluster_slots, parse_cluster_slots_with, parse_redirect, Redirect, Shard,
+            Topology, TopologyError, UnknownEndpoint,
+        };
+    }
+
+    pub mod retry {
+        //! What a reply means for routing, and the backoff.
+
+        pub use crate::retry::{
+            classify, handshake, next_attempt, Decision, Handshake, Jitter, NextAttempt,
+            RetryPolicy,
+        };
+    }
+
+    pub mod framing {
+        //! Where a reply ends in a read buffer.
+
+        pub use crate::framing::{FrameScan, Scanned, MAX_DEPTH};
+    }
+
+    pub mod value {
+        //! Decoding replies ([`Value`](crate::Value) is at the crate root).
+
+        pub use crate::value::{from_frame, Frame};
+    }
+
+    pub mod scan {
+        //! `SCAN` over every master.
+
+        pub use crate::scan::{masters_of, masters_request, scan, Scan};
+    }
+
+    pub mod options {
+        //! URL parsing ([`ClientOptions`](crate::ClientOptions) is at the crate root).
+
+        pub use crate::options::{parse_url, ParsedUrl};
+    }
+}

@@ -4,10 +4,10 @@
 use bytes::Bytes;
 use std::fmt;
 
+use crate::addr::NodeAddr;
 use crate::error::{ConfigError, Error};
 use crate::keys::Key;
 use crate::script::Script;
-use crate::topology::NodeAddr;
 
 /// Whether a request changes data. Decides what happens when its reply is lost: a read may be
 /// retried, a write never is.
@@ -257,15 +257,15 @@ impl Request {
     /// the single node in the legacy layout, whose keys carry no hash tags (a lock and its
     /// fence, or a message log and its items, hash to different slots there).
     pub fn script_in(
-        ks: &crate::layout::Keyspace,
+        ks: &crate::keys::Keyspace,
         script: &'static Script,
         access: Access,
         keys: Vec<Key>,
         args: Vec<Bytes>,
     ) -> Result<Request, Error> {
         match ks.layout() {
-            crate::layout::Layout::Cluster => Request::script(script, access, keys, args),
-            crate::layout::Layout::Legacy => {
+            crate::keys::Layout::Cluster => Request::script(script, access, keys, args),
+            crate::keys::Layout::Legacy => {
                 Ok(Request::single_node_script(script, access, keys, args))
             }
         }

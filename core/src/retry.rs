@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
+use crate::addr::NodeAddr;
 use crate::error::{Error, ServerError};
-use crate::topology::{parse_redirect, NodeAddr, Redirect};
+use crate::topology::{parse_redirect, Redirect};
 
 /// What to do with an error reply.
 #[derive(Clone, Debug, PartialEq, Eq)]

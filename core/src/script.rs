@@ -16,7 +16,7 @@ pub struct Script {
 }
 
 impl Script {
-    /// Declares a script; every script of the core is declared in [`crate::scripts`].
+    /// Declares a script; every script of the core is declared in the manifest, `scripts.rs`.
     pub const fn new(name: &'static str, source: &'static str) -> Self {
         Script {
             name,
@@ -42,11 +42,6 @@ impl Script {
     }
 }
 
-/// Every script the core uses, for tests and for preloading (the manifest, [`crate::scripts`]).
-pub fn all() -> Vec<&'static Script> {
-    crate::scripts::ALL.to_vec()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,21 +53,5 @@ mod tests {
             script.sha1().as_ref(),
             b"e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
         );
-    }
-
-    #[test]
-    fn every_lua_file_is_registered_once() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
-        let mut files: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .filter_map(|e| {
-                let name = e.unwrap().file_name().into_string().unwrap();
-                name.strip_suffix(".lua").map(str::to_owned)
-            })
-            .collect();
-        files.sort();
-        let mut registered: Vec<String> = all().iter().map(|s| s.name().to_owned()).collect();
-        registered.sort();
-        assert_eq!(files, registered);
     }
 }

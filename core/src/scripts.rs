@@ -89,3 +89,24 @@ manifest! {
     /// A side's lifecycle record: replaced by a migration step, stamped by `start()`.
     LIFECYCLE = "lifecycle";
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ALL;
+
+    #[test]
+    fn every_lua_file_is_registered_once() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().into_string().unwrap();
+                name.strip_suffix(".lua").map(str::to_owned)
+            })
+            .collect();
+        files.sort();
+        let mut registered: Vec<String> = ALL.iter().map(|s| s.name().to_owned()).collect();
+        registered.sort();
+        assert_eq!(files, registered);
+    }
+}

@@ -20,6 +20,10 @@ pub enum Value {
     Status(Bytes),
     /// An array reply.
     Array(Vec<Value>),
+    /// An error reply inside a value: an item of an array reply (`EXEC`'s), or the answer of
+    /// the `WAIT` written after a grant. A reply that is itself an error is a
+    /// [`Frame`]'s `Err`, never this.
+    Error(ServerError),
 }
 
 /// One decoded reply: a value or an error reply.
@@ -39,11 +43,9 @@ fn value_of(frame: BytesFrame) -> Value {
         BytesFrame::Integer(i) => Value::Int(i),
         BytesFrame::BulkString(b) => Value::Bulk(b),
         BytesFrame::SimpleString(b) => Value::Status(b),
-        // An error nested in an array (a MULTI/EXEC reply) stays visible as a status-like value
-        // that no accessor mistakes for data.
-        BytesFrame::Error(text) => {
-            Value::Status(Bytes::from(format!("-{}", text.as_bytes().escape_ascii())))
-        }
+        // An error nested in an array (a MULTI/EXEC reply) keeps its type: no accessor
+        // mistakes it for data.
+        BytesFrame::Error(text) => Value::Error(ServerError::new(text.to_string())),
         BytesFrame::Array(items) => Value::Array(items.into_iter().map(value_of).collect()),
     }
 }
@@ -134,6 +136,7 @@ impl fmt::Debug for Value {
             Value::Bulk(b) => write!(f, "\"{}\"", b.escape_ascii()),
             Value::Status(b) => write!(f, "+{}", b.escape_ascii()),
             Value::Array(items) => f.debug_list().entries(items).finish(),
+            Value::Error(e) => write!(f, "-{}", e.text().escape_default()),
         }
     }
 }
@@ -147,5 +150,33 @@ impl From<&str> for Value {
 impl From<i64> for Value {
     fn from(i: i64) -> Self {
         Value::Int(i)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_inside_an_array_stays_an_error() {
+        let frame = BytesFrame::Array(vec![
+            BytesFrame::Integer(1),
+            BytesFrame::Error("NOREPLICAS Not enough good replicas".into()),
+        ]);
+        let Ok(Value::Array(items)) = from_frame(frame) else {
+            panic!("an array reply is a value");
+        };
+        let nested = ServerError::new("NOREPLICAS Not enough good replicas");
+        assert_eq!(items, [Value::Int(1), Value::Error(nested.clone())]);
+        assert_eq!(
+            items[1].clone().into_bytes().ok(),
+            None,
+            "never read as data"
+        );
+        assert_eq!(nested.code(), "NOREPLICAS");
+        assert_eq!(
+            format!("{:?}", items[1]),
+            "-NOREPLICAS Not enough good replicas"
+        );
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use botmesh_redis_core::driver::session::{Auth, Endpoints};
 use botmesh_redis_core::{ClientConfig, StoreConfig, TlsOptions, TurnConfig};
-use botmesh_redis_core::{ConfigError, Error, Layout, NodeAddr};
+use botmesh_redis_core::{ConfigError, Deployment, Error, Layout, NodeAddr};
 use serde::Deserialize;
 
 /// How a bot would nest the library's sections in its own config.
@@ -66,8 +66,8 @@ fn a_realistic_toml_file() {
     assert_eq!(config.response_timeout, defaults.response_timeout);
     assert_eq!(config.refresh_interval, defaults.refresh_interval);
 
-    let store = bot.store.into_options().cluster_client(true);
-    assert_eq!(store.resolved_layout(), Layout::Cluster);
+    let store = bot.store.into_options();
+    assert_eq!(store.resolved_layout(Deployment::Cluster), Layout::Cluster);
 
     let turns = bot.turns.into_options().unwrap();
     assert_eq!(turns.ttl, Duration::from_secs(20));
@@ -91,7 +91,7 @@ fn a_json_file_for_one_node() {
     assert_eq!(config.auth.unwrap().password, "pw");
     assert_eq!(config.response_timeout, Duration::from_millis(2500));
     let store = bot.store.into_options();
-    assert_eq!(store.resolved_layout(), Layout::Legacy);
+    assert_eq!(store.resolved_layout(Deployment::Single), Layout::Legacy);
 }
 
 #[test]

@@ -510,7 +510,7 @@ fn turn_idle_lifetime_shorter_than_twice_the_longest_timer_is_refused() {
         poll_interval: Duration::ZERO,
         claim_timeout: Duration::ZERO,
         wait_timeout: Duration::ZERO,
-        idle_lifetime: coord::MIN_IDLE_LIFETIME,
+        idle_lifetime: botmesh_redis_core::MIN_IDLE_LIFETIME,
     };
     assert_eq!(floor.check(), Ok(()));
     // Durations too long for a script's arithmetic are refused as for every TTL.
@@ -891,7 +891,7 @@ fn schedule_put_stale_delete_get() {
         });
         assert_eq!(
             got.unwrap(),
-            Some(coord::Schedule {
+            Some(botmesh_redis_core::Schedule {
                 token: 5,
                 data: Bytes::from_static(b"0 9 * * *")
             })
@@ -959,10 +959,10 @@ fn schedule_list_hides_markers() {
         });
         assert_eq!(
             got.unwrap(),
-            coord::SchedulePage {
+            botmesh_redis_core::SchedulePage {
                 items: vec![(
                     live.to_owned(),
-                    coord::Schedule {
+                    botmesh_redis_core::Schedule {
                         token: 3,
                         data: Bytes::from_static(b"every day")
                     }
@@ -1003,20 +1003,20 @@ fn durable_journal_and_outbox() {
             coord::journal_begin(ks, "in", "m:1", "i1", window).unwrap(),
             |_| int(1),
         );
-        assert_eq!(got.unwrap(), coord::Begun::First);
+        assert_eq!(got.unwrap(), botmesh_redis_core::Begun::First);
         out += &t;
         out += "# the same instance again (its first reply was lost): still its own\n";
         let (got, t) = run(
             coord::journal_begin(ks, "in", "m:1", "i1", window).unwrap(),
             |_| int(2),
         );
-        assert_eq!(got.unwrap(), coord::Begun::ByThisInstance);
+        assert_eq!(got.unwrap(), botmesh_redis_core::Begun::ByThisInstance);
         out += &t;
         let (got, t) = run(
             coord::journal_begin(ks, "in", "m:1", "i2", window).unwrap(),
             |_| int(0),
         );
-        assert_eq!(got.unwrap(), coord::Begun::Duplicate);
+        assert_eq!(got.unwrap(), botmesh_redis_core::Begun::Duplicate);
         out += &t;
         let (got, t) = run(coord::journal_forget(ks, "in", "m:1").unwrap(), |_| int(1));
         assert!(got.unwrap());
@@ -1038,11 +1038,11 @@ fn durable_journal_and_outbox() {
         assert_eq!(
             got.unwrap(),
             vec![
-                coord::Claimed {
+                botmesh_redis_core::Claimed {
                     key: "send:1".into(),
                     payload: Bytes::from_static(b"hi")
                 },
-                coord::Claimed {
+                botmesh_redis_core::Claimed {
                     key: "send:2".into(),
                     payload: Bytes::new()
                 },
@@ -1053,14 +1053,14 @@ fn durable_journal_and_outbox() {
             coord::outbox_ack(ks, "out", "send:1", "i1").unwrap(),
             |_| int(1),
         );
-        assert_eq!(got.unwrap(), coord::Acked::Now);
+        assert_eq!(got.unwrap(), botmesh_redis_core::Acked::Now);
         out += &t;
         out += "# the same ack again (its first reply was lost): already done\n";
         let (got, t) = run(
             coord::outbox_ack(ks, "out", "send:1", "i1").unwrap(),
             |_| int(2),
         );
-        assert_eq!(got.unwrap(), coord::Acked::Already);
+        assert_eq!(got.unwrap(), botmesh_redis_core::Acked::Already);
         out += &t;
         let (got, t) = run(
             coord::outbox_ack(ks, "out", "send:2", "i9").unwrap(),

@@ -722,7 +722,7 @@ fn every_lua_script_has_a_header_and_builds_no_key() {
 
 #[test]
 fn save_message_header_matches_its_call() {
-    use botmesh_redis_core::driver::{store, Plan, Step};
+    use botmesh_redis_core::driver::{store::messages, Plan, Step};
     use botmesh_redis_core::{Keyspace, Layout};
     let src = include_str!("../lua/save_message.lua");
     let header = check_script("save_message", src).unwrap();
@@ -741,7 +741,8 @@ fn save_message_header_matches_its_call() {
         }
     );
     let ks = Keyspace::new(Layout::Cluster, "bot").unwrap();
-    let mut plan = store::save_message(&ks, "c", "m", 1, bytes::Bytes::from_static(b"p")).unwrap();
+    let mut plan =
+        messages::save_message(&ks, "c", "m", 1, bytes::Bytes::from_static(b"p")).unwrap();
     let Step::Send(batch) = plan.start() else {
         panic!("save_message must start by sending")
     };

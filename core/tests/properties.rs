@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use botmesh_redis_core::driver::{store, Plan, Step};
+use botmesh_redis_core::driver::{store::messages, Plan, Step};
 use botmesh_redis_core::keys::{bucket, enc, hash_tag, slot};
 use botmesh_redis_core::keys::{RecordKind, TurnPart};
 use botmesh_redis_core::KeyError;
@@ -151,8 +151,9 @@ fn tagged_cluster_keys(ks: &Keyspace, id: &str) -> Vec<(Key, String)> {
 
 /// The one request of the `save_message` plan.
 fn save_message_request(ks: &Keyspace, chat: &str, id: &str) -> botmesh_redis_core::Request {
-    let mut plan = store::save_message(ks, chat, id, 1_700_000_000_000, Bytes::from_static(b"p"))
-        .expect("cluster keys of one chat share a slot");
+    let mut plan =
+        messages::save_message(ks, chat, id, 1_700_000_000_000, Bytes::from_static(b"p"))
+            .expect("cluster keys of one chat share a slot");
     match plan.start() {
         Step::Send(mut batch) => {
             assert_eq!(batch.len(), 1);

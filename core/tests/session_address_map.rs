@@ -5,9 +5,10 @@
 use std::sync::Arc;
 
 use botmesh_redis_core::driver::session::Config;
-use botmesh_redis_core::driver::topology::NodeAddr;
 use botmesh_redis_core::keys::slot;
-use botmesh_redis_core::testing::{get, set, start, Harness, SimCluster};
+use botmesh_redis_core::testing::sim::{Harness, SimCluster};
+use botmesh_redis_core::testing::{get, set, start};
+use botmesh_redis_core::NodeAddr;
 use botmesh_redis_core::Value;
 
 #[test]

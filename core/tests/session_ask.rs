@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use botmesh_redis_core::driver::Reply;
 use botmesh_redis_core::keys::slot;
-use botmesh_redis_core::testing::{get, set, Harness, Rule, Sequence};
+use botmesh_redis_core::testing::sim::{Harness, Rule};
+use botmesh_redis_core::testing::{get, set, Sequence};
 use botmesh_redis_core::Value;
 
 fn cluster() -> Harness {
@@ -80,12 +81,12 @@ fn asking_and_its_command_are_never_separated_on_a_busy_connection() {
         h.run_for(Duration::from_micros(300));
     }
     for (asks, token) in singles {
-        let replies = h.wait_for::<Vec<Reply>>(token).unwrap();
+        let replies = h.wait_for::<Vec<Reply>>(&token).unwrap();
         let want = if asks { "x" } else { "b" };
         assert_eq!(replies[0], Ok(Value::from(want)));
     }
     for token in sequences {
-        let replies = h.wait_for::<Vec<Vec<Reply>>>(token).unwrap();
+        let replies = h.wait_for::<Vec<Vec<Reply>>>(&token).unwrap();
         assert_eq!(
             replies,
             vec![vec![Ok(Value::from("a"))], vec![Ok(Value::from("b"))]]

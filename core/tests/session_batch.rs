@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use botmesh_redis_core::keys::slot;
-use botmesh_redis_core::testing::{get, incr, set, Harness, Rule};
+use botmesh_redis_core::testing::sim::{Harness, Rule};
+use botmesh_redis_core::testing::{get, incr, set};
 use botmesh_redis_core::Error;
 use botmesh_redis_core::Value;
 

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use botmesh_redis_core::driver::session::{Config, ConnId, Output, Session};
 use botmesh_redis_core::driver::Reply;
-use botmesh_redis_core::testing::Token;
-use botmesh_redis_core::testing::{get, incr, set, start, Batch, ConnectMode, Harness, Rule};
+use botmesh_redis_core::testing::sim::{ConnectMode, Harness, Rule};
+use botmesh_redis_core::testing::{get, incr, set, start, Batch};
+use botmesh_redis_core::testing::{Ticket, Tickets, Token};
 use botmesh_redis_core::Error;
 
 #[test]
@@ -40,10 +41,10 @@ fn close_completes_every_plan() {
         addr: a.clone(),
         reason: "the client was closed before the reply came".into(),
     };
-    assert_eq!(h.take::<Vec<Reply>>(write_in_flight), Some(Err(lost)));
+    assert_eq!(h.take::<Vec<Reply>>(&write_in_flight), Some(Err(lost)));
     for token in [read_in_flight, backing_off, connecting, done] {
         assert_eq!(
-            h.take::<Vec<Reply>>(token),
+            h.take::<Vec<Reply>>(&token),
             Some(Err(Error::Closed)),
             "{token:?}"
         );
@@ -53,17 +54,18 @@ fn close_completes_every_plan() {
 
     // A closed session refuses new plans, at once.
     let late = h.submit_batch(vec![get(&kb)]);
-    assert_eq!(h.take::<Vec<Reply>>(late), Some(Err(Error::Closed)));
+    assert_eq!(h.take::<Vec<Reply>>(&late), Some(Err(Error::Closed)));
 }
 
 #[test]
 fn a_closed_session_ignores_late_events_and_stays_idle() {
     let now = start();
-    let mut session = Session::new(
-        Config::single(botmesh_redis_core::driver::topology::NodeAddr::new("h", 1)),
+    let mut session = Session::<Tickets>::new(
+        Config::single(botmesh_redis_core::NodeAddr::new("h", 1)),
         now,
     );
-    session.submit(now, Token(1), Batch::new(vec![get("k")]));
+    let ticket = Ticket::new(Token(1));
+    session.submit(now, ticket.clone(), Batch::new(vec![get("k")]));
     let conn = match session.poll() {
         Output::Connect { conn, .. } => conn,
         other => panic!("{other:?}"),
@@ -72,12 +74,9 @@ fn a_closed_session_ignores_late_events_and_stays_idle() {
     session.close(now);
     assert!(matches!(session.poll(), Output::Close { conn: c } if c == conn));
     match session.poll() {
-        Output::Complete {
-            waiter: token,
-            result,
-        } => {
-            assert_eq!(token, Token(1));
-            assert_eq!(result.into_result::<Vec<Reply>>(), Err(Error::Closed));
+        Output::Complete(completion) => {
+            assert_eq!(completion.deliver(), Token(1));
+            assert_eq!(ticket.take(), Some(Err(Error::Closed)));
         }
         other => panic!("{other:?}"),
     }
@@ -93,7 +92,7 @@ fn a_closed_session_ignores_late_events_and_stays_idle() {
 
 /// Drives a single-node session until its connection is ready (the handshake answered), and
 /// returns the connection.
-fn ready_single(session: &mut Session<Token>, now: std::time::Instant) -> ConnId {
+fn ready_single(session: &mut Session<Tickets>, now: std::time::Instant) -> ConnId {
     let conn = match session.poll() {
         Output::Connect { conn, .. } => conn,
         other => panic!("{other:?}"),
@@ -106,26 +105,31 @@ fn ready_single(session: &mut Session<Token>, now: std::time::Instant) -> ConnId
 }
 
 /// Drains after `close` and returns the one plan's result.
-fn closed_result(session: &mut Session<Token>) -> Result<Vec<Reply>, Error> {
-    let mut result = None;
+fn closed_result(
+    session: &mut Session<Tickets>,
+    ticket: &Ticket<Vec<Reply>>,
+) -> Result<Vec<Reply>, Error> {
     loop {
         match session.poll() {
-            Output::Complete { result: r, .. } => result = Some(r.into_result::<Vec<Reply>>()),
+            Output::Complete(completion) => {
+                completion.deliver();
+            }
             Output::Wait { .. } => break,
             _ => {}
         }
     }
-    result.expect("the plan completed")
+    ticket.take().expect("the plan completed")
 }
 
 #[test]
 fn a_granted_write_whose_wait_is_not_written_yet_is_reply_lost_at_close() {
     let now = start();
-    let node = botmesh_redis_core::driver::topology::NodeAddr::new("h", 1);
-    let mut session = Session::new(Config::single(node.clone()), now);
+    let node = botmesh_redis_core::NodeAddr::new("h", 1);
+    let mut session = Session::<Tickets>::new(Config::single(node.clone()), now);
+    let ticket = Ticket::new(Token(1));
     session.submit(
         now,
-        Token(1),
+        ticket.clone(),
         Batch::new(vec![set("k", "v").then_wait(1, 100)]),
     );
     let conn = ready_single(&mut session, now);
@@ -135,7 +139,7 @@ fn a_granted_write_whose_wait_is_not_written_yet_is_reply_lost_at_close() {
     session.handle_read(t, conn, b"+OK\r\n");
     session.close(t);
     assert_eq!(
-        closed_result(&mut session),
+        closed_result(&mut session, &ticket),
         Err(Error::ReplyLost {
             addr: node,
             reason: "the client was closed before the reply came".into(),
@@ -147,9 +151,14 @@ fn a_granted_write_whose_wait_is_not_written_yet_is_reply_lost_at_close() {
 #[test]
 fn a_write_lost_with_its_connection_is_not_hidden_by_a_later_close() {
     let now = start();
-    let node = botmesh_redis_core::driver::topology::NodeAddr::new("h", 1);
-    let mut session = Session::new(Config::single(node.clone()), now);
-    session.submit(now, Token(1), Batch::new(vec![set("k", "v"), get("j")]));
+    let node = botmesh_redis_core::NodeAddr::new("h", 1);
+    let mut session = Session::<Tickets>::new(Config::single(node.clone()), now);
+    let ticket = Ticket::new(Token(1));
+    session.submit(
+        now,
+        ticket.clone(),
+        Batch::new(vec![set("k", "v"), get("j")]),
+    );
     let conn = ready_single(&mut session, now);
     while !matches!(session.poll(), Output::Wait { .. }) {}
     // The connection dies with both unanswered: the SET ends ReplyLost, the GET backs off;
@@ -159,7 +168,7 @@ fn a_write_lost_with_its_connection_is_not_hidden_by_a_later_close() {
     while !matches!(session.poll(), Output::Wait { .. }) {}
     session.close(t);
     assert_eq!(
-        closed_result(&mut session),
+        closed_result(&mut session, &ticket),
         Err(Error::ReplyLost {
             addr: node,
             reason: "connection reset by peer".into(),

@@ -5,9 +5,10 @@
 use std::time::Duration;
 
 use botmesh_redis_core::driver::session::{Auth, Config};
-use botmesh_redis_core::driver::topology::NodeAddr;
-use botmesh_redis_core::testing::{get, incr, set, start, ConnectMode, Harness, SimCluster};
+use botmesh_redis_core::testing::sim::{ConnectMode, Harness, SimCluster};
+use botmesh_redis_core::testing::{get, incr, set, start};
 use botmesh_redis_core::Error;
+use botmesh_redis_core::NodeAddr;
 use botmesh_redis_core::Value;
 
 fn single(mode: ConnectMode) -> (Harness, NodeAddr) {
@@ -159,10 +160,10 @@ fn cluster_requests_queued_on_a_dead_node_are_retried_after_a_refresh() {
     // The replica takes over 500 ms later.
     h.schedule(t0 + Duration::from_millis(500), {
         let a = a.clone();
-        move |sim, now| sim.failover(now, &a, botmesh_redis_core::testing::Demotion::Down)
+        move |sim, now| sim.failover(now, &a, botmesh_redis_core::testing::sim::Demotion::Down)
     });
     let replies = h
-        .wait_for::<Vec<botmesh_redis_core::driver::Reply>>(token)
+        .wait_for::<Vec<botmesh_redis_core::driver::Reply>>(&token)
         .unwrap();
     assert_eq!(
         replies,
@@ -195,7 +196,7 @@ fn a_stalled_auth_ends_at_the_connect_timeout() {
     let node = sim.master(0);
     sim.require_password(None, "pw");
     sim.add_rule(
-        botmesh_redis_core::testing::Rule::stall()
+        botmesh_redis_core::testing::sim::Rule::stall()
             .commands(&["AUTH"])
             .times(1),
     );

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use botmesh_redis_core::driver::plan::Reply;
-use botmesh_redis_core::testing::{get, ConnectMode, Harness};
+use botmesh_redis_core::testing::get;
+use botmesh_redis_core::testing::sim::{ConnectMode, Harness};
 use botmesh_redis_core::Value;
 
 #[test]
@@ -52,7 +52,7 @@ fn a_master_down_for_thirty_seconds_is_dialled_once_per_backoff() {
         .iter()
         .skip(1)
         .step_by(2)
-        .filter(|&&t| h.take::<Vec<Reply>>(t) == Some(Ok(vec![Ok(Value::Nil)])))
+        .filter(|t| h.take(*t) == Some(Ok(vec![Ok(Value::Nil)])))
         .count();
     assert_eq!(alive_ok, 30_000);
 }

@@ -5,9 +5,8 @@
 
 use botmesh_redis_core::driver::session::Config;
 use botmesh_redis_core::driver::Reply;
-use botmesh_redis_core::testing::{
-    get, incr, mget, set, start, Chunking, Harness, Rule, SimCluster,
-};
+use botmesh_redis_core::testing::sim::{Chunking, Harness, Rule, SimCluster};
+use botmesh_redis_core::testing::{get, incr, mget, set, start};
 use botmesh_redis_core::Error;
 use botmesh_redis_core::Value;
 

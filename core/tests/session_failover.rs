@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use botmesh_redis_core::keys::slot;
-use botmesh_redis_core::testing::{get, incr, set, Demotion, Harness, Rule};
+use botmesh_redis_core::testing::sim::{Demotion, Harness, Rule};
+use botmesh_redis_core::testing::{get, incr, set};
 use botmesh_redis_core::Error;
 use botmesh_redis_core::Value;
 
@@ -88,7 +89,7 @@ fn a_master_that_dies_under_load() {
     h.sim.failover(h.now(), &a, Demotion::Down);
     let promoted = h.sim.master(0);
     let replies = h
-        .wait_for::<Vec<botmesh_redis_core::driver::Reply>>(token)
+        .wait_for::<Vec<botmesh_redis_core::driver::Reply>>(&token)
         .unwrap();
     assert_eq!(replies[0], Ok(Value::from("7")), "the read is asked again");
     assert_eq!(
@@ -123,7 +124,7 @@ fn a_late_ok_from_a_replaced_master_is_not_a_success() {
     // A master stops with a write queued; its replica is promoted and a refresh says so; then
     // the old master runs again and answers the write it queued, before it learns it was
     // replaced and discards its data. That answer must not count as a success.
-    let sim = botmesh_redis_core::testing::SimCluster::cluster(3, 1);
+    let sim = botmesh_redis_core::testing::sim::SimCluster::cluster(3, 1);
     let mut config = botmesh_redis_core::driver::session::Config::cluster(sim.masters());
     config.response_timeout = Duration::from_secs(30);
     config.request_timeout = Duration::from_secs(60);
@@ -145,7 +146,7 @@ fn a_late_ok_from_a_replaced_master_is_not_a_success() {
     assert_eq!(h.session.slot_owner(slot(key.as_bytes())), Some(&promoted));
     h.sim.unstall(h.now(), &a);
     h.run_for(Duration::from_millis(10));
-    match h.take::<Vec<botmesh_redis_core::driver::Reply>>(write) {
+    match h.take::<Vec<botmesh_redis_core::driver::Reply>>(&write) {
         Some(Ok(replies)) => match &replies[0] {
             Err(e @ Error::ReplyLost { addr, reason }) => {
                 assert!(e.outcome_unknown());
@@ -159,7 +160,7 @@ fn a_late_ok_from_a_replaced_master_is_not_a_success() {
     // A read answered by the old master is only stale, not lost: it stands (it sees the
     // write the old master ran and will discard).
     assert_eq!(
-        h.take::<Vec<botmesh_redis_core::driver::Reply>>(read),
+        h.take::<Vec<botmesh_redis_core::driver::Reply>>(&read),
         Some(Ok(vec![Ok(Value::from("2"))]))
     );
     // The next write goes to the new master. (The simulated shard keeps one copy of the

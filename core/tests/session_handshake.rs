@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use botmesh_redis_core::driver::session::{Auth, Config};
-use botmesh_redis_core::testing::{get, incr, start, Harness, Rule, SimCluster};
+use botmesh_redis_core::testing::sim::{Harness, Rule, SimCluster};
+use botmesh_redis_core::testing::{get, incr, start};
 use botmesh_redis_core::Error;
 use botmesh_redis_core::Value;
 

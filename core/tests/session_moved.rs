@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use botmesh_redis_core::driver::session::Config;
 use botmesh_redis_core::keys::slot;
-use botmesh_redis_core::testing::{get, set, start, Harness, Rule, SimCluster};
+use botmesh_redis_core::testing::sim::{Harness, Rule, SimCluster};
+use botmesh_redis_core::testing::{get, set, start};
 use botmesh_redis_core::Error;
 use botmesh_redis_core::{ServerError, Value};
 

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use botmesh_redis_core::driver::session::{Config, FORGET_AFTER};
-use botmesh_redis_core::driver::topology::NodeAddr;
-use botmesh_redis_core::testing::{get, start, Harness, SimCluster};
+use botmesh_redis_core::testing::sim::{Harness, SimCluster};
+use botmesh_redis_core::testing::{get, start};
+use botmesh_redis_core::NodeAddr;
 use botmesh_redis_core::Value;
 
 #[test]

@@ -8,12 +8,13 @@
 
 use std::collections::BTreeMap;
 
-use botmesh_redis_core::driver::plan::{Plan, Reply, Step};
-use botmesh_redis_core::driver::request::{Access, Request};
 use botmesh_redis_core::driver::scan::{masters_of, masters_request};
 use botmesh_redis_core::driver::session::Config;
-use botmesh_redis_core::driver::topology::NodeAddr;
-use botmesh_redis_core::testing::{start, Harness, SimCluster};
+use botmesh_redis_core::driver::{Plan, Reply, Step};
+use botmesh_redis_core::testing::sim::{Harness, SimCluster};
+use botmesh_redis_core::testing::start;
+use botmesh_redis_core::NodeAddr;
+use botmesh_redis_core::{Access, Request};
 use botmesh_redis_core::{Error, Value};
 
 /// Asks for the masters, then reads one key each master owns, on that master by its address
@@ -75,7 +76,7 @@ fn a_node_address_without_host_is_the_answering_host() {
         key_by_port: key_by_port.clone(),
         addrs: None,
     });
-    let visited: Vec<(String, Reply)> = h.wait_for(token).unwrap();
+    let visited: Vec<(String, Reply)> = h.wait_for(&token).unwrap();
     let expected: Vec<(String, Reply)> = masters
         .iter()
         .map(|m| {

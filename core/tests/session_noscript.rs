@@ -3,11 +3,12 @@
 //! `ASKING`. Script calls are routed by their first key.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use botmesh_redis_core::driver::script::Script;
 use botmesh_redis_core::driver::session::Config;
 use botmesh_redis_core::keys::slot;
-use botmesh_redis_core::testing::{start, Data, Demotion, Harness, SimCluster};
+use botmesh_redis_core::testing::sim::{Data, Demotion, Harness, SimCluster};
+use botmesh_redis_core::testing::start;
 use botmesh_redis_core::Error;
+use botmesh_redis_core::Script;
 use botmesh_redis_core::{Access, Key, Request, ServerError, Value};
 use bytes::Bytes;
 
@@ -159,7 +160,7 @@ fn noscript_on_a_plain_command_or_after_eval_is_final() {
     let text = "NOSCRIPT No matching script. Please use EVAL.";
     // A node that keeps saying NOSCRIPT even to EVAL gets one EVAL, no more.
     h.sim.add_rule(
-        botmesh_redis_core::testing::Rule::error(text)
+        botmesh_redis_core::testing::sim::Rule::error(text)
             .on(&a)
             .commands(&["EVALSHA", "EVAL", "GET"]),
     );

@@ -15,9 +15,10 @@ use std::time::Duration;
 use botmesh_redis_core::driver::session::Config;
 use botmesh_redis_core::keys::SLOT_COUNT;
 use botmesh_redis_core::testing::chaos::{
-    config, inject, Driver, Fault, Frame, Input, Model, Req, CODES,
+    config, inject, BareSession, Fault, Frame, Input, Model, Req, CODES,
 };
-use botmesh_redis_core::testing::{start, Harness, SimCluster};
+use botmesh_redis_core::testing::sim::{Harness, SimCluster};
+use botmesh_redis_core::testing::start;
 use proptest::prelude::*;
 
 fn req() -> impl Strategy<Value = Req> {
@@ -68,7 +69,7 @@ proptest! {
         short in any::<bool>(),
         inputs in proptest::collection::vec(input(), 0..60),
     ) {
-        let mut d = Driver::new(config(cluster, short), start());
+        let mut d = BareSession::new(config(cluster, short), start());
         for input in &inputs {
             d.apply(input);
         }

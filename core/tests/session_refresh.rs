@@ -6,9 +6,8 @@
 use std::time::Duration;
 
 use botmesh_redis_core::driver::session::Config;
-use botmesh_redis_core::testing::{
-    encode_reply, get, set, start, ConnectMode, Harness, Rule, SimCluster,
-};
+use botmesh_redis_core::testing::sim::{encode_reply, ConnectMode, Harness, Rule, SimCluster};
+use botmesh_redis_core::testing::{get, set, start};
 use botmesh_redis_core::Error;
 use botmesh_redis_core::{ServerError, Value};
 use bytes::BytesMut;

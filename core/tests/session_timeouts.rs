@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use botmesh_redis_core::driver::session::Config;
 use botmesh_redis_core::driver::Reply;
-use botmesh_redis_core::testing::{get, incr, set, start, ConnectMode, Harness, Rule, SimCluster};
+use botmesh_redis_core::testing::sim::{ConnectMode, Harness, Rule, SimCluster};
+use botmesh_redis_core::testing::{get, incr, set, start};
 use botmesh_redis_core::Error;
 use botmesh_redis_core::Value;
 
@@ -119,7 +120,7 @@ fn a_late_reply_of_a_timed_out_batch_is_not_taken_for_the_next_one() {
         vec![get(&keys[0])],
         vec![get(&keys[1])],
     ]));
-    let replies = h.wait_for::<Vec<Vec<Reply>>>(token).unwrap();
+    let replies = h.wait_for::<Vec<Vec<Reply>>>(&token).unwrap();
     assert_eq!(
         replies,
         vec![

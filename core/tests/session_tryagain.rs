@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use botmesh_redis_core::driver::Reply;
 use botmesh_redis_core::keys::slot;
-use botmesh_redis_core::testing::{mget, set, Harness};
+use botmesh_redis_core::testing::sim::Harness;
+use botmesh_redis_core::testing::{mget, set};
 use botmesh_redis_core::Value;
 
 #[test]
@@ -24,7 +25,7 @@ fn tryagain_is_retried_until_the_migration_finishes() {
     });
 
     let token = h.submit_batch(vec![mget(&[&k1, &k2])]);
-    let replies = h.wait_for::<Vec<Reply>>(token).unwrap();
+    let replies = h.wait_for::<Vec<Reply>>(&token).unwrap();
     assert_eq!(
         replies,
         vec![Ok(Value::Array(vec![

@@ -5,7 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use botmesh_redis_core::driver::Reply;
-use botmesh_redis_core::testing::{get, set, Harness, Rule};
+use botmesh_redis_core::testing::sim::{Harness, Rule};
+use botmesh_redis_core::testing::{get, set};
 use botmesh_redis_core::Value;
 use botmesh_redis_core::{ConfigError, Error};
 
@@ -19,7 +20,7 @@ fn wait_follows_its_grant_on_the_same_connection() {
     let a = h.sim.master(0);
     let key = h.sim.keys_on(&a, 1).remove(0);
     let token = h.submit_batch(vec![set(&key, "v").then_wait(1, 100), set(&key, "w")]);
-    let replies = h.wait_for::<Vec<Reply>>(token).unwrap();
+    let replies = h.wait_for::<Vec<Reply>>(&token).unwrap();
     assert_eq!(
         replies,
         vec![Ok(Value::Array(vec![ok(), Value::Int(1)])), Ok(ok())]

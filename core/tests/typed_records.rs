@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use botmesh_redis_core::codec::{Codec, CodecError, Json};
 use botmesh_redis_core::driver::{Plan, Reply, Step};
-use botmesh_redis_core::{Error, Executor, Layout, Request, Value};
+use botmesh_redis_core::{Deployment, Error, Executor, Layout, Request, Value};
 use botmesh_redis_core::{Store, StoreOptions};
 
 /// Keeps values by key, as the store's writes leave them: `SET key value ...`, and the
@@ -68,6 +68,10 @@ impl Executor for Memory {
             };
         };
         ready(result)
+    }
+
+    fn deployment(&self) -> Deployment {
+        Deployment::Single
     }
 }
 

@@ -1251,11 +1251,8 @@ pub async fn started_store<R: Runtime>(
     let client = Client::<R>::connect(options.request_timeout(request_timeout))
         .await
         .expect("the client connects");
-    let store = Store::new(
-        client,
-        StoreOptions::new(unique_prefix(name)).cluster_client(true),
-    )
-    .expect("the store options are valid");
+    let store = Store::new(client, StoreOptions::new(unique_prefix(name)))
+        .expect("the store options are valid");
     store.start().await.expect("the store starts");
     store
 }

@@ -1,7 +1,7 @@
 //! One conformance suite, run against both drivers.
 //!
 //! Each integration test is written once, as a generic `async fn name<R: Runtime>()` over
-//! [`Client<R>`](botmesh_redis_runtime::Client), and [`both_drivers!`](crate::both_drivers)
+//! [`Client<R>`](botmesh_redis_client::Client), and [`both_drivers!`](crate::both_drivers)
 //! turns it into a module `name` with two tests:
 //!
 //! - `name::tokio`, on [`Tokio`] (`botmesh-redis-tokio`);
@@ -31,12 +31,17 @@
 //! # fn main() {}
 //! ```
 //!
-//! Tests that read server-wide counters (`INFO commandstats`, `CLIENT LIST`) would see each
-//! other's traffic if the two drivers' runs overlapped: they hold [`exclusive`] for their whole
-//! body (each test file is its own process, so this serialises only the tests of one file).
+//! The suites of one family share a test binary, and so the family's shared servers. Tests
+//! that read server-wide counters (`INFO commandstats`, `CLIENT LIST`) or need the machine to
+//! themselves (timers under load) would see the other tests' traffic: they hold [`exclusive`]
+//! for their whole body and are declared `both_drivers!(exclusive: name)`; every other test
+//! holds a [`shared_turn`] (the macro takes it for its tests; a plain `#[test]` of a family
+//! with exclusive tests takes [`shared_turn_blocking`] itself), so an exclusive test runs alone in its binary.
+
+use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub use botmesh_redis_async_std::runtime::AsyncStd;
-pub use botmesh_redis_runtime::{Client, Runtime};
+pub use botmesh_redis_client::{Client, Runtime};
 pub use botmesh_redis_tokio::runtime::Tokio;
 
 use botmesh_redis_core::{Access, Executor, Key, Request, Value};
@@ -72,7 +77,8 @@ macro_rules! both_drivers {
         )+
         $crate::both_drivers!($($(#[$attr])* $name),+);
     };
-    ($($(#[$attr:meta])* $name:ident),+ $(,)?) => {
+    // Tests that take `exclusive()` themselves: no shared turn around them.
+    (exclusive: $($(#[$attr:meta])* $name:ident),+ $(,)?) => {
         $(
             mod $name {
                 #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -84,6 +90,25 @@ macro_rules! both_drivers {
                 #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 $(#[$attr])*
                 async fn async_std() {
+                    super::$name::<$crate::conformance::AsyncStd>().await;
+                }
+            }
+        )+
+    };
+    ($($(#[$attr:meta])* $name:ident),+ $(,)?) => {
+        $(
+            mod $name {
+                #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                $(#[$attr])*
+                async fn tokio() {
+                    let _turn = $crate::conformance::shared_turn().await;
+                    super::$name::<$crate::conformance::Tokio>().await;
+                }
+
+                #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                $(#[$attr])*
+                async fn async_std() {
+                    let _turn = $crate::conformance::shared_turn().await;
                     super::$name::<$crate::conformance::AsyncStd>().await;
                 }
             }
@@ -103,9 +128,24 @@ pub fn driver_name<R: Runtime>() -> &'static str {
     }
 }
 
-/// A turn of this test process: held for a whole test body, it keeps the tests that take it
-/// from overlapping (a test reading server-wide counters must not see another test's traffic).
-pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
-    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    TURN.lock().await
+/// The turns of this test process: many shared ones at once, or one exclusive. Fair: a test
+/// waiting for an exclusive turn keeps new shared turns out until it had its turn.
+static TURNS: RwLock<()> = RwLock::const_new(());
+
+/// The test process to itself: held for a whole test body, it waits for every test holding
+/// a [`shared_turn`] to end and keeps new ones out (a test reading server-wide counters must
+/// not see another test's traffic).
+pub async fn exclusive() -> RwLockWriteGuard<'static, ()> {
+    TURNS.write().await
+}
+
+/// A turn beside the other tests, not beside an [`exclusive`] one. Not to be held by a test
+/// that then asks for [`exclusive`].
+pub async fn shared_turn() -> RwLockReadGuard<'static, ()> {
+    TURNS.read().await
+}
+
+/// [`shared_turn`] for a plain `#[test]`, outside any async runtime.
+pub fn shared_turn_blocking() -> RwLockReadGuard<'static, ()> {
+    TURNS.blocking_read()
 }

@@ -1725,7 +1725,7 @@ impl<E: Executor> Executor for Limited<E> {
         })
     }
 
-    fn deployment(&self) -> Option<botmesh_redis_core::Deployment> {
+    fn deployment(&self) -> botmesh_redis_core::Deployment {
         self.inner.deployment()
     }
 }

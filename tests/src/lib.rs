@@ -5,8 +5,11 @@
 
 pub mod chaos;
 pub mod conformance;
+pub mod coord;
+pub mod counters;
 pub mod keyspace;
 pub mod lifecycle;
+pub mod store;
 
 pub use botmesh_redis_harness as harness;
 

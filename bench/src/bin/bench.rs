@@ -139,12 +139,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use botmesh_redis_async_std::runtime::AsyncStd;
-use botmesh_redis_runtime::{Client, Runtime};
+use botmesh_redis_client::{Client, Runtime};
 // The real-server harness.
 use botmesh_redis_harness::{
     parse_info, AdminConn, ClusterOptions, RedisCluster, ServerOptions, SingleNode,
 };
-use botmesh_redis_tokio::driver::{store, Plan, Reply, Step};
+use botmesh_redis_tokio::driver::{store::messages, Plan, Reply, Step};
 use botmesh_redis_tokio::runtime::Tokio;
 use botmesh_redis_tokio::{Access, ClientOptions, Executor, Key, Keyspace, Layout, Request, Value};
 use botmesh_redis_tokio::{MessageQuery, Store, StoreOptions};
@@ -860,7 +860,7 @@ impl<R: Runtime> Worker for SaveOurs<R> {
     async fn op(&mut self, n: usize) -> Result<(), String> {
         let chat = format!("c{}", n % CHATS);
         let id = format!("m{n}");
-        let plan = store::save_message(&self.ks, &chat, &id, n as i64, self.payload.clone())
+        let plan = messages::save_message(&self.ks, &chat, &id, n as i64, self.payload.clone())
             .map_err(describe)?;
         match self.client.run(plan).await.map_err(describe)? {
             true => Ok(()),
@@ -1721,11 +1721,7 @@ async fn run<R: Runtime>(args: Args, servers: Servers, name: &str, peers: Peers)
 
     // Store-level workloads (ours only: they measure the store's plans end to end), in the
     // layout a user of the deployment gets by default.
-    let store = Store::new(
-        ours.clone(),
-        StoreOptions::new("bench-store").cluster_client(bench.deployment == Deployment::Cluster),
-    )
-    .expect("store");
+    let store = Store::new(ours.clone(), StoreOptions::new("bench-store")).expect("store");
     if args.runs("S1") {
         let total = args.scaled(100_000);
         servers.flush();

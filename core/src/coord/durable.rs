@@ -1,6 +1,17 @@
 //! The durability table: an inbound journal and an outbox.
 
-use super::*;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::error::Error;
+use crate::keys::Keyspace;
+use crate::plan::{single, Single};
+use crate::request::{Access, Arg, Request};
+use crate::scripts::DURABLE;
+use crate::ttl::ttl_ms;
+
+use super::held;
 
 /// The durability table's parts, in the script's KEYS order.
 pub const DURABLE_PARTS: [&str; 9] = [

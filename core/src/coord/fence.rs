@@ -1,8 +1,17 @@
 //! Locks and leaderships: a holder key with a TTL and a counter that hands out fences
 //! (terms), and grants that wait for replicas (`WAIT`).
 
-use super::*;
-use crate::error::ServerError;
+use std::time::Duration;
+
+use crate::error::Error;
+use crate::keys::{Key, Keyspace};
+use crate::plan::{misuse, single, Plan, Reply, Single, Step};
+use crate::request::{Access, Arg, Request};
+use crate::scripts::{ACQUIRE_FENCED, EXTEND_IF_HOLDER, RELEASE_IF_HOLDER};
+use crate::ttl::ttl_ms;
+use crate::value::Value;
+
+use super::{grant, held, require};
 
 /// A lock and a leadership are one primitive on different keys: a holder key with a TTL and a
 /// counter that hands out the fence (or term). A leadership may be taken again by its holder,
@@ -302,9 +311,7 @@ impl Plan for Replicated {
                     Value::Nil => Error::ReplicationUnknown {
                         what: std::mem::take(&mut self.what),
                     },
-                    Value::Status(text) if text.starts_with(b"-") => Error::Server(
-                        ServerError::new(String::from_utf8_lossy(&text[1..]).into_owned()),
-                    ),
+                    Value::Error(e) => Error::Server(e),
                     other => Error::UnexpectedReply {
                         detail: format!("WAIT answered {other:?}"),
                     },

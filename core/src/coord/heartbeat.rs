@@ -1,6 +1,16 @@
 //! Replica heartbeats: a key with a TTL per replica, probed before a turn skips a ticket.
 
-use super::*;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::error::Error;
+use crate::keys::Keyspace;
+use crate::plan::{single, Plan, Reply, Single, Step};
+use crate::request::{Access, Request};
+use crate::ttl::ttl_ms;
+
+use super::held;
 
 /// Marks `replica` alive for `ttl` (server-side expiry), with an opaque `info` value.
 pub fn heartbeat(

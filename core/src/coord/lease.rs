@@ -1,6 +1,16 @@
 //! Named leases with tokens that never go backwards.
 
-use super::*;
+use std::time::Duration;
+
+use crate::error::Error;
+use crate::keys::Keyspace;
+use crate::plan::{single, Single};
+use crate::request::{Access, Arg, Request};
+use crate::scripts::LEASE;
+use crate::ttl::ttl_ms;
+
+use super::fence::Replicated;
+use super::{grant, held, require};
 
 pub(super) fn lease_request(
     ks: &Keyspace,

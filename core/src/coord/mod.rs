@@ -11,21 +11,7 @@
 //! no hash tags and runs on one node, where the same scripts go out as
 //! [`Request::single_node_script`].
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
-
-use bytes::Bytes;
-
-use crate::error::{ConfigError, Error};
-use crate::keys::{enc, Key};
-use crate::layout::{Keyspace, Layout, RecordKind, TurnPart};
-use crate::plan::{misuse, single, Plan, Reply, Single, Step};
-use crate::request::{Access, Arg, Request};
-use crate::scripts::{
-    ACQUIRE_FENCED, DURABLE, EXTEND_IF_HOLDER, LEASE, RELEASE_IF_HOLDER, SCHEDULE, TURN,
-};
-use crate::ttl::ttl_ms;
+use crate::error::Error;
 use crate::value::Value;
 
 fn held(v: Value) -> Result<bool, Error> {
@@ -51,6 +37,7 @@ fn require(ok: bool, what: String) -> Result<(), Error> {
     }
 }
 
+mod api;
 mod durable;
 mod fence;
 mod heartbeat;
@@ -58,6 +45,7 @@ mod lease;
 mod schedule;
 mod turn;
 
+pub use api::{Coordinator, Durability, Leases, Schedules};
 pub use durable::*;
 pub use fence::*;
 pub use heartbeat::*;

@@ -1,6 +1,13 @@
 //! Schedules guarded by fencing tokens, with deleted markers and bucket listings.
 
-use super::*;
+use bytes::Bytes;
+
+use crate::error::Error;
+use crate::keys::{Keyspace, RecordKind};
+use crate::plan::{misuse, single, Plan, Reply, Single, Step};
+use crate::request::{Access, Arg, Request};
+use crate::scripts::SCHEDULE;
+use crate::value::Value;
 
 /// A stored schedule.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,10 +128,10 @@ fn decode_schedule(v: Value) -> Result<Option<Schedule>, Error> {
 
 /// A page of live schedules with their ids, sorted by id; `next` is the id to list after for
 /// the next page, `None` after the last page.
-pub type SchedulePage = crate::store::Page<(String, Schedule)>;
+pub type SchedulePage = crate::page::Page<(String, Schedule)>;
 
 /// Lists the live schedules (deleted markers hidden) with ids after `after`, sorted by id: a
-/// page of `limit` (clamped to 1..=[`MAX_PAGE`](crate::store::MAX_PAGE)) and the cursor of the
+/// page of `limit` (clamped to 1..=[`MAX_PAGE`](crate::MAX_PAGE)) and the cursor of the
 /// next one. Cluster
 /// layout: the 32 bucket indexes, read in one batch, then the records; exact even while slots
 /// move. Legacy layout: `SCAN` for the records, the whole pattern, then the page is picked.
@@ -133,7 +140,7 @@ pub fn schedule_list(
     after: Option<&str>,
     limit: usize,
 ) -> Result<ListSchedules, Error> {
-    let limit = crate::store::clamp_limit(limit);
+    let limit = crate::page::clamp_limit(limit);
     let indexes = ks
         .record_indexes(RecordKind::Schedule)
         .iter()

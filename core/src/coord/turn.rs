@@ -1,6 +1,18 @@
 //! Per-chat turns: tickets served in order, the holder owning the chat's `owner` key.
 
-use super::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{ConfigError, Error};
+use crate::keys::{enc, Key, Keyspace, Layout, TurnPart};
+use crate::plan::{misuse, single, Plan, Reply, Single, Step};
+use crate::request::{Access, Arg, Request};
+use crate::scripts::TURN;
+use crate::ttl::ttl_ms;
+use crate::value::Value;
+
+use super::{held, require};
 
 /// How a replica waits for its turn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::keys::Key;
-use crate::layout::{Keyspace, Layout};
+use crate::keys::{Keyspace, Layout};
 use crate::request::{Access, Request};
 
 use super::copy::owners_of_items;

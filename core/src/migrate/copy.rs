@@ -10,7 +10,7 @@ use bytes::Bytes;
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::keys::Key;
-use crate::layout::{Keyspace, Layout, RecordKind};
+use crate::keys::{Keyspace, Layout, RecordKind};
 use crate::request::{Access, Request};
 
 use super::engine::{

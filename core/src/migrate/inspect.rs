@@ -8,7 +8,7 @@ use bytes::Bytes;
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::keys::hash_tag;
-use crate::layout::{Keyspace, Layout};
+use crate::keys::{Keyspace, Layout};
 use crate::request::{Access, Request};
 use crate::store::guard::is_legacy_layout_key;
 

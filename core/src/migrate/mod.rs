@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use crate::layout::{Layout, RecordKind};
+use crate::keys::{Layout, RecordKind};
 use crate::scripts::{
     MIGRATE_COUNTERS, MIGRATE_LEASE, MIGRATE_MEMBERS, MIGRATE_MESSAGES, MIGRATE_READ,
     MIGRATE_RESTORE, MIGRATE_SCHEDULES, MIGRATE_STRINGS,
@@ -54,7 +54,6 @@ mod step;
 pub use cleanup::delete_abandoned_side;
 pub use forward::migrate_to_cluster_layout;
 pub use inspect::inspect_keyspace;
-pub use lifecycle::CopyId;
 pub use rollback::rollback_to_legacy_layout;
 
 /// At most this many message logs are migrated at once (each in pages of 1000 messages): a
@@ -234,102 +233,7 @@ impl std::str::FromStr for Namespace {
     }
 }
 
-/// Why a migration or a rollback refused to start. Nothing was written.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum Refusal {
-    /// Bots still run on the source or the target: a heartbeat or a pending chat ticket exists.
-    #[error(
-        "bots may still be running: {} heartbeat(s) and {} pending turn queue(s) found (for example {}); stop every bot of the prefix, or pass allow_live",
-        heartbeats, tickets, examples.join(", ")
-    )]
-    Live {
-        /// Heartbeat keys found.
-        heartbeats: u64,
-        /// Turn queues with pending tickets found.
-        tickets: u64,
-        /// Up to 5 of the keys found.
-        examples: Vec<String>,
-    },
-    /// The legacy source is a Redis Cluster: the legacy layout lives on one node.
-    #[error("the source is a Redis Cluster, but the legacy layout lives on one node: connect to that node")]
-    SourceIsCluster,
-    /// A cleanup was asked of a legacy side on a Redis Cluster, or named one as the other side.
-    #[error("the legacy layout lives on one node, not on a Redis Cluster: connect to that node")]
-    LegacyOnCluster,
-    /// The legacy target of a rollback is a Redis Cluster.
-    #[error("the rollback target is a Redis Cluster, but the legacy layout lives on one node")]
-    TargetIsCluster,
-    /// An in-place migration of a legacy prefix with braces, which the cluster layout refuses.
-    #[error(
-        "the prefix {prefix:?} contains {{ or }}, which the cluster layout reserves for hash tags: an in-place migration is impossible; migrate to a new target prefix"
-    )]
-    BracedPrefixInPlace {
-        /// The prefix.
-        prefix: String,
-    },
-    /// `delete_source` with a copy-only run (`mirror: false`): copy-only keeps existing target
-    /// keys, which may be older than the source's, so deleting the source after it would lose
-    /// the newer data.
-    #[error(
-        "delete_source needs a mirror: a copy-only run keeps existing target keys, which may be older than the source's, and deleting the source after it would lose the newer data for good; run with the mirror, or copy only and clean up once the bots run on the target"
-    )]
-    DeleteWithoutMirror,
-    /// `delete_source` with a run limited by `include`: only a complete copy lets its source
-    /// go.
-    #[error(
-        "delete_source needs a complete copy: include limits the run to some namespaces, and the source may only be deleted once the target holds all of them"
-    )]
-    DeleteAfterPartialCopy,
-    /// The lifecycle records of the two sides show the step is unsafe: it would bring back
-    /// data the live side deleted, destroy data it wrote, or delete the only copy.
-    #[error("{message}")]
-    Lifecycle {
-        /// The step.
-        step: lifecycle::StepKind,
-        /// Why.
-        reason: lifecycle::Unsafe,
-        /// The reason, what each side holds, and what to do.
-        message: String,
-    },
-    /// A lifecycle record changed while the step ran (a bot started on that side): nothing
-    /// more was written.
-    #[error(
-        "the lifecycle record {key} changed while the step ran: a bot started on that side; stop every bot of the prefix and run the step again (it reads the records afresh)"
-    )]
-    RecordChanged {
-        /// The record's key.
-        key: String,
-    },
-    /// `other_server` says otherwise than the servers: two single nodes are the same server
-    /// exactly when they answer one `run_id`, and a cluster is never the same server as a
-    /// single node.
-    #[error(
-        "other_server is {said}, but the source is {source_server} and the target is {target_server}; leave other_server unset and the step finds out"
-    )]
-    OtherServerMismatch {
-        /// What the options said.
-        said: bool,
-        /// The source server, as it described itself.
-        source_server: String,
-        /// The target server.
-        target_server: String,
-    },
-    /// The servers did not tell whether they are one (`INFO server` refused), and the options
-    /// left `other_server` unset.
-    #[error(
-        "cannot tell whether the source and the target are one server (INFO server gave no run_id): set other_server"
-    )]
-    OtherServerUnknown,
-    /// The target's layout marker holds a value this version does not know.
-    #[error("the target's layout marker {key} holds {value:?}, not cluster:v1")]
-    ForeignMarker {
-        /// The marker key.
-        key: String,
-        /// Its value.
-        value: String,
-    },
-}
+pub use crate::error::Refusal;
 
 /// Per namespace: what happened to the source's keys.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -434,7 +338,7 @@ pub struct MigrationReport {
     pub source_deleted: u64,
     /// The copy this run made: a rerun of the one both lifecycle records name, or a new one
     /// (`docs/migration.md`, "The lifecycle").
-    pub copy: CopyId,
+    pub copy: lifecycle::CopyId,
     /// Whether the run mirrored: existing target keys that differ were replaced and target
     /// data the source no longer holds was removed (`pruned`).
     pub mirrored: bool,
@@ -463,7 +367,7 @@ impl MigrationReport {
             target_layout: 0,
             examples: BTreeMap::new(),
             source_deleted: 0,
-            copy: CopyId::New,
+            copy: lifecycle::CopyId::New,
             mirrored: false,
             marker: MarkerOutcome::Kept,
             elapsed: Duration::ZERO,

@@ -13,13 +13,13 @@
 //!   logs that may own an item.
 //! - A user-data entry `p:user:<user>:<ns>:<key>` is read as user up to the first `:`, namespace
 //!   up to the second, key the rest. That is the only reading because the legacy layout refuses
-//!   a `:` in a user id or a namespace ([`KeyError::LegacyColon`](crate::layout::KeyError)).
+//!   a `:` in a user id or a namespace ([`KeyError::LegacyColon`](crate::keys::KeyError)).
 
 use bytes::Bytes;
 use percent_encoding::percent_decode_str;
 
 use crate::keys::{bucket, enc};
-use crate::layout::{Keyspace, Layout, RecordKind, TurnPart};
+use crate::keys::{Keyspace, Layout, RecordKind, TurnPart};
 
 /// What a key under the prefix holds. Ids are the raw (decoded) ids.
 #[derive(Clone, Debug, PartialEq, Eq)]

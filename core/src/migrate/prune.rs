@@ -13,7 +13,7 @@ use bytes::Bytes;
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::keys::{enc, Key};
-use crate::layout::{Layout, RecordKind};
+use crate::keys::{Layout, RecordKind};
 use crate::request::{Access, Request};
 use crate::scripts::{DELETE_INDEXED_CHUNK, MIGRATE_DROP, MIGRATE_PRUNE_SCHEDULE};
 use crate::value::Value;

@@ -17,7 +17,7 @@ use bytes::Bytes;
 
 use crate::error::Error;
 use crate::executor::Executor;
-use crate::layout::{Keyspace, Layout, CLUSTER_V1};
+use crate::keys::{Keyspace, Layout, CLUSTER_V1};
 use crate::request::{Access, Request};
 
 use super::cleanup::{self, Side};

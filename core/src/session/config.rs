@@ -1,6 +1,12 @@
 //! What a session is configured with: the endpoints, credentials, timeouts and retry policy.
 
-use super::*;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::addr::NodeAddr;
+use crate::executor::Deployment;
+use crate::retry::RetryPolicy;
 
 /// Credentials sent with `AUTH` when a connection opens.
 #[derive(Clone, PartialEq, Eq)]
@@ -30,6 +36,17 @@ pub enum Endpoints {
     Single(NodeAddr),
     /// A cluster, discovered from these root nodes.
     Cluster(Vec<NodeAddr>),
+}
+
+impl Endpoints {
+    /// What these endpoints are: the one place a session, a client and the components built
+    /// over it learn whether they talk to a cluster.
+    pub fn deployment(&self) -> Deployment {
+        match self {
+            Endpoints::Single(_) => Deployment::Single,
+            Endpoints::Cluster(_) => Deployment::Cluster,
+        }
+    }
 }
 
 /// Session settings. [`Config::single`] and [`Config::cluster`] give the defaults.

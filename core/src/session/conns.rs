@@ -1,7 +1,21 @@
 //! Connections: one pipelined connection per node, its handshake, outbox, replies in flight,
 //! deadlines, and what its loss means for the requests it carried.
 
-use super::*;
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+
+use crate::addr::NodeAddr;
+use crate::error::Error;
+use crate::framing::FrameScan;
+use crate::request::{encode_args, Access};
+use crate::value::Value;
+
+use super::nodes::{Down, NodeId};
+use super::ops::ReqRef;
+use super::timers::Timer;
+use super::{after, Output, Session, Waiters};
 
 /// Identifies one connection attempt; a reconnect gets a new id, so late events of a dead
 /// connection are recognised and ignored.
@@ -81,15 +95,7 @@ pub(super) enum Loss {
     Lost(String),
 }
 
-/// A node whose connect failed: it is not dialled again before `until`.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Down {
-    /// Connect failures in a row; the backoff grows with them.
-    pub(super) failures: u32,
-    pub(super) until: Instant,
-}
-
-impl<W> Session<W> {
+impl<W: Waiters> Session<W> {
     /// Encodes a ready connection's outbox into one write; `None` when nothing is left to
     /// write (every queued request ended meanwhile).
     pub(super) fn flush(&mut self, conn: ConnId) -> Option<Bytes> {
@@ -160,7 +166,7 @@ impl<W> Session<W> {
         }
         let bytes = buf.split().freeze();
         if was_idle {
-            let first = match self.cluster {
+            let first = match self.is_cluster() {
                 true => self.config.response_timeout.min(self.config.stall_refresh),
                 false => self.config.response_timeout,
             };
@@ -172,7 +178,7 @@ impl<W> Session<W> {
     }
 
     pub(super) fn conn_for(&mut self, now: Instant, node: NodeId) -> ConnId {
-        if let Some(&conn) = self.node_conn.get(&node) {
+        if let Some(conn) = self.nodes.conn(node) {
             return conn;
         }
         let conn = ConnId(self.next_conn);
@@ -190,7 +196,7 @@ impl<W> Session<W> {
                 check_at: None,
             },
         );
-        self.node_conn.insert(node, conn);
+        self.nodes.bind_conn(node, conn);
         tracing::debug!(?conn, node = %self.nodes[node], "connecting");
         self.outputs.push_back(Output::Connect {
             conn,
@@ -214,10 +220,6 @@ impl<W> Session<W> {
         }
     }
 
-    pub(super) fn send_to(&mut self, now: Instant, node: NodeId, req: ReqRef, asking: bool) {
-        self.enqueue(now, node, Queued::Request { req, asking });
-    }
-
     /// Arms the connection's check timer for `at`, unless an earlier check is armed: a check
     /// re-arms itself for whatever is due next.
     pub(super) fn schedule_check(&mut self, conn: ConnId, at: Instant) {
@@ -235,7 +237,7 @@ impl<W> Session<W> {
             return;
         };
         c.state = ConnState::Ready;
-        self.down.remove(&c.node);
+        self.nodes.mark_up(c.node);
         if !c.outbox.is_empty() {
             self.dirty.insert(conn);
         }
@@ -267,9 +269,7 @@ impl<W> Session<W> {
         // Every forgotten connection is released by the driver, whoever ended it: its tasks
         // and its socket would otherwise outlive it.
         self.outputs.push_back(Output::Close { conn });
-        if self.node_conn.get(&c.node) == Some(&conn) {
-            self.node_conn.remove(&c.node);
-        }
+        self.nodes.unbind_conn(c.node, conn);
         self.dirty.remove(&conn);
         if c.check_at.is_some() {
             self.timers.disarm(Timer::Conn(conn));
@@ -282,10 +282,10 @@ impl<W> Session<W> {
             Loss::Refused(reason) => (reason, false, true),
         };
         if !connected {
-            let failures = self.down.get(&c.node).map_or(0, |d| d.failures) + 1;
+            let failures = self.nodes.failures(c.node) + 1;
             let delay = self.config.retry.delay(failures, self.jitter.next_factor());
             if let Some(until) = after(now, delay) {
-                self.down.insert(c.node, Down { failures, until });
+                self.nodes.mark_down(c.node, Down { failures, until });
             }
         }
         let not_sent = if fatal {
@@ -304,7 +304,7 @@ impl<W> Session<W> {
             }
         };
         let lost = Error::ReplyLost { addr, reason };
-        let give_up = fatal || (!self.cluster && !connected && !passing);
+        let give_up = fatal || (!self.is_cluster() && !connected && !passing);
         for (pending, _) in c.in_flight {
             match pending {
                 Pending::Request { req, .. } => {
@@ -339,7 +339,7 @@ impl<W> Session<W> {
         let (connect_timeout, response_timeout) =
             (self.config.connect_timeout, self.config.response_timeout);
         let stall_refresh = self.config.stall_refresh;
-        let cluster = self.cluster;
+        let cluster = self.is_cluster();
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
@@ -380,6 +380,41 @@ impl<W> Session<W> {
             tracing::warn!(%addr, "no reply within the response timeout; closing the connection");
             let reason = format!("no reply within {response_timeout:?}");
             self.drop_conn(now, conn, Loss::Lost(reason));
+        }
+    }
+
+    /// Whether `node`'s connection is open and past its handshake.
+    pub(super) fn is_ready(&self, node: NodeId) -> bool {
+        self.nodes
+            .conn(node)
+            .and_then(|c| self.conns.get(&c))
+            .is_some_and(|c| c.state == ConnState::Ready)
+    }
+
+    /// Whether `node`'s connection has waited at least `stall_refresh` for its oldest reply.
+    pub(super) fn is_stalled(&self, node: NodeId, now: Instant) -> bool {
+        self.nodes
+            .conn(node)
+            .and_then(|c| self.conns.get(&c))
+            .and_then(|c| c.in_flight.front())
+            .and_then(|&(_, written)| after(written, self.config.stall_refresh))
+            .is_some_and(|suspect| suspect <= now)
+    }
+
+    /// Whether `node`'s connection has requests written or queued on it.
+    pub(super) fn is_busy(&self, node: NodeId) -> bool {
+        self.nodes
+            .conn(node)
+            .and_then(|c| self.conns.get(&c))
+            .is_some_and(|c| !c.in_flight.is_empty() || !c.outbox.is_empty())
+    }
+
+    /// The address to dial for `node`: its announced address through the address map.
+    pub(super) fn dial_addr(&self, node: NodeId) -> NodeAddr {
+        let addr = &self.nodes[node];
+        match &self.config.address_map {
+            Some(map) => map(addr),
+            None => addr.clone(),
         }
     }
 }

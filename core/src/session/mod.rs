@@ -13,7 +13,9 @@
 //!   [`Session::handle_connect_failed`], [`Session::handle_read`], [`Session::handle_closed`],
 //!   [`Session::handle_timeout`], [`Session::close`]. Each takes `now`, the driver's clock;
 //!   `now` must never go back.
-//! - **output**: [`Session::poll`] returns one [`Output`] at a time.
+//! - **output**: [`Session::poll`] returns one [`Output`] at a time; a finished plan comes as
+//!   [`Output::Complete`], and [`Completion::deliver`] hands its result, typed, to its
+//!   [`Waiters::Waiter`].
 //! - **getters**: [`Session::is_closed`], [`Session::slot_owner`], [`Session::in_flight`],
 //!   [`Session::known_nodes`].
 //!
@@ -33,8 +35,8 @@
 //! recognises them by their [`ConnId`] and ignores them, so a driver forwards every event as it
 //! comes and keeps no table of its own beyond the I/O it owns.
 //!
-//! The session keeps every piece of protocol state: the plans in flight with the caller's
-//! completion handle `W` (a channel's sender in a driver, a number in a test), the slot map,
+//! The session keeps every piece of protocol state: the plans in flight, each with its caller's
+//! waiter (of the driver's family `W`: a channel's sender, a test's ticket), the slot map,
 //! the connections' states and buffers, and every deadline, including the connect timeout
 //! (a connect that takes too long ends as an [`Output::Close`]; the driver needs no timer of
 //! its own).
@@ -42,7 +44,7 @@
 //! # A driver in a few lines
 //!
 //! A blocking driver for one node that runs one plan: every output is carried out, every
-//! outcome comes back as an input. (`botmesh-redis-runtime` is the real one: it waits on every
+//! outcome comes back as an input. (`botmesh-redis-client` is the real one: it waits on every
 //! socket and on the deadline at once, and runs many plans.)
 //!
 //! ```no_run
@@ -51,16 +53,30 @@
 //! use std::net::TcpStream;
 //! use std::time::Instant;
 //!
-//! use botmesh_redis_core::driver::session::{Config, Output, Session};
+//! use std::sync::mpsc;
+//!
+//! use botmesh_redis_core::driver::session::{Config, Output, Session, Waiters};
 //! use botmesh_redis_core::driver::plan;
-//! use botmesh_redis_core::{Access, NodeAddr, Request};
+//! use botmesh_redis_core::{Access, Error, NodeAddr, Request};
+//!
+//! /// The driver's waiters: a channel per plan, typed by the plan's output.
+//! struct Channels;
+//!
+//! impl Waiters for Channels {
+//!     type Waiter<T: Send + 'static> = mpsc::Sender<Result<T, Error>>;
+//!     type Delivered = ();
+//!
+//!     fn deliver<T: Send + 'static>(waiter: Self::Waiter<T>, result: Result<T, Error>) {
+//!         let _ = waiter.send(result);
+//!     }
+//! }
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let node = NodeAddr::new("127.0.0.1", 6379);
-//! // The waiter can be anything the driver needs back with the result: here, a name.
-//! let mut session: Session<&str> = Session::new(Config::single(node), Instant::now());
+//! let mut session = Session::<Channels>::new(Config::single(node), Instant::now());
 //! let ping = Request::cmd(Access::Read, "PING").build()?;
-//! session.submit(Instant::now(), "ping", plan::single(ping, Ok));
+//! let (waiter, reply) = mpsc::channel();
+//! session.submit(Instant::now(), waiter, plan::single(ping, Ok));
 //! let mut sockets: BTreeMap<_, TcpStream> = BTreeMap::new();
 //! loop {
 //!     match session.poll() {
@@ -83,9 +99,11 @@
 //!         Output::Close { conn } => {
 //!             sockets.remove(&conn);
 //!         }
-//!         Output::Complete { waiter, result } => {
-//!             let reply: botmesh_redis_core::Value = result.into_result()?;
-//!             println!("{waiter}: {reply:?}");
+//!         Output::Complete(completion) => {
+//!             completion.deliver();
+//!             // The plan's own output type: no downcast.
+//!             let pong: botmesh_redis_core::Value = reply.recv()??;
+//!             println!("ping: {pong:?}");
 //!             return Ok(());
 //!         }
 //!         Output::Wait { until, .. } => {
@@ -145,40 +163,37 @@
 //!
 //! # Rooms
 //!
-//! This file keeps the [`Session`] itself, its inputs, [`Session::poll`] and the dispatch of a
-//! request to its node. The rest lives where its state lives:
+//! This file keeps the [`Session`] itself, its inputs, [`Session::poll`] and the work queues.
+//! Each piece of state has one owner, in the file named after it; the session's methods that
+//! join two rooms live beside the decision they make:
 //!
 //! | file | holds |
 //! | - | - |
-//! | `config.rs` | [`Config`]: endpoints, credentials, timeouts, retry policy |
-//! | `plans.rs` | [`BoxedPlan`] and [`Completion`]: plans with their output type erased |
-//! | `ops.rs` | the one slab of ops in flight (each plan with its caller's waiter and its current batch), stepping a plan, ending a request, the retry of a request |
-//! | `slots.rs` | the slot table: the owner of every slot, as ranges |
-//! | `nodes.rs` | the nodes known by address, masters, stalled and ready nodes, forgetting departed ones |
-//! | `conns.rs` | one connection per node: state, outbox, replies in flight, read buffer, connect backoff, deadlines, and what a lost connection means for its requests |
-//! | `replies.rs` | a reply matched to its dispatch, and what it means (redirections, retries, the end) |
-//! | `refresh.rs` | the topology refresh: rounds, backoff, applying a map |
-//! | `timers.rs` | the timers by kind (batch deadlines in a queue in firing order, the rest in a table by instant), and what firing one does |
+//! | `config.rs` | [`Config`]: endpoints (and so the [`Deployment`](crate::Deployment)), credentials, timeouts, retry policy |
+//! | `plans.rs` | [`Waiters`], [`Submission`] and [`Completion`]: plans with their output type erased, each boxed with its caller's waiter, typed by the plan's output |
+//! | `ops.rs` | `Ops`, the one slab of ops in flight (each plan with its caller's waiter and its current batch); stepping a plan, ending a request, the retry of a request |
+//! | `nodes.rs` | `Nodes`, the node registry: addresses and their ids (reused after a node is forgotten), the connection each node uses, connect backoff, absence from the topology |
+//! | `slots.rs` | `SlotTable`: the owner of every slot, as ranges |
+//! | `routing.rs` | where a request goes: `Session::route` decides from the state alone (table-tested), `Session::dispatch` carries the decision out |
+//! | `conns.rs` | one `Conn` per connection: state, outbox, replies in flight, read buffer, deadlines, and what a lost connection means for its requests |
+//! | `replies.rs` | a reply matched to its dispatch; a value (a grant's `WAIT`, a stale master's answer) and an error (redirections, retries, the end) |
+//! | `refresh.rs` | `Refresh`: the topology rounds, their backoff, applying a map, forgetting departed nodes |
+//! | `timers.rs` | `Timers`, by kind (batch deadlines in a queue in firing order, the rest in a table by instant), and what firing one does |
 
-use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
-use crate::error::ServerError;
-use crate::error::{ConfigError, Error};
-use crate::framing::{FrameScan, Scanned};
-use crate::keys::SLOT_COUNT;
-use crate::plan::{Plan, Reply, Step};
-use crate::request::{encode_args, Access, NodeTarget, Request, Route};
-use crate::retry::{
-    classify, handshake, next_attempt, Decision, Handshake, Jitter, NextAttempt, RetryPolicy,
-};
-use crate::topology::{parse_cluster_slots, NodeAddr, Topology};
-use crate::value::{from_frame, Frame, Value};
+use crate::addr::NodeAddr;
+use crate::error::Error;
+use crate::executor::Deployment;
+use crate::framing::Scanned;
+use crate::plan::{misuse, Plan};
+use crate::request::{encode_args, Access};
+use crate::retry::Jitter;
+use crate::value::from_frame;
 
 mod config;
 mod conns;
@@ -187,24 +202,25 @@ mod ops;
 mod plans;
 mod refresh;
 mod replies;
+mod routing;
 mod slots;
 mod timers;
 
 pub use config::{AddressMap, Auth, Config, Endpoints};
 pub use conns::ConnId;
-pub use plans::{BoxedPlan, Completion};
+pub use plans::{Completion, Submission, Waiters};
 pub use timers::TimerReason;
 
-use conns::{Conn, ConnState, Down, Loss, Pending, Queued};
+use conns::{Conn, ConnState, Loss, Pending};
+use nodes::Nodes;
 use ops::{Op, OpId, Ops, ReqRef};
-use plans::ErasedPlan;
 use refresh::Refresh;
 use slots::SlotTable;
-use timers::{Timer, Timers};
+use timers::Timers;
 
 /// What the driver must do next.
 #[derive(Debug)]
-pub enum Output<W> {
+pub enum Output<W: Waiters> {
     /// Open a TCP connection to `dial`; report with `handle_connected` or
     /// `handle_connect_failed`. `node` is the cluster's name for it.
     Connect {
@@ -228,13 +244,8 @@ pub enum Output<W> {
         /// The connection.
         conn: ConnId,
     },
-    /// A plan finished.
-    Complete {
-        /// The caller's completion handle, as submitted.
-        waiter: W,
-        /// Its result.
-        result: Completion,
-    },
+    /// A plan finished: hand its result to its waiter with [`Completion::deliver`].
+    Complete(Completion<W>),
     /// Nothing more to do until `until` (or the next input). `None`: until the next input.
     Wait {
         /// The next deadline.
@@ -259,23 +270,13 @@ fn after(t: Instant, d: Duration) -> Option<Instant> {
     t.checked_add(d.max(TICK))
 }
 
-type NodeId = usize;
-
 /// The routing session. See the module docs for the driver contract.
-pub struct Session<W> {
+pub struct Session<W: Waiters> {
     config: Config,
-    cluster: bool,
     /// The time of the latest input; outputs are stamped with it.
     now: Instant,
-    nodes: Vec<NodeAddr>,
-    node_ids: BTreeMap<NodeAddr, NodeId>,
-    /// Ids of forgotten nodes, reused by the next new ones.
-    free_ids: Vec<NodeId>,
-    /// Nodes missing from the complete topologies since then (see [`FORGET_AFTER`]).
-    absent: BTreeMap<NodeId, Instant>,
-    node_conn: BTreeMap<NodeId, ConnId>,
-    /// Nodes in connect backoff: one dial per backoff period, however many requests arrive.
-    down: BTreeMap<NodeId, Down>,
+    /// Every node known, with its connection and its connect backoff.
+    nodes: Nodes,
     slots: SlotTable,
     /// Counts the slot map's changes (see [`ReqState::map_gen`]).
     map_gen: u64,
@@ -298,7 +299,7 @@ pub struct Session<W> {
     closed: bool,
 }
 
-impl<W> fmt::Debug for Session<W> {
+impl<W: Waiters> fmt::Debug for Session<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Session")
             .field("nodes", &self.nodes)
@@ -309,22 +310,15 @@ impl<W> fmt::Debug for Session<W> {
     }
 }
 
-impl<W> Session<W> {
+impl<W: Waiters> Session<W> {
     /// A session that has not connected yet: the first submitted plan (or, for a cluster, the
     /// first topology refresh, which starts at once) opens connections.
     pub fn new(config: Config, now: Instant) -> Self {
-        let cluster = matches!(config.endpoints, Endpoints::Cluster(_));
         let mut session = Session {
             jitter: Jitter::new(config.seed),
             config,
-            cluster,
             now,
-            nodes: Vec::new(),
-            node_ids: BTreeMap::new(),
-            free_ids: Vec::new(),
-            absent: BTreeMap::new(),
-            node_conn: BTreeMap::new(),
-            down: BTreeMap::new(),
+            nodes: Nodes::default(),
             slots: SlotTable::default(),
             map_gen: 0,
             map_loaded: false,
@@ -344,11 +338,11 @@ impl<W> Session<W> {
         };
         match session.config.endpoints.clone() {
             Endpoints::Single(addr) => {
-                session.intern(addr);
+                session.nodes.intern(addr);
             }
             Endpoints::Cluster(roots) => {
                 for addr in roots {
-                    session.intern(addr);
+                    session.nodes.intern(addr);
                 }
                 session.start_refresh(now);
             }
@@ -365,7 +359,7 @@ impl<W> Session<W> {
 
     /// The master the session would send `slot` to now, if it knows one.
     pub fn slot_owner(&self, slot: u16) -> Option<&NodeAddr> {
-        if self.cluster {
+        if self.is_cluster() {
             self.slots.get(slot).and_then(|n| self.nodes.get(n))
         } else {
             self.nodes.first()
@@ -380,29 +374,32 @@ impl<W> Session<W> {
     /// Nodes the session knows now: the root nodes, the nodes of the topology, and nodes
     /// that left it less than [`FORGET_AFTER`] ago or are still in use.
     pub fn known_nodes(&self) -> usize {
-        self.node_ids.len()
+        self.nodes.len()
+    }
+
+    /// Whether the session talks to a Redis Cluster: its configuration's endpoints say.
+    fn is_cluster(&self) -> bool {
+        self.config.endpoints.deployment() == Deployment::Cluster
     }
 
     // --- inputs -----------------------------------------------------------------------------
 
-    /// Submits a plan; its result comes back as [`Output::Complete`] with `waiter`.
-    pub fn submit<P: Plan>(&mut self, now: Instant, waiter: W, plan: P) {
-        self.submit_boxed(now, waiter, BoxedPlan::new(plan));
+    /// Submits a plan; its result comes back as [`Output::Complete`], whose
+    /// [`Completion::deliver`] hands it to `waiter`.
+    pub fn submit<P: Plan>(&mut self, now: Instant, waiter: W::Waiter<P::Output>, plan: P) {
+        self.submit_boxed(now, Submission::new(plan, waiter));
     }
 
-    /// [`Session::submit`] for a plan boxed already.
-    pub fn submit_boxed(&mut self, now: Instant, waiter: W, plan: BoxedPlan) {
+    /// [`Session::submit`] for a plan boxed with its waiter already.
+    pub fn submit_boxed(&mut self, now: Instant, submission: Submission<W>) {
         self.now = now;
-        let BoxedPlan(plan) = plan;
+        let Submission(mut plan) = submission;
         if self.closed {
-            self.outputs.push_back(Output::Complete {
-                waiter,
-                result: plan.fail(Error::Closed),
-            });
+            plan.fail(Error::Closed);
+            self.outputs.push_back(Output::Complete(Completion(plan)));
             return;
         }
         let id = self.ops.insert(Op {
-            waiter,
             plan,
             reqs: Vec::new(),
             remaining: 0,
@@ -557,7 +554,7 @@ impl<W> Session<W> {
             self.outputs.push_back(Output::Close { conn });
         }
         self.conns.clear();
-        self.node_conn.clear();
+        self.nodes.clear_conns();
         self.dirty.clear();
         self.timers.clear();
         self.unrouted.clear();
@@ -578,10 +575,9 @@ impl<W> Session<W> {
                 _ => None,
             });
             let error = unknown.unwrap_or(Error::Closed);
-            self.outputs.push_back(Output::Complete {
-                waiter: op.waiter,
-                result: op.plan.fail(error),
-            });
+            let mut plan = op.plan;
+            plan.fail(error);
+            self.outputs.push_back(Output::Complete(Completion(plan)));
         }
     }
 
@@ -609,7 +605,7 @@ impl<W> Session<W> {
         }
     }
 
-    // --- dispatch ---------------------------------------------------------------------------
+    // --- the work queues -------------------------------------------------------------------
 
     /// Drains the internal work queues; called at the end of every input.
     fn pump(&mut self, now: Instant) {
@@ -621,10 +617,7 @@ impl<W> Session<W> {
                     op.deadline = None;
                     op.reqs
                         .drain(..)
-                        .map(|r| {
-                            r.reply
-                                .unwrap_or_else(|| Err(crate::plan::misuse("a reply is missing")))
-                        })
+                        .map(|r| r.reply.unwrap_or_else(|| Err(misuse("a reply is missing"))))
                         .collect::<Vec<_>>()
                 });
                 if let Some(replies) = replies {
@@ -633,109 +626,6 @@ impl<W> Session<W> {
                 }
             } else {
                 break;
-            }
-        }
-    }
-
-    /// Sends one request toward its node, or parks it until the node is known.
-    fn dispatch(&mut self, now: Instant, r: ReqRef) {
-        let attempt = self.next_attempt;
-        self.next_attempt += 1;
-        let (cluster, map_loaded) = (self.cluster, self.map_loaded);
-        let (response_timeout, map_gen) = (self.config.response_timeout, self.map_gen);
-        let Some(state) = self.req_mut(r) else {
-            return;
-        };
-        if let Some((_, ms)) = state.request.wait() {
-            if Duration::from_millis(ms) >= response_timeout {
-                let error = Error::Config(ConfigError::WaitNotBelowResponseTimeout {
-                    wait_ms: ms,
-                    response_timeout,
-                });
-                self.finish(r, Err(error));
-                return;
-            }
-        }
-        state.granted = None;
-        state.map_gen = map_gen;
-        state.attempt = attempt;
-        let r = ReqRef { attempt, ..r };
-        let (ask, pinned) = (state.ask.take(), state.pinned.take());
-        let route = state.request.route().clone();
-        let target = if let Some(node) = ask {
-            Some((node, true))
-        } else if let Some(node) = pinned {
-            Some((node, false))
-        } else if !cluster {
-            Some((0, false))
-        } else {
-            match route {
-                Route::Slot(slot) => match self.slots.get(slot) {
-                    Some(node) => Some((node, false)),
-                    None if !map_loaded => None,
-                    None => {
-                        self.refresh_soon(now);
-                        let cause = ServerError::new(format!(
-                            "CLUSTERDOWN Hash slot {slot} has no known owner"
-                        ));
-                        self.retry_later(now, r, Error::Server(cause));
-                        return;
-                    }
-                },
-                Route::AnyMaster => {
-                    let masters = self.masters();
-                    let ready = masters.iter().copied().find(|&n| self.is_ready(n));
-                    let up = || {
-                        masters
-                            .iter()
-                            .copied()
-                            .find(|n| self.down.get(n).is_none_or(|d| d.until <= now))
-                    };
-                    ready
-                        .or_else(up)
-                        .or_else(|| masters.first().copied())
-                        .map(|n| (n, false))
-                }
-                Route::Node(NodeTarget::Addr(addr)) => Some((self.intern(addr), false)),
-                Route::Node(NodeTarget::Port(port)) => {
-                    let answered = self.ops.get_mut(r.op).and_then(|op| op.answered_by);
-                    match answered.map(|node| self.nodes[node].host.clone()) {
-                        Some(host) => Some((self.intern(NodeAddr::new(host, port)), false)),
-                        None => {
-                            let error = Error::Config(ConfigError::NodeWithoutHost { port });
-                            self.finish(r, Err(error));
-                            return;
-                        }
-                    }
-                }
-            }
-        };
-        match target {
-            Some((node, asking)) => {
-                // A node in connect backoff gets no new dial: the request waits for the
-                // backoff to end (no attempt counted), then routes again, maybe elsewhere.
-                let backoff = self.down.get(&node).map(|d| d.until).filter(|&t| t > now);
-                match backoff {
-                    Some(until) if !self.node_conn.contains_key(&node) => {
-                        if let Some(state) = self.req_mut(r) {
-                            if asking {
-                                state.ask = Some(node);
-                            } else if pinned.is_some() {
-                                state.pinned = Some(node);
-                            }
-                        }
-                        self.timers.arm(until, Timer::Backoff(r));
-                    }
-                    _ => self.send_to(now, node, r, asking),
-                }
-            }
-            None => {
-                // The first map is on its way (or will be): a running round is not stale, so
-                // it is not followed by another.
-                self.unrouted.push(r);
-                if !self.refresh.running {
-                    self.refresh_when_allowed(now);
-                }
             }
         }
     }

@@ -1,7 +1,18 @@
 //! The ops in flight: one slab of submitted plans, each with its caller's waiter and the
 //! requests of its current batch, and what ends or advances them.
 
-use super::*;
+use std::time::Instant;
+
+use crate::error::Error;
+use crate::plan::{misuse, Reply, Step};
+use crate::request::{Access, Request};
+use crate::retry::{next_attempt, NextAttempt};
+use crate::value::Value;
+
+use super::nodes::NodeId;
+use super::plans::{Completion, ErasedPlan, Waiters};
+use super::timers::Timer;
+use super::{after, Output, Session};
 
 /// An op's id: its submission number, and where it is stored. Ids order by submission, and the
 /// id of an ended op never finds a later op stored in its place.
@@ -13,13 +24,13 @@ pub(super) struct OpId {
 
 /// The ops in progress. A slab rather than a map: ops come and go at the request rate, and a
 /// B-tree moved every op (about a hundred bytes) around its nodes on inserts and removals.
-pub(super) struct Ops<W> {
+pub(super) struct Ops<W: Waiters> {
     /// Each op with its submission number.
     pub(super) table: slab::Slab<(u64, Op<W>)>,
     pub(super) next_seq: u64,
 }
 
-impl<W> Default for Ops<W> {
+impl<W: Waiters> Default for Ops<W> {
     fn default() -> Self {
         Ops {
             table: slab::Slab::new(),
@@ -28,7 +39,7 @@ impl<W> Default for Ops<W> {
     }
 }
 
-impl<W> Ops<W> {
+impl<W: Waiters> Ops<W> {
     pub(super) fn insert(&mut self, op: Op<W>) -> OpId {
         self.next_seq += 1;
         let seq = self.next_seq;
@@ -107,10 +118,10 @@ pub(super) struct ReqState {
     pub(super) map_gen: u64,
 }
 
-pub(super) struct Op<W> {
-    /// Whoever waits for the plan's result: the driver's handle, kept here until completion.
-    pub(super) waiter: W,
-    pub(super) plan: Box<dyn ErasedPlan>,
+pub(super) struct Op<W: Waiters> {
+    /// The plan, boxed with whoever waits for its result (the driver's handle), until it
+    /// completes.
+    pub(super) plan: Box<dyn ErasedPlan<W>>,
     pub(super) reqs: Vec<ReqState>,
     pub(super) remaining: usize,
     pub(super) deadline: Option<Instant>,
@@ -119,7 +130,7 @@ pub(super) struct Op<W> {
     pub(super) answered_by: Option<NodeId>,
 }
 
-impl<W> Session<W> {
+impl<W: Waiters> Session<W> {
     /// Runs an op's plan until it sends, waits or is done.
     pub(super) fn step_op(&mut self, now: Instant, id: OpId, replies: Option<Vec<Reply>>) {
         let Some(op) = self.ops.get_mut(id) else {
@@ -176,25 +187,31 @@ impl<W> Session<W> {
                 }
                 Step::Done(_) => {
                     if let Some(op) = self.ops.remove(id) {
-                        self.outputs.push_back(Output::Complete {
-                            waiter: op.waiter,
-                            result: op.plan.into_completion(),
-                        });
+                        self.outputs
+                            .push_back(Output::Complete(Completion(op.plan)));
                     }
                     return;
                 }
             }
         }
-        let stuck = crate::plan::misuse("the plan sent 1024 empty batches in a row");
-        if let Some(op) = self.ops.remove(id) {
-            self.outputs.push_back(Output::Complete {
-                waiter: op.waiter,
-                result: op.plan.fail(stuck),
-            });
+        let stuck = misuse("the plan sent 1024 empty batches in a row");
+        if let Some(mut op) = self.ops.remove(id) {
+            op.plan.fail(stuck);
+            self.outputs
+                .push_back(Output::Complete(Completion(op.plan)));
         }
     }
 
     /// The request as dispatched by `r`, while it awaits its reply; `None` for anything stale.
+    pub(super) fn req(&self, r: ReqRef) -> Option<&ReqState> {
+        self.ops
+            .get(r.op)?
+            .reqs
+            .get(r.idx)
+            .filter(|s| s.attempt == r.attempt && s.reply.is_none())
+    }
+
+    /// [`Session::req`], to change it.
     pub(super) fn req_mut(&mut self, r: ReqRef) -> Option<&mut ReqState> {
         self.ops
             .get_mut(r.op)?
@@ -279,16 +296,25 @@ impl<W> Session<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::{Access, Request};
+    use crate::plan::single;
+    use crate::session::Submission;
 
-    fn op(waiter: u64) -> Op<u64> {
+    /// Waiters named by a number, which delivering hands back.
+    struct Numbers;
+
+    impl Waiters for Numbers {
+        type Waiter<T: Send + 'static> = u64;
+        type Delivered = u64;
+
+        fn deliver<T: Send + 'static>(waiter: u64, _: Result<T, Error>) -> u64 {
+            waiter
+        }
+    }
+
+    fn op(waiter: u64) -> Op<Numbers> {
+        let ping = Request::cmd(Access::Read, "PING").build().unwrap();
         Op {
-            waiter,
-            plan: BoxedPlan::new(crate::plan::single(
-                Request::cmd(Access::Read, "PING").build().unwrap(),
-                |_| Ok(()),
-            ))
-            .0,
+            plan: Submission::<Numbers>::new(single(ping, |_| Ok(())), waiter).0,
             reqs: Vec::new(),
             remaining: 0,
             deadline: None,
@@ -296,11 +322,15 @@ mod tests {
         }
     }
 
+    fn waiter(op: Op<Numbers>) -> u64 {
+        Completion(op.plan).deliver()
+    }
+
     #[test]
     fn an_ended_ops_id_never_finds_a_later_op() {
         let mut ops = Ops::default();
         let first = ops.insert(op(1));
-        assert_eq!(ops.remove(first).map(|op| op.waiter), Some(1));
+        assert_eq!(ops.remove(first).map(waiter), Some(1));
         // The place is reused; the old id must not find the new op.
         let second = ops.insert(op(2));
         assert_eq!(second.index, first.index);
@@ -309,7 +339,7 @@ mod tests {
         assert_eq!(ops.len(), 1);
         let third = ops.insert(op(3));
         assert!(first < second && second < third, "ids order by submission");
-        let waiters: Vec<u64> = ops.take_all().into_iter().map(|op| op.waiter).collect();
+        let waiters: Vec<u64> = ops.take_all().into_iter().map(waiter).collect();
         assert_eq!(waiters, [2, 3]);
         assert_eq!(ops.len(), 0);
     }

@@ -1,69 +1,87 @@
-//! Plans with their output type erased, so that one session runs plans of every type, and
-//! the completion that hands a plan's typed result back to its caller.
+//! Plans with their output type erased, so that one session runs plans of every type, each
+//! boxed with its caller's waiter: the result goes from the plan to the waiter inside the box,
+//! where both types are known, so it reaches its caller with its type and no downcast.
 
-use super::*;
+use std::fmt;
 
-/// The result of a plan, typed by the plan's output; see [`Completion::into_result`].
+use crate::error::Error;
+use crate::plan::{misuse, Plan, Reply, Step};
+
+/// How a driver's callers wait for their plans' results: a family of waiter handles, one type
+/// per plan output (a channel's sender in a driver, a ticket in a test).
 ///
-/// It is the finished plan itself, holding its result: completing a plan allocates nothing.
-pub struct Completion(pub(super) Box<dyn ErasedPlan>);
+/// The session is generic over the family, never over a plan's output: each plan travels
+/// boxed with a [`Waiters::Waiter`] typed by its output, and the driver hands the result over
+/// with [`Completion::deliver`] when the session says the plan is done.
+pub trait Waiters: Sized + 'static {
+    /// The handle of the caller of a plan whose output is `T`.
+    type Waiter<T: Send + 'static>: Send + 'static;
+    /// What [`Completion::deliver`] gives back to the driver: `()` for a channel, the caller's
+    /// name where the driver needs to know who was served.
+    type Delivered;
 
-impl Completion {
-    /// The plan's result. `T` is the `Output` of the submitted plan; asking for another type is
-    /// a driver bug, reported as an error rather than a panic.
-    pub fn into_result<T: 'static>(mut self) -> Result<T, Error> {
-        match self.0.output().downcast_mut::<Option<Result<T, Error>>>() {
-            Some(output) => output
-                .take()
-                .unwrap_or_else(|| Err(crate::plan::misuse("completed without a result"))),
-            None => Err(crate::plan::misuse(
-                "a completion read as another type than its plan's output",
-            )),
-        }
+    /// Hands `result` to the caller behind `waiter`.
+    fn deliver<T: Send + 'static>(
+        waiter: Self::Waiter<T>,
+        result: Result<T, Error>,
+    ) -> Self::Delivered;
+}
+
+/// A plan with its caller's waiter, boxed for [`Session::submit_boxed`](super::Session::submit_boxed):
+/// a driver that moves plans to its session task boxes each one once, where it is submitted.
+pub struct Submission<W: Waiters>(pub(super) Box<dyn ErasedPlan<W>>);
+
+impl<W: Waiters> Submission<W> {
+    /// Boxes `plan` with `waiter`, typed by the plan's output.
+    pub fn new<P: Plan>(plan: P, waiter: W::Waiter<P::Output>) -> Self {
+        Submission(Box::new(Erased {
+            plan,
+            waiter,
+            output: None,
+        }))
     }
 }
 
-/// A plan boxed for [`Session::submit_boxed`]: a driver that moves plans to its session task
-/// boxes each one once, where it is submitted.
-pub struct BoxedPlan(pub(super) Box<dyn ErasedPlan>);
+/// A finished plan, holding its result and its caller's waiter: the driver calls
+/// [`Completion::deliver`]. Completing a plan allocates nothing: this is the submitted box.
+pub struct Completion<W: Waiters>(pub(super) Box<dyn ErasedPlan<W>>);
 
-impl BoxedPlan {
-    /// Boxes `plan`; its output type is recovered by [`Completion::into_result`].
-    pub fn new<P: Plan>(plan: P) -> Self {
-        BoxedPlan(Box::new(Erased { plan, output: None }))
+impl<W: Waiters> Completion<W> {
+    /// Hands the plan's result to its waiter ([`Waiters::deliver`]).
+    pub fn deliver(self) -> W::Delivered {
+        self.0.deliver()
     }
 }
 
-impl fmt::Debug for BoxedPlan {
+impl<W: Waiters> fmt::Debug for Submission<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("BoxedPlan(..)")
+        f.write_str("Submission(..)")
     }
 }
 
-impl fmt::Debug for Completion {
+impl<W: Waiters> fmt::Debug for Completion<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Completion(..)")
     }
 }
 
-/// A plan with its output type erased, so that one session runs plans of every type.
-pub(super) trait ErasedPlan: Send {
+/// A plan with its output type erased and its waiter beside it.
+pub(super) trait ErasedPlan<W: Waiters>: Send {
     fn start(&mut self) -> Step<()>;
     fn resume(&mut self, replies: Vec<Reply>) -> Step<()>;
-    fn into_completion(self: Box<Self>) -> Completion;
     /// Ends the plan with `error` unless it already has a result.
-    fn fail(self: Box<Self>, error: Error) -> Completion;
-    /// The result slot, an `Option<Result<Output, Error>>`.
-    fn output(&mut self) -> &mut dyn Any;
+    fn fail(&mut self, error: Error);
+    fn deliver(self: Box<Self>) -> W::Delivered;
 }
 
-pub(super) struct Erased<P: Plan> {
-    pub(super) plan: P,
-    pub(super) output: Option<Result<P::Output, Error>>,
+struct Erased<P: Plan, W: Waiters> {
+    plan: P,
+    waiter: W::Waiter<P::Output>,
+    output: Option<Result<P::Output, Error>>,
 }
 
-impl<P: Plan> Erased<P> {
-    pub(super) fn erase(&mut self, step: Step<P::Output>) -> Step<()> {
+impl<P: Plan, W: Waiters> Erased<P, W> {
+    fn erase(&mut self, step: Step<P::Output>) -> Step<()> {
         match step {
             Step::Send(batch) => Step::Send(batch),
             Step::Wait(d) => Step::Wait(d),
@@ -75,7 +93,7 @@ impl<P: Plan> Erased<P> {
     }
 }
 
-impl<P: Plan> ErasedPlan for Erased<P> {
+impl<P: Plan, W: Waiters> ErasedPlan<W> for Erased<P, W> {
     fn start(&mut self) -> Step<()> {
         let step = self.plan.start();
         self.erase(step)
@@ -86,17 +104,15 @@ impl<P: Plan> ErasedPlan for Erased<P> {
         self.erase(step)
     }
 
-    fn into_completion(self: Box<Self>) -> Completion {
-        // A plan done without a result reads as a misuse in `into_result`.
-        Completion(self)
-    }
-
-    fn fail(mut self: Box<Self>, error: Error) -> Completion {
+    fn fail(&mut self, error: Error) {
         self.output.get_or_insert(Err(error));
-        Completion(self)
     }
 
-    fn output(&mut self) -> &mut dyn Any {
-        &mut self.output
+    fn deliver(self: Box<Self>) -> W::Delivered {
+        let Erased { waiter, output, .. } = *self;
+        // The session completes a plan only once it has a result; a plan done without one
+        // reads as a misuse rather than a panic.
+        let result = output.unwrap_or_else(|| Err(misuse("completed without a result")));
+        W::deliver(waiter, result)
     }
 }

@@ -1,6 +1,18 @@
 //! The topology refresh: rounds of `CLUSTER SLOTS`, their backoff, and applying a new map.
 
-use super::*;
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use crate::addr::NodeAddr;
+use crate::error::{ConfigError, Error};
+use crate::retry::{next_attempt, NextAttempt};
+use crate::topology::{parse_cluster_slots, Topology};
+use crate::value::Frame;
+
+use super::conns::{Loss, Queued};
+use super::nodes::NodeId;
+use super::timers::Timer;
+use super::{after, Endpoints, Session, Waiters};
 
 #[derive(Debug, Default)]
 pub(super) struct Refresh {
@@ -17,7 +29,7 @@ pub(super) struct Refresh {
     pub(super) last_error: Option<Error>,
 }
 
-impl<W> Session<W> {
+impl<W: Waiters> Session<W> {
     /// The map may be stale (`MOVED`, `READONLY`, a lost node): refresh now, or once the rate
     /// limit allows; a running refresh is followed by another, since it may predate the news.
     pub(super) fn refresh_soon(&mut self, now: Instant) {
@@ -30,7 +42,7 @@ impl<W> Session<W> {
 
     /// Starts a refresh now if none started within `refresh_min_interval`, else arms the timer.
     pub(super) fn refresh_when_allowed(&mut self, now: Instant) {
-        if !self.cluster || self.closed {
+        if !self.is_cluster() || self.closed {
             return;
         }
         let earliest = self
@@ -57,7 +69,7 @@ impl<W> Session<W> {
     }
 
     pub(super) fn start_refresh(&mut self, now: Instant) {
-        if !self.cluster || self.closed || self.refresh.running {
+        if !self.is_cluster() || self.closed || self.refresh.running {
             return;
         }
         self.timers.disarm(Timer::Refresh);
@@ -66,10 +78,7 @@ impl<W> Session<W> {
         // dead or stalled node is not the only one asked round after round.
         let masters = self.masters();
         let roots: Vec<NodeId> = match &self.config.endpoints {
-            Endpoints::Cluster(roots) => roots
-                .iter()
-                .filter_map(|r| self.node_ids.get(r).copied())
-                .collect(),
+            Endpoints::Cluster(roots) => roots.iter().filter_map(|r| self.nodes.id(r)).collect(),
             Endpoints::Single(_) => Vec::new(),
         };
         let ready = masters.iter().copied().filter(|&n| self.is_ready(n));
@@ -79,7 +88,7 @@ impl<W> Session<W> {
         // dial it again early), and one whose connection has long waited for a reply (the
         // query would queue behind the stall, and so would everything routed there after it).
         let avoid =
-            |n: NodeId| self.down.get(&n).is_some_and(|d| d.until > now) || self.is_stalled(n, now);
+            |n: NodeId| self.nodes.backoff_until(n, now).is_some() || self.is_stalled(n, now);
         let mut unique: Vec<NodeId> = Vec::new();
         for &n in preferred.iter().filter(|&&n| !avoid(n)) {
             if !unique.contains(&n) {
@@ -87,8 +96,7 @@ impl<W> Session<W> {
             }
         }
         if unique.is_empty() {
-            let known = (0..self.nodes.len()).filter(|&n| self.is_known(n));
-            for n in preferred.iter().copied().chain(known) {
+            for n in preferred.iter().copied().chain(self.nodes.known()) {
                 if !unique.contains(&n) {
                     unique.push(n);
                 }
@@ -224,7 +232,7 @@ impl<W> Session<W> {
             self.slots.clear();
         }
         for shard in &topo.shards {
-            let node = self.intern(shard.master.clone());
+            let node = self.nodes.intern(shard.master.clone());
             for &(start, end) in &shard.ranges {
                 self.slots.set_range(start, end, node);
             }
@@ -232,5 +240,37 @@ impl<W> Session<W> {
         self.map_loaded = true;
         let waiting = std::mem::take(&mut self.unrouted);
         self.to_dispatch.extend(waiting);
+    }
+
+    /// Forgets the nodes missing from complete topologies for [`FORGET_AFTER`](super::FORGET_AFTER):
+    /// their idle connection closes, and their id is reused. A root node, a node with
+    /// requests on its connection, or one a waiting request is bound to (an `ASK` target, a
+    /// `NOSCRIPT` node) stays until it is free.
+    pub(super) fn forget_departed(&mut self, now: Instant, topo: &Topology) {
+        let present: BTreeSet<NodeId> = topo
+            .shards
+            .iter()
+            .filter_map(|s| self.nodes.id(&s.master))
+            .collect();
+        let roots: Vec<NodeAddr> = match &self.config.endpoints {
+            Endpoints::Cluster(roots) => roots.clone(),
+            Endpoints::Single(addr) => vec![addr.clone()],
+        };
+        for node in self.nodes.departed(now, &present, &roots) {
+            let bound = self.ops.iter().any(|op| {
+                op.reqs
+                    .iter()
+                    .any(|r| r.ask == Some(node) || r.pinned == Some(node))
+            });
+            if self.is_busy(node) || bound {
+                continue;
+            }
+            if let Some(conn) = self.nodes.conn(node) {
+                let reason = "the node left the cluster's topology".to_owned();
+                self.drop_conn(now, conn, Loss::Lost(reason));
+            }
+            tracing::debug!(node = %self.nodes[node], "forgetting a node that left the topology");
+            self.nodes.forget(node);
+        }
     }
 }

@@ -1,9 +1,19 @@
 //! Replies: each frame matched to the dispatch that caused it, and what a reply means for
 //! routing (redirections, retries, the end of a request).
 
-use super::*;
+use std::time::Instant;
 
-impl<W> Session<W> {
+use crate::error::{Error, ServerError};
+use crate::request::{Access, Route};
+use crate::retry::{classify, handshake, Decision, Handshake};
+use crate::value::{Frame, Value};
+
+use super::conns::{ConnId, ConnState, Loss, Pending, Queued};
+use super::nodes::NodeId;
+use super::ops::ReqRef;
+use super::{Session, Waiters};
+
+impl<W: Waiters> Session<W> {
     pub(super) fn on_frame(&mut self, now: Instant, conn: ConnId, frame: Frame) {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
@@ -34,13 +44,14 @@ impl<W> Session<W> {
                 },
             },
             Pending::Topology(round) => self.on_topology(now, round, node, Ok(frame)),
-            Pending::Request { req, asking } => {
-                self.on_reply(now, req, (conn, node), asking, frame)
-            }
+            Pending::Request { req, asking } => match frame {
+                Ok(value) => self.on_value(req, (conn, node), asking, value),
+                Err(error) => self.on_error(now, req, node, asking, error),
+            },
             Pending::Wait { req } => {
                 let wait = match frame {
                     Ok(value) => value,
-                    Err(e) => Value::Status(Bytes::from(format!("-{e}"))),
+                    Err(e) => Value::Error(e),
                 };
                 self.finish_granted(req, wait);
             }
@@ -68,7 +79,7 @@ impl<W> Session<W> {
         node: NodeId,
         asking: bool,
     ) -> Option<Error> {
-        if !self.cluster || asking {
+        if !self.is_cluster() || asking {
             return None;
         }
         let map_gen = self.map_gen;
@@ -93,51 +104,51 @@ impl<W> Session<W> {
         })
     }
 
-    pub(super) fn on_reply(
+    /// A value reply to request `r`, sent on `conn` to `node`.
+    fn on_value(&mut self, r: ReqRef, (conn, node): (ConnId, NodeId), asking: bool, value: Value) {
+        if let Some(stale) = self.answered_by_former_owner(r, node, asking) {
+            return self.finish(r, Err(stale));
+        }
+        // A stale reply is ignored, by `finish` and here. The first answer names the host:
+        // later nodes of a `SCAN` are named by that node's `CLUSTER SLOTS`.
+        if self.req_mut(r).is_some() {
+            if let Some(op) = self.ops.get_mut(r.op) {
+                op.answered_by.get_or_insert(node);
+            }
+        }
+        // A grant that asked for WAIT completes with WAIT's reply. WAIT counts the writes of
+        // its own connection: it goes on the one that carried the grant, and only after
+        // something was granted (after a refusal or an error it would only hold the
+        // connection up to its timeout, with nothing to wait for).
+        if let Some(state) = self.req_mut(r).filter(|s| s.request.wait().is_some()) {
+            if value == Value::Nil {
+                return self.finish(r, Ok(Value::Array(vec![Value::Nil, Value::Nil])));
+            }
+            state.granted = Some(value);
+            match self.conns.get_mut(&conn) {
+                Some(c) => {
+                    c.outbox.push(Queued::Wait { req: r });
+                    self.dirty.insert(conn);
+                }
+                None => self.finish_granted(r, Value::Nil),
+            }
+            return;
+        }
+        // `finish` ignores a stale reply.
+        self.finish(r, Ok(value));
+    }
+
+    /// An error reply to request `r` from `node`: a redirection, a retry, or the end.
+    fn on_error(
         &mut self,
         now: Instant,
         r: ReqRef,
-        (conn, node): (ConnId, NodeId),
+        node: NodeId,
         asking: bool,
-        frame: Frame,
+        error: ServerError,
     ) {
-        let cluster = self.cluster;
+        let cluster = self.is_cluster();
         let max_redirections = self.config.max_redirections;
-        let error = match frame {
-            Ok(value) => {
-                if let Some(stale) = self.answered_by_former_owner(r, node, asking) {
-                    return self.finish(r, Err(stale));
-                }
-                // A stale reply is ignored, by `finish` and here. The first answer names the
-                // host: later nodes of a `SCAN` are named by that node's `CLUSTER SLOTS`.
-                if self.req_mut(r).is_some() {
-                    if let Some(op) = self.ops.get_mut(r.op) {
-                        op.answered_by.get_or_insert(node);
-                    }
-                }
-                // A grant that asked for WAIT completes with WAIT's reply. WAIT counts the
-                // writes of its own connection: it goes on the one that carried the grant, and
-                // only after something was granted (after a refusal or an error it would only
-                // hold the connection up to its timeout, with nothing to wait for).
-                if let Some(state) = self.req_mut(r).filter(|s| s.request.wait().is_some()) {
-                    if value == Value::Nil {
-                        return self.finish(r, Ok(Value::Array(vec![Value::Nil, Value::Nil])));
-                    }
-                    state.granted = Some(value);
-                    match self.conns.get_mut(&conn) {
-                        Some(c) => {
-                            c.outbox.push(Queued::Wait { req: r });
-                            self.dirty.insert(conn);
-                        }
-                        None => self.finish_granted(r, Value::Nil),
-                    }
-                    return;
-                }
-                // `finish` ignores a stale reply.
-                return self.finish(r, Ok(value));
-            }
-            Err(e) => e,
-        };
         // A redirect may name no host; it then means the node that answered.
         let host = self.nodes[node].host.clone();
         let Some(state) = self.req_mut(r) else {
@@ -159,7 +170,7 @@ impl<W> Session<W> {
             Decision::Moved { slot, addr } => {
                 state.redirects += 1;
                 tracing::debug!(slot, to = %addr, "MOVED: patching the slot map");
-                let target = self.intern(addr);
+                let target = self.nodes.intern(addr);
                 self.slots.set(slot, target);
                 self.map_gen += 1;
                 self.refresh_soon(now);
@@ -167,7 +178,7 @@ impl<W> Session<W> {
             }
             Decision::Ask { addr } => {
                 state.redirects += 1;
-                let target = self.intern(addr);
+                let target = self.nodes.intern(addr);
                 if let Some(state) = self.req_mut(r) {
                     state.ask = Some(target);
                 }

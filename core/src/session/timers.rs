@@ -1,6 +1,11 @@
 //! The session's timers, by kind, and what each does when it fires.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Instant;
+
+use super::conns::ConnId;
+use super::ops::{OpId, ReqRef};
+use super::{Session, Waiters};
 
 /// Why the session wants to be woken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -152,7 +157,7 @@ impl Timer {
     }
 }
 
-impl<W> Session<W> {
+impl<W: Waiters> Session<W> {
     /// Runs `timer`, armed for `at`, which is due.
     pub(super) fn fire(&mut self, now: Instant, at: Instant, timer: Timer) {
         match timer {
@@ -177,6 +182,7 @@ impl<W> Session<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn op(seq: u64) -> OpId {
         OpId {

@@ -4,35 +4,37 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::codec::Typed;
-use crate::coordinator::{Coordinator, Durability, Leases, Schedules};
+use crate::coord::{Coordinator, Durability, Leases, Schedules};
 use crate::error::{ConfigError, Error};
 use crate::executor::{Deployment, Executor};
-use crate::layout::{Keyspace, Layout, RecordKind};
+use crate::keys::{Keyspace, Layout, RecordKind};
 
+use super::typed::Typed;
 use super::{
     conv, cursor, delete_chat, guard, messages, records, user, DeletedChat, Message, MessagePage,
     MessageQuery, RecordPage, Started, UserDataCursor, UserDataPage,
 };
 
-/// How to build a [`Store`]: the prefix, the layout, and what the client is.
+/// How to build a [`Store`]: the prefix and the layout. Whether the client is a cluster is
+/// not an option but the executor's word ([`Executor::deployment`]).
 ///
 /// ```
-/// use botmesh_redis_core::driver::store::StoreOptions;
-/// use botmesh_redis_core::Layout;
+/// use botmesh_redis_core::StoreOptions;
+/// use botmesh_redis_core::{Deployment, Layout};
 ///
 /// // On a cluster client: the cluster layout is the default, and the only one allowed.
-/// let on_cluster = StoreOptions::new("mybot").cluster_client(true);
+/// let default = StoreOptions::new("mybot");
+/// assert_eq!(default.resolved_layout(Deployment::Cluster), Layout::Cluster);
 /// // On a single node: the legacy layout is the default; opt in to the cluster layout.
+/// assert_eq!(default.resolved_layout(Deployment::Single), Layout::Legacy);
 /// let migrated = StoreOptions::new("mybot").layout(Layout::Cluster);
-/// # let _ = (on_cluster, migrated);
+/// assert_eq!(migrated.resolved_layout(Deployment::Single), Layout::Cluster);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreOptions {
     prefix: String,
     layout: Option<Layout>,
     allow_legacy_data: bool,
-    cluster_client: bool,
 }
 
 /// A prefix alone: `connect(client_options, "mybot")`.
@@ -49,13 +51,12 @@ impl From<String> for StoreOptions {
 }
 
 impl StoreOptions {
-    /// Options for `prefix`, on a single-node client, with the default layout.
+    /// Options for `prefix`, with the default layout of the client's deployment.
     pub fn new(prefix: impl Into<String>) -> Self {
         StoreOptions {
             prefix: prefix.into(),
             layout: None,
             allow_legacy_data: false,
-            cluster_client: false,
         }
     }
 
@@ -71,21 +72,12 @@ impl StoreOptions {
         self
     }
 
-    /// Whether the executor talks to a Redis Cluster, for an executor that does not say
-    /// ([`Executor::deployment`] is `None`, as in tests); a driver's `Client` says, and its
-    /// word wins. The legacy layout is refused on a cluster client, and the default layout
-    /// follows it.
-    pub fn cluster_client(mut self, cluster: bool) -> Self {
-        self.cluster_client = cluster;
-        self
-    }
-
-    /// The layout these options resolve to.
-    pub fn resolved_layout(&self) -> Layout {
-        self.layout.unwrap_or(if self.cluster_client {
-            Layout::Cluster
-        } else {
-            Layout::Legacy
+    /// The layout these options resolve to on a client of `deployment`: the one chosen, else
+    /// the cluster layout on a cluster and the legacy layout on a single node.
+    pub fn resolved_layout(&self, deployment: Deployment) -> Layout {
+        self.layout.unwrap_or(match deployment {
+            Deployment::Cluster => Layout::Cluster,
+            Deployment::Single => Layout::Legacy,
         })
     }
 }
@@ -132,13 +124,9 @@ impl<E: Executor> Store<E> {
     /// Fails with [`Error::Config`] for the legacy layout on a cluster client, and with
     /// [`Error::Key`] for an empty prefix or a `{` or `}` in a cluster-layout prefix.
     pub fn new(executor: E, options: StoreOptions) -> Result<Self, Error> {
-        // The executor's word wins: a driver's client knows what it talks to.
-        let options = match executor.deployment() {
-            Some(deployment) => options.cluster_client(deployment == Deployment::Cluster),
-            None => options,
-        };
-        let layout = options.resolved_layout();
-        if layout == Layout::Legacy && options.cluster_client {
+        let deployment = executor.deployment();
+        let layout = options.resolved_layout(deployment);
+        if layout == Layout::Legacy && deployment == Deployment::Cluster {
             return Err(ConfigError::LegacyLayoutOnCluster { component: "store" }.into());
         }
         let ks = Keyspace::new(layout, options.prefix)?;
@@ -206,7 +194,7 @@ impl<E: Executor> Store<E> {
     /// # #[cfg(feature = "json")]
     /// # mod example {
     /// use botmesh_redis_core::codec::Json;
-    /// use botmesh_redis_core::driver::store::Store;
+    /// use botmesh_redis_core::Store;
     /// use botmesh_redis_core::{Error, Executor};
     ///
     /// #[derive(serde::Serialize, serde::Deserialize)]
@@ -426,7 +414,7 @@ impl<E: Executor> Store<E> {
     }
 
     /// Lists a user's live entries, in namespace `ns` or all, sorted by namespace then key: the
-    /// page of `limit` (clamped to `1..=`[`MAX_PAGE`](crate::store::MAX_PAGE)) after `after`, and
+    /// page of `limit` (clamped to `1..=`[`MAX_PAGE`](crate::MAX_PAGE)) after `after`, and
     /// the cursor of the next page.
     pub async fn list_user_data(
         &self,

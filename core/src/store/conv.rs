@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::error::Error;
-use crate::layout::Keyspace;
+use crate::keys::Keyspace;
 use crate::plan::{single, Single};
 use crate::request::{Access, Request};
 use crate::value::Value;

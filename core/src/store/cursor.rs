@@ -3,7 +3,7 @@
 //! forward, comparing exact integers in a script.
 
 use crate::error::Error;
-use crate::layout::Keyspace;
+use crate::keys::Keyspace;
 use crate::plan::{single, Single};
 use crate::request::{Access, Arg, Request};
 use crate::scripts::CURSOR_SET_IF_GREATER;

@@ -33,7 +33,7 @@
 //! ```
 
 use crate::error::Error;
-use crate::layout::{Keyspace, RecordKind};
+use crate::keys::{Keyspace, RecordKind};
 use crate::plan::{misuse, Plan, Reply, Step};
 use crate::request::{Access, Arg, Request};
 use crate::value::Value;

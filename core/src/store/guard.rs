@@ -46,8 +46,8 @@
 use bytes::Bytes;
 
 use crate::error::Error;
-use crate::layout::{Keyspace, Layout, CLUSTER_V1};
-use crate::migrate::lifecycle::{Record, Role};
+use crate::keys::lifecycle::{Record, Role};
+use crate::keys::{Keyspace, Layout, CLUSTER_V1};
 use crate::plan::{misuse, Plan, Reply, Step};
 use crate::request::{Access, Request};
 use crate::scan::{scan, Scan};

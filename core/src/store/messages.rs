@@ -11,7 +11,7 @@
 use bytes::Bytes;
 
 use crate::error::Error;
-use crate::layout::Keyspace;
+use crate::keys::Keyspace;
 use crate::plan::{misuse, single, Plan, Reply, Single, Step};
 use crate::request::{Access, Arg, Request};
 use crate::value::Value;
@@ -101,7 +101,7 @@ impl MessageQuery {
 
 /// One page of a chat's messages, in `(time, id)` order; `next` is the cursor of the next page
 /// ([`MessageQuery::after`]), `None` when the range holds nothing after this page.
-pub type MessagePage = super::Page<Message, MessageCursor>;
+pub type MessagePage = crate::page::Page<Message, MessageCursor>;
 
 /// Saves a message: item and log entry in one script call, in the chat's slot. Saving an
 /// existing id replaces its payload and time. Yields `true` when the message is new.
@@ -123,7 +123,7 @@ pub fn save_message(
 }
 
 /// Reads one message, or `None` when it is not in the chat's log (never saved, deleted, or being
-/// deleted by [`delete_chat`](super::delete_chat())).
+/// deleted by [`delete_chat`](super::delete_chat::delete_chat())).
 pub fn get_message(ks: &Keyspace, chat: &str, id: &str) -> Result<Single<Option<Message>>, Error> {
     let request = Request::script_in(
         ks,

@@ -22,7 +22,7 @@
 //! runs on a single node, where the same scripts are sent with
 //! [`Request::single_node_script`]. Scripts never build key names: where a script needs keys
 //! that depend on data (the items of a page of messages, the members of a chunk), the plan reads
-//! the ids first, builds the keys in Rust with [`Keyspace`](crate::layout::Keyspace) and passes them as `KEYS`.
+//! the ids first, builds the keys in Rust with [`Keyspace`](crate::keys::Keyspace) and passes them as `KEYS`.
 
 use std::time::Duration;
 
@@ -33,61 +33,26 @@ use crate::request::{Access, Request};
 use crate::value::Value;
 
 mod api;
-pub mod conv;
-pub mod cursor;
-pub mod delete_chat;
-pub mod guard;
-pub mod messages;
-pub mod records;
-pub mod user;
+pub(crate) mod conv;
+pub(crate) mod cursor;
+pub(crate) mod delete_chat;
+pub(crate) mod guard;
+pub(crate) mod messages;
+pub(crate) mod records;
+mod typed;
+pub(crate) mod user;
 
 pub use api::{Store, StoreOptions};
-pub use delete_chat::{delete_chat, DeleteChat, DeletedChat};
-pub use guard::{start, Started};
-pub use messages::{
-    delete_message, get_message, list_messages, save_message, ListMessages, Message, MessageCursor,
-    MessagePage, MessageQuery,
-};
-pub use records::{ListRecords, Record, RecordPage};
+pub use delete_chat::DeletedChat;
+pub use guard::Started;
+pub use messages::{Message, MessageCursor, MessagePage, MessageQuery};
+pub use records::{Record, RecordPage};
+pub use typed::Typed;
 pub use user::{UserDataCursor, UserDataPage, UserEntry};
 
-/// The largest page of a listing, and the largest chunk of a multi-key script call: a listing
-/// asked for more answers this many, with the cursor of the rest.
-pub const MAX_PAGE: usize = 1000;
-
-/// One page of a listing and where the next one starts: every listing of the store and of the
-/// coordination types answers in this shape ([`MessagePage`], [`RecordPage`],
-/// [`UserDataPage`], [`SchedulePage`](crate::coord::SchedulePage)).
-///
-/// A page holds at most the limit asked for (clamped to `1..=`[`MAX_PAGE`]). An item deleted
-/// while the page was read is left out, so a page can be shorter than the limit even when more
-/// follow: only `next` says whether the listing goes on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Page<T, C = String> {
-    /// The page's items, in the listing's order.
-    pub items: Vec<T>,
-    /// Where the next page starts (hand it back as the listing's `after`); `None` after the
-    /// last page.
-    pub next: Option<C>,
-}
-
-impl<T, C> IntoIterator for Page<T, C> {
-    type Item = T;
-    type IntoIter = std::vec::IntoIter<T>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.items.into_iter()
-    }
-}
-
+pub(crate) use crate::page::{clamp_limit, MAX_PAGE};
 pub(crate) use crate::plan::forward;
 use crate::ttl::ttl_ms;
-pub use crate::ttl::MAX_TTL;
-
-/// Clamps a page size to `1..=MAX_PAGE`.
-pub(crate) fn clamp_limit(limit: usize) -> usize {
-    limit.clamp(1, MAX_PAGE)
-}
 
 /// Splits the replies of a batch into values, failing on the first error.
 pub(crate) fn values(replies: Vec<crate::plan::Reply>, wanted: usize) -> Result<Vec<Value>, Error> {
@@ -136,16 +101,4 @@ pub(crate) fn ttl_arg(ttl: Option<Duration>) -> Result<Bytes, Error> {
         Some(ttl) => Bytes::from(ttl_ms(ttl)?.to_string()),
         None => Bytes::new(),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn limits_are_clamped() {
-        assert_eq!(clamp_limit(0), 1);
-        assert_eq!(clamp_limit(10), 10);
-        assert_eq!(clamp_limit(usize::MAX), MAX_PAGE);
-    }
 }

@@ -32,7 +32,7 @@ use bytes::Bytes;
 
 use crate::error::{ConfigError, Error};
 use crate::keys::{bucket, BUCKET_COUNT};
-use crate::layout::{Keyspace, Layout, RecordKind};
+use crate::keys::{Keyspace, Layout, RecordKind};
 use crate::plan::{misuse, single, Plan, Reply, Single, Step};
 use crate::request::{Access, Arg, Request};
 use crate::scan::{scan, Scan};
@@ -52,7 +52,7 @@ pub struct Record {
 
 /// One page of a listing of records, in byte order of the ids; `next` is the id to list after
 /// for the next page, `None` when this page is the last.
-pub type RecordPage = super::Page<Record>;
+pub type RecordPage = crate::page::Page<Record>;
 
 fn plain_kind(kind: RecordKind) -> Result<(), Error> {
     match kind {

@@ -19,7 +19,7 @@ use percent_encoding::percent_decode_str;
 
 use crate::error::Error;
 use crate::keys::enc;
-use crate::layout::Keyspace;
+use crate::keys::Keyspace;
 use crate::plan::{misuse, single, Plan, Reply, Single, Step};
 use crate::request::{Access, Arg, Request};
 use crate::scan::{scan, Scan};
@@ -52,7 +52,7 @@ pub struct UserDataCursor {
 
 /// One page of a user's entries, sorted by namespace then key; `next` is where the next page
 /// starts, `None` after the last page.
-pub type UserDataPage = super::Page<UserEntry, UserDataCursor>;
+pub type UserDataPage = crate::page::Page<UserEntry, UserDataCursor>;
 
 /// The index member of an entry: `enc(ns) ":" enc(key)`.
 fn member(ns: &str, key: &str) -> String {
@@ -76,12 +76,12 @@ fn parse_member(member: &str) -> Option<(String, String)> {
 /// listing of user `a` would also match user `a:b`. The cluster layout encodes every segment
 /// and holds any id.
 pub fn check_legacy_ids(ks: &Keyspace, user: &str, ns: Option<&str>) -> Result<(), Error> {
-    if ks.layout() != crate::layout::Layout::Legacy {
+    if ks.layout() != crate::keys::Layout::Legacy {
         return Ok(());
     }
     for (field, value) in [("user id", Some(user)), ("namespace", ns)] {
         if let Some(value) = value.filter(|v| v.contains(':')) {
-            return Err(crate::layout::KeyError::LegacyColon {
+            return Err(crate::keys::KeyError::LegacyColon {
                 field,
                 value: value.to_owned(),
             }

@@ -2,8 +2,9 @@
 //! the types, what they do to a session or a simulated cluster, and the checks that must hold
 //! whatever they were.
 //!
-//! - [`Driver`] feeds a bare [`Session`] arbitrary [`Input`]s and checks it never panics, never
-//!   busy-loops, completes each plan at most once and every plan on `close()`.
+//! - [`BareSession`] feeds a [`Session`] with no simulated cluster behind it arbitrary
+//!   [`Input`]s and checks it never panics, never busy-loops, completes each plan at most once
+//!   and every plan on `close()`.
 //! - [`inject`] applies a [`Fault`] to a [`Harness`]; [`Model`] submits fresh writes between
 //!   faults and checks that every outcome the session reported is true, then that the session
 //!   recovers once the faults heal.
@@ -15,19 +16,18 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
+use crate::addr::NodeAddr;
 use crate::error::Error;
 use crate::error::ServerError;
 use crate::keys::{slot, SLOT_COUNT};
 use crate::plan::Reply;
 use crate::request::Request;
 use crate::session::{Config, ConnId, Output, Session};
-use crate::testing::Token;
-use crate::topology::NodeAddr;
+use crate::testing::{Ticket, Tickets, Token};
 use crate::value::Value;
 
-use super::{
-    encode_reply, get, incr, mget, set, Batch, ConnectMode, Demotion, Harness, Rule, SimCluster,
-};
+use super::sim::{encode_reply, ConnectMode, Demotion, Harness, Rule, SimCluster};
+use super::{get, incr, mget, set, Batch};
 
 /// A request of a random batch, on one of a few keys in four slots.
 #[derive(Clone, Debug)]
@@ -188,9 +188,9 @@ pub fn config(cluster: bool, short: bool) -> Config {
 
 /// A bare session driven by random inputs, checking its invariants after each one.
 #[derive(Debug)]
-pub struct Driver {
+pub struct BareSession {
     /// The session under test.
-    pub session: Session<Token>,
+    pub session: Session<Tickets>,
     now: Instant,
     conns: Vec<ConnId>,
     submitted: BTreeSet<Token>,
@@ -198,10 +198,10 @@ pub struct Driver {
     next_token: u64,
 }
 
-impl Driver {
+impl BareSession {
     /// A session of `config` at `now`, drained once.
-    pub fn new(config: Config, now: Instant) -> Driver {
-        let mut d = Driver {
+    pub fn new(config: Config, now: Instant) -> BareSession {
+        let mut d = BareSession {
             session: Session::new(config, now),
             now,
             conns: Vec::new(),
@@ -220,13 +220,10 @@ impl Driver {
             match self.session.poll() {
                 Output::Connect { conn, .. } => self.conns.push(conn),
                 Output::Transmit { .. } | Output::Close { .. } => {}
-                Output::Complete {
-                    waiter: token,
-                    result,
-                } => {
+                Output::Complete(completion) => {
+                    let token = completion.deliver();
                     assert!(self.submitted.contains(&token), "{token:?} never submitted");
                     assert!(self.completed.insert(token), "{token:?} completed twice");
-                    let _ = result.into_result::<Vec<Reply>>();
                 }
                 Output::Wait { until, .. } => return until,
             }
@@ -262,7 +259,7 @@ impl Driver {
                 self.next_token += 1;
                 self.submitted.insert(token);
                 let batch = Batch::new(reqs.iter().take(4).map(Req::request).collect());
-                self.session.submit(now, token, batch);
+                self.session.submit(now, Ticket::new(token), batch);
             }
             Input::Connected(i) => self.session.handle_connected(now, self.conn(*i)),
             Input::ConnectFailed(i) => {
@@ -439,8 +436,8 @@ pub fn inject(h: &mut Harness, fault: &Fault) {
 #[derive(Debug, Default)]
 pub struct Model {
     next_key: u32,
-    writes: Vec<(Token, Vec<String>)>,
-    reads: Vec<Token>,
+    writes: Vec<(Ticket<Vec<Reply>>, Vec<String>)>,
+    reads: Vec<Ticket<Vec<Reply>>>,
 }
 
 impl Model {
@@ -464,7 +461,7 @@ impl Model {
     /// heals every fault and checks that each master serves a fresh write.
     pub fn check(self, h: &mut Harness) {
         for (token, names) in self.writes {
-            let replies = match h.wait_for::<Vec<Reply>>(token) {
+            let replies = match h.wait_for(&token) {
                 Ok(replies) => replies,
                 Err(e) => panic!("a batch failed as a whole: {e}"),
             };
@@ -486,7 +483,7 @@ impl Model {
             }
         }
         for token in self.reads {
-            let replies = match h.wait_for::<Vec<Reply>>(token) {
+            let replies = match h.wait_for(&token) {
                 Ok(replies) => replies,
                 Err(e) => panic!("a batch failed as a whole: {e}"),
             };

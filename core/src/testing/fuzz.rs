@@ -15,16 +15,17 @@ use std::time::{Duration, Instant};
 use arbitrary::{Arbitrary, Unstructured};
 use bytes::BytesMut;
 
+use crate::addr::NodeAddr;
 use crate::error::ServerError;
 use crate::keys::{bucket, enc as encode, hash_tag, slot, BUCKET_COUNT, SLOT_COUNT};
 use crate::options::parse_url;
-use crate::plan::Reply;
 use crate::retry::{classify, Decision};
 use crate::session::{Config, Output, Session};
-use crate::testing::chaos::{config, inject, Driver, Fault, Input, Model};
-use crate::testing::Token;
-use crate::testing::{get, incr, start, Batch, Harness, SimCluster};
-use crate::topology::{parse_cluster_slots, parse_redirect, NodeAddr, Redirect, Topology};
+use crate::testing::chaos::{config, inject, BareSession, Fault, Input, Model};
+use crate::testing::sim::{Harness, SimCluster};
+use crate::testing::{get, incr, start, Batch};
+use crate::testing::{Ticket, Tickets, Token};
+use crate::topology::{parse_cluster_slots, parse_redirect, Redirect, Topology};
 use crate::value::{from_frame, Value};
 
 /// A fuzz target's body: it takes libFuzzer's raw input and panics on a violation.
@@ -177,12 +178,12 @@ fn read_every_way(value: &Value) {
     }
 }
 
-fn drain(session: &mut Session<Token>, done: &mut usize) -> Option<Instant> {
+fn drain(session: &mut Session<Tickets>, done: &mut usize) -> Option<Instant> {
     for _ in 0..10_000 {
         match session.poll() {
-            Output::Complete { result, .. } => {
+            Output::Complete(completion) => {
                 *done += 1;
-                let _ = result.into_result::<Vec<Reply>>();
+                completion.deliver();
             }
             Output::Wait { until, .. } => return until,
             _ => {}
@@ -210,7 +211,7 @@ pub fn resp_reply(data: &[u8]) {
     let mut done = 0;
     session.submit(
         now,
-        Token(1),
+        Ticket::new(Token(1)),
         Batch::new(vec![get("a"), incr("b"), get("c")]),
     );
     let mut conn = None;
@@ -248,13 +249,13 @@ struct SessionCase {
 }
 
 /// `session`: the bare session under arbitrary driver inputs (the first 80), single node or
-/// cluster, normal or degenerate durations, with the invariants of [`Driver`]: no panic, no
+/// cluster, normal or degenerate durations, with the invariants of [`BareSession`]: no panic, no
 /// busy loop, each plan completed at most once, every plan completed on `close()`.
 pub fn session(data: &[u8]) {
     let Some(case) = decode::<SessionCase>(data) else {
         return;
     };
-    let mut d = Driver::new(config(case.cluster, case.short), start());
+    let mut d = BareSession::new(config(case.cluster, case.short), start());
     for input in case.inputs.iter().take(80) {
         d.apply(input);
     }

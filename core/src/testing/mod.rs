@@ -1,15 +1,18 @@
 //! Deterministic tests of the session without a network (the `testing` feature).
 //!
-//! - [`SimCluster`]: a pure fake of one Redis node or a Redis Cluster, speaking RESP2, with
-//!   slot migration, failover and fault injection.
-//! - [`Harness`]: steps a [`Session`](crate::session::Session) and a `SimCluster` together on
-//!   simulated time, as a driver would, and records every connection's writes.
+//! - [`sim`]: the simulated deployment: [`sim::SimCluster`], a pure fake of one Redis node or
+//!   a Redis Cluster, speaking RESP2, with slot migration, failover and fault injection; and
+//!   [`sim::Harness`], which steps a [`Session`](crate::driver::session::Session) and a
+//!   `SimCluster` together on simulated time, as a driver would, and records every
+//!   connection's writes. Plans are submitted with a typed [`Ticket`].
+//! - [`chaos`]: random inputs and faults, for the property tests and the fuzz targets.
 //! - Small plans and requests for tests: [`Batch`], [`Sequence`], [`get`], [`set`], [`incr`],
 //!   [`mget`], [`del`].
 //!
 //! ```
 //! use botmesh_redis_core::driver::session::Config;
-//! use botmesh_redis_core::testing::{get, set, Harness, SimCluster};
+//! use botmesh_redis_core::testing::sim::{Harness, SimCluster};
+//! use botmesh_redis_core::testing::{get, set};
 //! use botmesh_redis_core::Value;
 //!
 //! // The one reading of the real clock: simulated time starts there and never looks again.
@@ -22,48 +25,102 @@
 //! ```
 
 pub mod chaos;
-mod cluster;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz;
-mod harness;
+pub mod sim;
 
-pub use cluster::{
-    encode_reply, render_args, ConnectMode, Data, Demotion, Received, Rule, RuleAction, ScriptFn,
-    SimCluster, SimEvent, FIRST_PORT, SIM_HOST,
-};
-pub use harness::{Chunking, Harness, Wire, HANG};
-
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use crate::error::Error;
 use crate::keys::Key;
-use crate::layout::{Keyspace, Layout};
+use crate::keys::{Keyspace, Layout};
 use crate::plan::{misuse, Plan, Reply, Step};
 use crate::request::{Access, Request};
-use crate::session::Config;
+use crate::session::Waiters;
 
-/// A test's name for a submitted plan: the waiter a simulated driver hands
-/// [`Session::submit`](crate::session::Session::submit), echoed in
-/// [`Output::Complete`](crate::session::Output::Complete). A real driver hands a channel's
-/// sender instead.
+/// A test's name for a submitted plan: what delivering its result gives back to the
+/// simulated driver ([`Tickets`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Token(pub u64);
+
+/// A test's waiter for a plan whose output is `T`: its [`Token`], and the slot its result is
+/// delivered into. Clones share the slot. A ticket reads only its own plan's type: asking
+/// for another does not compile.
+///
+/// ```compile_fail
+/// use botmesh_redis_core::testing::sim::Harness;
+/// use botmesh_redis_core::testing::{get, Batch};
+///
+/// let mut h = Harness::cluster(3, 0);
+/// let ticket = h.submit(Batch::new(vec![get("k")]));
+/// let wrong: Result<String, _> = h.wait_for(&ticket); // a batch yields Vec<Reply>
+/// ```
+#[derive(Debug)]
+pub struct Ticket<T> {
+    token: Token,
+    slot: Arc<Mutex<Option<Result<T, Error>>>>,
+}
+
+impl<T> Clone for Ticket<T> {
+    fn clone(&self) -> Self {
+        Ticket {
+            token: self.token,
+            slot: Arc::clone(&self.slot),
+        }
+    }
+}
+
+impl<T> Ticket<T> {
+    /// An empty ticket named `token`.
+    pub fn new(token: Token) -> Self {
+        Ticket {
+            token,
+            slot: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// The plan's name.
+    pub fn token(&self) -> Token {
+        self.token
+    }
+
+    /// The result, once delivered, taken out (`None` before, or once taken).
+    pub fn take(&self) -> Option<Result<T, Error>> {
+        self.slot().take()
+    }
+
+    /// Whether a result was delivered and not taken yet.
+    pub fn is_delivered(&self) -> bool {
+        self.slot().is_some()
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Result<T, Error>>> {
+        // A test that panicked while holding the slot left a value as good as any.
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The waiters of a simulated driver: a [`Ticket`] per plan, filled when the result is
+/// delivered; delivering names the plan by its [`Token`].
+#[derive(Debug)]
+pub struct Tickets;
+
+impl Waiters for Tickets {
+    type Waiter<T: Send + 'static> = Ticket<T>;
+    type Delivered = Token;
+
+    fn deliver<T: Send + 'static>(ticket: Ticket<T>, result: Result<T, Error>) -> Token {
+        *ticket.slot() = Some(result);
+        ticket.token
+    }
+}
 
 /// The one reading of the real clock a deterministic test makes: simulated time starts there
 /// and never looks again.
 #[allow(clippy::disallowed_methods)]
 pub fn start() -> Instant {
     Instant::now()
-}
-
-impl Harness {
-    /// A harness over a fresh simulated cluster of `masters` shards with `replicas` each, and
-    /// the default cluster configuration.
-    pub fn cluster(masters: usize, replicas: usize) -> Harness {
-        let sim = SimCluster::cluster(masters, replicas);
-        let config = Config::cluster(sim.masters());
-        Harness::new(start(), sim, config)
-    }
 }
 
 /// Ids that break naive key schemes: separators, braces, glob characters, `%`, a space, an

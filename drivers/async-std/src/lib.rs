@@ -3,11 +3,11 @@
 
 pub mod runtime;
 
+pub use botmesh_redis_client::ClientStats;
 pub use botmesh_redis_core::*;
-pub use botmesh_redis_runtime::ClientStats;
 
 /// A client on async-std / smol.
-pub type Client = botmesh_redis_runtime::Client<runtime::AsyncStd>;
+pub type Client = botmesh_redis_client::Client<runtime::AsyncStd>;
 
 /// Connects to Redis and opens the store: the one call a bot makes first.
 ///
@@ -21,5 +21,5 @@ pub async fn connect(
     client: impl Into<ClientOptions>,
     store: impl Into<StoreOptions>,
 ) -> Result<Store<Client>, Error> {
-    botmesh_redis_runtime::connect::<runtime::AsyncStd>(client.into(), store.into()).await
+    botmesh_redis_client::connect::<runtime::AsyncStd>(client.into(), store.into()).await
 }

@@ -1,5 +1,5 @@
 //! The async-std runtime under [`Client`](crate::Client): spawning, a timer and TCP (and TLS over
-//! it), the few calls `botmesh-redis-runtime` needs. A bot never names these; a test or a
+//! it), the few calls `botmesh-redis-client` needs. A bot never names these; a test or a
 //! benchmark that drives the runtime-generic client does.
 use std::future::Future;
 use std::io::{self, Write};
@@ -14,9 +14,9 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use futures_rustls::client::TlsStream;
 use futures_rustls::TlsConnector as Handshake;
 
+use botmesh_redis_client::{ReadHalf, WriteHalf};
+pub use botmesh_redis_client::{Runtime, TlsConnector};
 use botmesh_redis_core::NodeAddr;
-use botmesh_redis_runtime::{ReadHalf, WriteHalf};
-pub use botmesh_redis_runtime::{Runtime, TlsConnector};
 
 /// The async-std (async-io) runtime.
 #[derive(Debug)]

@@ -3,11 +3,11 @@
 
 pub mod runtime;
 
+pub use botmesh_redis_client::ClientStats;
 pub use botmesh_redis_core::*;
-pub use botmesh_redis_runtime::ClientStats;
 
 /// A client on tokio. Must be started within a tokio runtime (multi-thread or current-thread).
-pub type Client = botmesh_redis_runtime::Client<runtime::Tokio>;
+pub type Client = botmesh_redis_client::Client<runtime::Tokio>;
 
 /// Connects to Redis and opens the store: the one call a bot makes first.
 ///
@@ -21,5 +21,5 @@ pub async fn connect(
     client: impl Into<ClientOptions>,
     store: impl Into<StoreOptions>,
 ) -> Result<Store<Client>, Error> {
-    botmesh_redis_runtime::connect::<runtime::Tokio>(client.into(), store.into()).await
+    botmesh_redis_client::connect::<runtime::Tokio>(client.into(), store.into()).await
 }

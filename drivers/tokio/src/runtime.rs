@@ -1,5 +1,5 @@
 //! The tokio runtime under [`Client`](crate::Client): spawning, a timer and TCP (and TLS over
-//! it), the few calls `botmesh-redis-runtime` needs. A bot never names these; a test or a
+//! it), the few calls `botmesh-redis-client` needs. A bot never names these; a test or a
 //! benchmark that drives the runtime-generic client does.
 use std::future::Future;
 use std::io;
@@ -12,9 +12,9 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector as Handshake;
 
+use botmesh_redis_client::{ReadHalf, WriteHalf};
+pub use botmesh_redis_client::{Runtime, TlsConnector};
 use botmesh_redis_core::NodeAddr;
-use botmesh_redis_runtime::{ReadHalf, WriteHalf};
-pub use botmesh_redis_runtime::{Runtime, TlsConnector};
 
 /// The tokio runtime.
 #[derive(Debug)]

@@ -1,0 +1,448 @@
+//! The typed async API of coordination, written once over any [`Executor`]: the
+//! [`Coordinator`], [`Schedules`], [`Leases`] and [`Durability`].
+//!
+//! Each method builds a plan from [`crate::coord`] and runs it; see `docs/coordination.md` for
+//! what each primitive promises.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::coord::{
+    self, Acked, Begun, Claimed, Schedule, SchedulePage, TurnGrant, TurnGuard, TurnOptions,
+};
+use crate::error::Error;
+use crate::executor::{check_layout, Executor};
+use crate::keys::Keyspace;
+
+/// The request ids of turn takes, process-wide.
+static NEXT_TURN_REQUEST: AtomicU64 = AtomicU64::new(0);
+
+/// Locks, per-chat turns, leaderships and heartbeats for one replica.
+#[derive(Clone, Debug)]
+pub struct Coordinator<E> {
+    exec: E,
+    ks: Keyspace,
+    replica: Arc<str>,
+    turns: TurnOptions,
+    wait_replicas: Option<(u32, Duration)>,
+}
+
+impl<E: Executor> Coordinator<E> {
+    /// A coordinator for `replica`, which must be unique among the bot's live processes (for
+    /// example host name, process id and start time). Turns rely on this replica's heartbeat:
+    /// call [`Coordinator::heartbeat`] regularly, from before the first turn (a replica without
+    /// a live heartbeat is treated as dead, and its turns are skipped).
+    ///
+    /// Fails with [`ConfigError::LegacyLayoutOnCluster`](crate::ConfigError) for a
+    /// legacy-layout keyspace on a cluster executor. [`Store::coordinator`] builds one with
+    /// the store's keyspace.
+    ///
+    /// [`Store::coordinator`]: crate::store::Store::coordinator
+    pub fn new(exec: E, ks: Keyspace, replica: impl Into<String>) -> Result<Self, Error> {
+        check_layout(&exec, &ks, "coordinator")?;
+        Ok(Coordinator {
+            exec,
+            ks,
+            replica: Arc::from(replica.into()),
+            turns: TurnOptions::default(),
+            wait_replicas: None,
+        })
+    }
+
+    /// How turns are waited for and held, and how long an idle chat's queue is kept. Every turn
+    /// call checks the options ([`TurnOptions::check`]) and fails with [`Error::Config`] before
+    /// sending anything when the idle lifetime is too short for the timers.
+    pub fn with_turn_options(mut self, options: TurnOptions) -> Self {
+        self.turns = options;
+        self
+    }
+
+    /// Grants of locks and leaderships are reported only once `replicas` replicas
+    /// acknowledged them (`WAIT`, at most `timeout`); a grant that falls short is given back
+    /// and fails with [`Error::NotReplicated`]. See `docs/coordination.md` for what this buys
+    /// (and what it does not). `WAIT` blocks the master connection it runs on for up to
+    /// `timeout`, delaying the requests pipelined behind it.
+    pub fn with_wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait_replicas = Some((replicas, timeout));
+        self
+    }
+
+    /// This replica's id.
+    pub fn replica(&self) -> &str {
+        &self.replica
+    }
+
+    /// The keyspace (layout and prefix).
+    pub fn keyspace(&self) -> &Keyspace {
+        &self.ks
+    }
+
+    /// Acquires lock `key` for `owner`: the fence, or `None` while it is held. With
+    /// [`Coordinator::with_wait_replicas`], a grant that too few replicas acknowledged is given
+    /// back and fails with [`Error::NotReplicated`].
+    pub async fn lock(&self, key: &str, owner: &str, ttl: Duration) -> Result<Option<u64>, Error> {
+        match self.wait_replicas {
+            Some((replicas, timeout)) => {
+                let plan =
+                    coord::lock_acquire_replicated(&self.ks, key, owner, ttl, replicas, timeout)?;
+                self.exec.run(plan).await
+            }
+            None => {
+                self.exec
+                    .run(coord::lock_acquire(&self.ks, key, owner, ttl)?)
+                    .await
+            }
+        }
+    }
+
+    /// Renews a held lock; [`Error::NotHolder`] when it was lost.
+    pub async fn extend_lock(&self, key: &str, owner: &str, ttl: Duration) -> Result<(), Error> {
+        self.exec
+            .run(coord::lock_extend(&self.ks, key, owner, ttl)?)
+            .await
+    }
+
+    /// Releases a lock; yields whether `owner` still held it.
+    pub async fn unlock(&self, key: &str, owner: &str) -> Result<bool, Error> {
+        self.exec
+            .run(coord::lock_release(&self.ks, key, owner)?)
+            .await
+    }
+
+    /// Takes a ticket for `chat` and waits until it is served: at most the turn options'
+    /// `wait_timeout` (then [`Error::Timeout`], the ticket withdrawn). Dropping the future
+    /// withdraws the ticket at the plan's next step (within one poll interval).
+    pub async fn acquire_turn(&self, chat: &str) -> Result<TurnGrant, Error> {
+        // The request id makes the queue member: unique per call in this process (even across
+        // coordinators built with the same replica id), so two callers never share a ticket.
+        let n = NEXT_TURN_REQUEST.fetch_add(1, Ordering::Relaxed);
+        let cancel = CancelOnDrop::new();
+        let plan = coord::acquire_turn(&self.ks, chat, &self.replica, &n.to_string(), self.turns)?
+            .cancel_on(cancel.flag.clone());
+        let result = self.exec.run(plan).await;
+        cancel.disarm();
+        result
+    }
+
+    /// Renews a held turn, and is the fenced check before acting on the chat:
+    /// [`Error::NotHolder`] when the turn was lost.
+    pub async fn extend_turn(&self, guard: &TurnGuard) -> Result<(), Error> {
+        self.exec
+            .run(coord::turn_extend(&self.ks, guard, &self.turns)?)
+            .await
+    }
+
+    /// Ends a held turn and serves the next ticket; [`Error::NotHolder`] when it was lost.
+    pub async fn release_turn(&self, guard: &TurnGuard) -> Result<(), Error> {
+        self.exec
+            .run(coord::turn_release(&self.ks, guard, &self.turns)?)
+            .await
+    }
+
+    /// Campaigns for leadership `name`: the term when this replica leads (a new one when it
+    /// wins, the same one when it already led), or `None`. With
+    /// [`Coordinator::with_wait_replicas`], as for [`Coordinator::lock`].
+    pub async fn campaign(&self, name: &str, ttl: Duration) -> Result<Option<u64>, Error> {
+        match self.wait_replicas {
+            Some((replicas, timeout)) => {
+                let plan = coord::leader_campaign_replicated(
+                    &self.ks,
+                    name,
+                    &self.replica,
+                    ttl,
+                    replicas,
+                    timeout,
+                )?;
+                self.exec.run(plan).await
+            }
+            None => {
+                self.exec
+                    .run(coord::leader_campaign(&self.ks, name, &self.replica, ttl)?)
+                    .await
+            }
+        }
+    }
+
+    /// Renews this replica's leadership; [`Error::NotHolder`] when it was lost.
+    pub async fn renew(&self, name: &str, ttl: Duration) -> Result<(), Error> {
+        self.exec
+            .run(coord::leader_renew(&self.ks, name, &self.replica, ttl)?)
+            .await
+    }
+
+    /// Resigns leadership `name`; yields whether this replica still led.
+    pub async fn resign(&self, name: &str) -> Result<bool, Error> {
+        self.exec
+            .run(coord::leader_resign(&self.ks, name, &self.replica)?)
+            .await
+    }
+
+    /// Marks this replica alive for `ttl`; call it well within the TTL (every `ttl / 5`, say).
+    /// Turn waiters skip the turns of a replica whose heartbeat expired.
+    pub async fn heartbeat(&self, ttl: Duration) -> Result<(), Error> {
+        let plan = coord::heartbeat(&self.ks, &self.replica, ttl, Bytes::from_static(b"1"))?;
+        self.exec.run(plan).await
+    }
+
+    /// Ends this replica's heartbeat (a clean shutdown).
+    pub async fn stop_heartbeat(&self) -> Result<(), Error> {
+        self.exec
+            .run(coord::heartbeat_stop(&self.ks, &self.replica)?)
+            .await
+    }
+
+    /// Whether `replica`'s heartbeat is live.
+    pub async fn is_alive(&self, replica: &str) -> Result<bool, Error> {
+        self.exec
+            .run(coord::replica_alive(&self.ks, replica)?)
+            .await
+    }
+
+    /// The ids of every live replica, sorted. A `SCAN` of every master for the heartbeat keys:
+    /// its cost grows with the whole keyspace, so keep it off the per-update path.
+    pub async fn live_replicas(&self) -> Result<Vec<String>, Error> {
+        self.exec
+            .run(coord::live_replicas(&self.ks, usize::MAX))
+            .await
+    }
+}
+
+/// Sets its flag when dropped before [`CancelOnDrop::disarm`]: tells a plan that its caller
+/// stopped waiting.
+struct CancelOnDrop {
+    flag: Arc<AtomicBool>,
+    armed: bool,
+}
+
+impl CancelOnDrop {
+    fn new() -> Self {
+        CancelOnDrop {
+            flag: Arc::new(AtomicBool::new(false)),
+            armed: true,
+        }
+    }
+
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            self.flag.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// Schedules with fencing tokens.
+#[derive(Clone, Debug)]
+pub struct Schedules<E> {
+    exec: E,
+    ks: Keyspace,
+}
+
+impl<E: Executor> Schedules<E> {
+    /// Schedules in `ks`; fails for a legacy-layout keyspace on a cluster executor (see
+    /// [`Coordinator::new`]).
+    pub fn new(exec: E, ks: Keyspace) -> Result<Self, Error> {
+        check_layout(&exec, &ks, "schedules")?;
+        Ok(Schedules { exec, ks })
+    }
+
+    /// Writes schedule `id` with fencing token `token`, owned by `holder` (the lease holder or
+    /// leader the token was granted to); [`Error::Stale`] when a newer token is stored,
+    /// [`Error::NotHolder`] when the same token is stored by another holder.
+    pub async fn put(&self, id: &str, token: u64, holder: &str, data: Bytes) -> Result<(), Error> {
+        self.exec
+            .run(coord::schedule_put(&self.ks, id, token, holder, data)?)
+            .await
+    }
+
+    /// Deletes schedule `id`, keeping its token and holder in a marker; errors as for `put`.
+    pub async fn delete(&self, id: &str, token: u64, holder: &str) -> Result<(), Error> {
+        self.exec
+            .run(coord::schedule_delete(&self.ks, id, token, holder)?)
+            .await
+    }
+
+    /// Reads schedule `id`; a deleted one reads as `None`.
+    pub async fn get(&self, id: &str) -> Result<Option<Schedule>, Error> {
+        self.exec.run(coord::schedule_get(&self.ks, id)?).await
+    }
+
+    /// A page of live schedules (deleted markers hidden) with ids after `after`, sorted by id:
+    /// at most `limit` (a page holds at most [`MAX_PAGE`](crate::MAX_PAGE)),
+    /// and the cursor of the next page: pass it as `after` until it is `None`.
+    pub async fn list(&self, after: Option<&str>, limit: usize) -> Result<SchedulePage, Error> {
+        self.exec
+            .run(coord::schedule_list(&self.ks, after, limit)?)
+            .await
+    }
+}
+
+/// Leases with tokens that never go backwards.
+#[derive(Clone, Debug)]
+pub struct Leases<E> {
+    exec: E,
+    ks: Keyspace,
+    wait_replicas: Option<(u32, Duration)>,
+}
+
+impl<E: Executor> Leases<E> {
+    /// Leases in `ks`; fails for a legacy-layout keyspace on a cluster executor (see
+    /// [`Coordinator::new`]).
+    pub fn new(exec: E, ks: Keyspace) -> Result<Self, Error> {
+        check_layout(&exec, &ks, "leases")?;
+        Ok(Leases {
+            exec,
+            ks,
+            wait_replicas: None,
+        })
+    }
+
+    /// Grants are reported only once `replicas` replicas acknowledged them (`WAIT`, at most
+    /// `timeout`), as for [`Coordinator::with_wait_replicas`].
+    pub fn with_wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait_replicas = Some((replicas, timeout));
+        self
+    }
+
+    /// Acquires lease `name` for `holder`: its token, or `None` while another holder has it.
+    pub async fn acquire(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<u64>, Error> {
+        match self.wait_replicas {
+            Some((replicas, timeout)) => {
+                let plan = coord::lease_acquire_replicated(
+                    &self.ks, name, holder, ttl, replicas, timeout,
+                )?;
+                self.exec.run(plan).await
+            }
+            None => {
+                self.exec
+                    .run(coord::lease_acquire(&self.ks, name, holder, ttl)?)
+                    .await
+            }
+        }
+    }
+
+    /// Extends a live lease; [`Error::NotHolder`] when it expired or moved on.
+    pub async fn renew(
+        &self,
+        name: &str,
+        holder: &str,
+        token: u64,
+        ttl: Duration,
+    ) -> Result<(), Error> {
+        self.exec
+            .run(coord::lease_renew(&self.ks, name, holder, token, ttl)?)
+            .await
+    }
+
+    /// Ends a lease early; yields whether `holder` still held it.
+    pub async fn release(&self, name: &str, holder: &str, token: u64) -> Result<bool, Error> {
+        self.exec
+            .run(coord::lease_release(&self.ks, name, holder, token)?)
+            .await
+    }
+}
+
+/// A durability table: inbound journal and outbox, in one slot per table.
+#[derive(Clone, Debug)]
+pub struct Durability<E> {
+    exec: E,
+    ks: Keyspace,
+    table: String,
+}
+
+impl<E: Executor> Durability<E> {
+    /// The table `table` in `ks`; its name may not be empty or contain braces, and a
+    /// legacy-layout keyspace is refused on a cluster executor (see [`Coordinator::new`]).
+    pub fn new(exec: E, ks: Keyspace, table: impl Into<String>) -> Result<Self, Error> {
+        check_layout(&exec, &ks, "durability")?;
+        let table = table.into();
+        ks.durable(&table, "journal")?;
+        Ok(Durability { exec, ks, table })
+    }
+
+    /// Marks inbound `id` as processed by `instance`: [`Begun::First`] the first time within
+    /// `window`, [`Begun::ByThisInstance`] when `instance` began it before (safe to call again
+    /// after [`Error::ReplyLost`]), [`Begun::Duplicate`] when another instance began it.
+    pub async fn begin(&self, id: &str, instance: &str, window: Duration) -> Result<Begun, Error> {
+        self.exec
+            .run(coord::journal_begin(
+                &self.ks,
+                &self.table,
+                id,
+                instance,
+                window,
+            )?)
+            .await
+    }
+
+    /// Forgets inbound `id` after its processing failed.
+    pub async fn forget(&self, id: &str) -> Result<bool, Error> {
+        self.exec
+            .run(coord::journal_forget(&self.ks, &self.table, id)?)
+            .await
+    }
+
+    /// Queues a send under idempotency `key`: `false` when it is queued or was acked within
+    /// `window`.
+    pub async fn enqueue(
+        &self,
+        key: &str,
+        payload: Bytes,
+        window: Duration,
+    ) -> Result<bool, Error> {
+        self.exec
+            .run(coord::outbox_enqueue(
+                &self.ks,
+                &self.table,
+                key,
+                payload,
+                window,
+            )?)
+            .await
+    }
+
+    /// Claims up to `max` sends for `instance`, each for `visibility`.
+    pub async fn claim(
+        &self,
+        instance: &str,
+        max: u32,
+        visibility: Duration,
+    ) -> Result<Vec<Claimed>, Error> {
+        self.exec
+            .run(coord::outbox_claim(
+                &self.ks,
+                &self.table,
+                instance,
+                max,
+                visibility,
+            )?)
+            .await
+    }
+
+    /// Acks a send: [`Acked::Now`], or [`Acked::Already`] when `instance` acked it before (safe
+    /// to call again after [`Error::ReplyLost`]); [`Error::NotHolder`] when the claim was lost.
+    pub async fn ack(&self, key: &str, instance: &str) -> Result<Acked, Error> {
+        self.exec
+            .run(coord::outbox_ack(&self.ks, &self.table, key, instance)?)
+            .await
+    }
+
+    /// Puts every claim of a stopped `instance` back in the queue.
+    pub async fn recover(&self, instance: &str) -> Result<i64, Error> {
+        self.exec
+            .run(coord::outbox_recover(&self.ks, &self.table, instance)?)
+            .await
+    }
+}
