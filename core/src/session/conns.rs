@@ -12,15 +12,10 @@ use crate::framing::FrameScan;
 use crate::request::{encode_args, Access};
 use crate::value::Value;
 
-use super::nodes::{Down, NodeId};
-use super::ops::ReqRef;
+use super::ids::{ConnId, NodeId, ReqRef};
+use super::nodes::Down;
 use super::timers::Timer;
 use super::{after, Output, Session, Waiters};
-
-/// Identifies one connection attempt; a reconnect gets a new id, so late events of a dead
-/// connection are recognised and ignored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnId(pub u64);
 
 /// Something written on a connection that awaits its reply; replies come in this order.
 #[derive(Debug)]

@@ -197,6 +197,7 @@ use crate::value::from_frame;
 
 mod config;
 mod conns;
+mod ids;
 mod nodes;
 mod ops;
 mod plans;
@@ -207,13 +208,14 @@ mod slots;
 mod timers;
 
 pub use config::{AddressMap, Auth, Config, Endpoints};
-pub use conns::ConnId;
+pub use ids::ConnId;
 pub use plans::{Completion, Submission, Waiters};
 pub use timers::TimerReason;
 
 use conns::{Conn, ConnState, Loss, Pending};
+use ids::{OpId, ReqRef};
 use nodes::Nodes;
-use ops::{Op, OpId, Ops, ReqRef};
+use ops::{Op, Ops};
 use refresh::Refresh;
 use slots::SlotTable;
 use timers::Timers;

@@ -7,12 +7,8 @@ use std::time::Instant;
 
 use crate::addr::NodeAddr;
 
-use super::conns::ConnId;
+use super::ids::{ConnId, NodeId};
 use super::FORGET_AFTER;
-
-/// A node's place in [`Nodes`]: small and `Copy`, so that the slot map, connections and
-/// requests name a node without holding its address.
-pub(super) type NodeId = usize;
 
 /// A node whose connect failed: it is not dialled again before `until`.
 #[derive(Clone, Copy, Debug)]

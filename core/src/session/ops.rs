@@ -9,18 +9,10 @@ use crate::request::{Access, Request};
 use crate::retry::{next_attempt, NextAttempt};
 use crate::value::Value;
 
-use super::nodes::NodeId;
+use super::ids::{NodeId, OpId, ReqRef};
 use super::plans::{Completion, ErasedPlan, Waiters};
 use super::timers::Timer;
 use super::{after, Output, Session};
-
-/// An op's id: its submission number, and where it is stored. Ids order by submission, and the
-/// id of an ended op never finds a later op stored in its place.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct OpId {
-    pub(super) seq: u64,
-    pub(super) index: usize,
-}
 
 /// The ops in progress. A slab rather than a map: ops come and go at the request rate, and a
 /// B-tree moved every op (about a hundred bytes) around its nodes on inserts and removals.
@@ -83,18 +75,6 @@ impl<W: Waiters> Ops<W> {
         ops.sort_by_key(|&(seq, _)| seq);
         ops.into_iter().map(|(_, op)| op).collect()
     }
-}
-
-/// One dispatch of one request of an op's current batch.
-///
-/// `attempt` is unique in the whole session, so a reply, a timer or a queued write that belongs
-/// to an earlier dispatch, or to an earlier batch of the same op (whose requests reuse the same
-/// indexes), never matches the request as it is now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct ReqRef {
-    pub(super) op: OpId,
-    pub(super) idx: usize,
-    pub(super) attempt: u64,
 }
 
 #[derive(Debug)]

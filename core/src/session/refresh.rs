@@ -10,7 +10,7 @@ use crate::topology::{parse_cluster_slots, Topology};
 use crate::value::Frame;
 
 use super::conns::{Loss, Queued};
-use super::nodes::NodeId;
+use super::ids::NodeId;
 use super::timers::Timer;
 use super::{after, Endpoints, Session, Waiters};
 

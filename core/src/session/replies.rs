@@ -8,9 +8,8 @@ use crate::request::{Access, Route};
 use crate::retry::{classify, handshake, Decision, Handshake};
 use crate::value::{Frame, Value};
 
-use super::conns::{ConnId, ConnState, Loss, Pending, Queued};
-use super::nodes::NodeId;
-use super::ops::ReqRef;
+use super::conns::{ConnState, Loss, Pending, Queued};
+use super::ids::{ConnId, NodeId, ReqRef};
 use super::{Session, Waiters};
 
 impl<W: Waiters> Session<W> {

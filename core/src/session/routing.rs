@@ -9,8 +9,8 @@ use crate::error::{ConfigError, Error, ServerError};
 use crate::request::{NodeTarget, Route};
 
 use super::conns::Queued;
-use super::nodes::NodeId;
-use super::ops::{ReqRef, ReqState};
+use super::ids::{NodeId, ReqRef};
+use super::ops::ReqState;
 use super::timers::Timer;
 use super::{Session, Waiters};
 

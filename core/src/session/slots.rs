@@ -2,7 +2,7 @@
 
 use crate::keys::SLOT_COUNT;
 
-use super::nodes::NodeId;
+use super::ids::NodeId;
 
 /// The owner of every slot, as ranges. A cluster maps its 16384 slots in a few ranges, so routing
 /// finds a request's owner with a binary search over a few cache lines. (A dense table of 16384

@@ -3,8 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
 
-use super::conns::ConnId;
-use super::ops::{OpId, ReqRef};
+use super::ids::{ConnId, OpId, ReqRef};
 use super::{Session, Waiters};
 
 /// Why the session wants to be woken.
