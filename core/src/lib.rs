@@ -72,6 +72,7 @@
 // One file (or folder) per module; every module is private, and the public paths are the
 // re-exports below: the typed API at the root, the machinery in `driver`.
 mod addr;
+mod batch;
 pub mod codec;
 mod coord;
 mod error;

@@ -28,6 +28,14 @@ impl Layout {
             Layout::Cluster => "cluster",
         }
     }
+
+    /// The other layout: where a migration or a rollback of this one goes.
+    pub fn other(self) -> Layout {
+        match self {
+            Layout::Legacy => Layout::Cluster,
+            Layout::Cluster => Layout::Legacy,
+        }
+    }
 }
 
 impl fmt::Display for Layout {

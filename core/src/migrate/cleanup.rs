@@ -20,14 +20,13 @@ use crate::keys::Key;
 use crate::keys::{Keyspace, Layout};
 use crate::request::{Access, Request};
 
-use super::copy::owners_of_items;
-use super::engine::{delete, elapsed, scan_page, send_ok, server_ms};
+use super::engine::{delete, elapsed, existing, scan_page, send_ok, server_ms};
 use super::lifecycle::{self, Phase, StepKind};
 use super::names::{self, Name};
+use super::owners::owners_of_items;
 use super::sides::{
-    other_server, refuse_if_live, server, view, MarkerOp, Recorded, Server, Watched,
+    other_server, refuse_if_live, server, sibling, view, MarkerOp, Recorded, Server, Watched,
 };
-use super::step::lifecycle_refusal;
 use super::{CleanupOptions, CleanupReport, Namespace, Progress, Refusal, EXAMPLES};
 
 /// Log members read per page.
@@ -49,10 +48,7 @@ pub async fn delete_abandoned_side<A: Executor, O: Executor>(
     progress: &mut (dyn FnMut(&Progress) + Send),
 ) -> Result<CleanupReport, Error> {
     let ks = Keyspace::new(options.layout, options.prefix.clone())?;
-    let other_layout = match options.layout {
-        Layout::Legacy => Layout::Cluster,
-        Layout::Cluster => Layout::Legacy,
-    };
+    let other_layout = options.layout.other();
     let other_ks = Keyspace::new(other_layout, options.other_prefix())?;
     let doomed_server = server(abandoned).await?;
     let other_server_ = server(other).await?;
@@ -113,42 +109,18 @@ pub(super) async fn run<A: Executor, O: Executor>(
     let d_view = view(doomed.e, doomed.server, &doomed.ks, false).await?;
     let o_view = view(other.e, other.server, &other.ks, false).await?;
     lifecycle::cleanup(&d_view, &o_view)
-        .map_err(|reason| lifecycle_refusal(StepKind::Cleanup, reason, &d_view, &o_view))?;
-    // The names both layouts share stay while the other layout of this prefix on this server
-    // (the other side in place, or an in-place sibling of a separate step) is not deleted: they
-    // are its keys too.
-    let sibling_layout = match doomed.ks.layout() {
-        Layout::Legacy => Layout::Cluster,
-        Layout::Cluster => Layout::Legacy,
-    };
-    let sibling = Keyspace::new(sibling_layout, doomed.ks.prefix())
-        .ok()
-        .filter(|ks| separate && !(ks.layout() == Layout::Legacy && doomed.server.is_cluster()));
-    let keep_shared = match &sibling {
-        None => !separate,
-        Some(ks) => {
-            let data = ks.layout() == Layout::Legacy;
-            lifecycle::sibling_in_use(&view(doomed.e, doomed.server, ks, data).await?)
-        }
-    };
-    let first = doomed.server.nodes.first().cloned().flatten();
-    let started_ms = server_ms(doomed.e, &first).await?;
+        .map_err(|reason| reason.refusal(StepKind::Cleanup, &d_view, &o_view))?;
+    let keep_shared = keep_shared(&doomed, separate).await?;
+    let started_ms = doomed.server_ms().await?;
     let mut record = Recorded {
         e: doomed.e,
         ks: doomed.ks.clone(),
         current: d_view.record.clone().ok().flatten(),
     };
-    let phase = |record: &Recorded<'_, A>, phase: Phase, at_ms: i64| {
-        record.current.clone().map(|mut r| {
-            r.phase = phase;
-            r.at_ms = at_ms;
-            r
-        })
-    };
     if !dry_run {
-        if let Some(r) = phase(&record, Phase::Deleting, started_ms) {
-            record.put(r, MarkerOp::Keep).await?;
-        }
+        record
+            .mark(Phase::Deleting, started_ms, MarkerOp::Keep)
+            .await?;
     }
     let mut deleter = Deleter {
         e: doomed.e,
@@ -157,50 +129,44 @@ pub(super) async fn run<A: Executor, O: Executor>(
         in_place_other: (!separate).then(|| other.ks.clone()),
         keep_shared,
         dry_run,
-        report: CleanupReport {
-            layout: doomed.ks.layout(),
-            dry_run,
-            scanned: 0,
-            deleted: BTreeMap::new(),
-            orphans: 0,
-            unknown: 0,
-            shared_kept: 0,
-            examples: BTreeMap::new(),
-            elapsed: std::time::Duration::ZERO,
-        },
+        report: CleanupReport::new(doomed.ks.layout(), dry_run),
     };
-    let pattern = doomed.ks.prefix_pattern();
-    for node in &doomed.server.nodes {
-        let mut cursor = Bytes::from_static(b"0");
-        loop {
-            let (next, keys) = scan_page(doomed.e, node, &cursor, &pattern, scan_count).await?;
-            deleter.page(keys).await?;
-            progress(&Progress {
-                scanned: deleter.report.scanned,
-                total: 0,
-                moved: deleter.report.total(),
-                phase: "deleting",
-            });
-            cursor = next;
-            if cursor.as_ref() == b"0" {
-                break;
-            }
-        }
-    }
+    deleter
+        .pass(&doomed.server.nodes, scan_count, progress)
+        .await?;
     let mut report = deleter.report;
-    let now = server_ms(doomed.e, &first).await?;
+    let now = doomed.server_ms().await?;
     if !dry_run {
         // A cluster side's marker goes with it: a store started there must not find it.
         let marker = match doomed.ks.layout() {
             Layout::Cluster => MarkerOp::Delete,
             Layout::Legacy => MarkerOp::Keep,
         };
-        if let Some(r) = phase(&record, Phase::Deleted, now) {
-            record.put(r, marker).await?;
-        }
+        record.mark(Phase::Deleted, now, marker).await?;
     }
     report.elapsed = elapsed(started_ms, now);
     Ok(report)
+}
+
+/// Whether the names both layouts share stay. In place they are the live side's. On another
+/// server or prefix they stay while the other layout of this prefix on this server (an
+/// in-place sibling of a separate step) is not deleted: they are its keys too.
+async fn keep_shared<E: Executor>(doomed: &Side<'_, E>, separate: bool) -> Result<bool, Error> {
+    let (layout, prefix) = (doomed.ks.layout().other(), doomed.ks.prefix());
+    let Some(ks) = sibling(layout, prefix, separate, doomed.server.is_cluster()) else {
+        return Ok(!separate);
+    };
+    let data = ks.layout() == Layout::Legacy;
+    let sibling_view = view(doomed.e, doomed.server, &ks, data).await?;
+    Ok(lifecycle::sibling_in_use(&sibling_view))
+}
+
+impl<E: Executor> Side<'_, E> {
+    /// The side's clock: a cleanup's times are read there.
+    async fn server_ms(&self) -> Result<i64, Error> {
+        let first = self.server.nodes.first().cloned().flatten();
+        server_ms(self.e, &first).await
+    }
 }
 
 /// The deletion pass over the doomed side's keys.
@@ -226,14 +192,37 @@ impl<E: Executor> Deleter<'_, E> {
     }
 
     fn is_live_sides(&self, key: &[u8]) -> bool {
-        let Some(other) = &self.in_place_other else {
-            return false;
-        };
-        let name = match other.layout() {
-            Layout::Legacy => names::legacy(other, key),
-            Layout::Cluster => names::cluster(other, key),
-        };
-        name != Name::Unknown && !name.is_shared()
+        self.in_place_other
+            .as_ref()
+            .is_some_and(|other| names::is_own(other, key))
+    }
+
+    /// Deletes what the side's keys name, `SCAN` page by page, on every master.
+    async fn pass(
+        &mut self,
+        nodes: &[Option<String>],
+        scan_count: u32,
+        progress: &mut (dyn FnMut(&Progress) + Send),
+    ) -> Result<(), Error> {
+        let pattern = self.ks.prefix_pattern();
+        for node in nodes {
+            let mut cursor = Bytes::from_static(b"0");
+            loop {
+                let (next, keys) = scan_page(self.e, node, &cursor, &pattern, scan_count).await?;
+                self.page(keys).await?;
+                progress(&Progress {
+                    scanned: self.report.scanned,
+                    total: 0,
+                    moved: self.report.total(),
+                    phase: "deleting",
+                });
+                cursor = next;
+                if cursor.as_ref() == b"0" {
+                    break;
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn page(&mut self, keys: Vec<Bytes>) -> Result<(), Error> {
@@ -245,10 +234,7 @@ impl<E: Executor> Deleter<'_, E> {
             if self.is_live_sides(&key) {
                 continue;
             }
-            let name = match self.ks.layout() {
-                Layout::Legacy => names::legacy(self.ks, &key),
-                Layout::Cluster => names::cluster(self.ks, &key),
-            };
+            let name = names::of(self.ks, &key);
             match name {
                 Name::Unknown => {
                     self.report.unknown += 1;
@@ -289,18 +275,10 @@ impl<E: Executor> Deleter<'_, E> {
 
     /// Deletes keys (counts those that exist, in a dry run).
     async fn delete(&self, keys: Vec<Key>) -> Result<u64, Error> {
-        if !self.dry_run {
-            return delete(self.e, self.cluster, keys).await;
+        match self.dry_run {
+            true => existing(self.e, &keys).await,
+            false => delete(self.e, self.cluster, keys).await,
         }
-        let mut batch = Vec::with_capacity(keys.len());
-        for key in &keys {
-            batch.push(Request::cmd(Access::Read, "EXISTS").key(key).build()?);
-        }
-        let mut n = 0;
-        for v in send_ok(self.e, batch).await? {
-            n += u64::try_from(v.as_i64()?).unwrap_or(0);
-        }
-        Ok(n)
     }
 
     /// Deletes a log (or drain) and the items its members name, page by page; the log goes

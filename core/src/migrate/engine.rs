@@ -5,11 +5,12 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
+use crate::batch::Batch;
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::keys::Key;
-use crate::plan::{misuse, Plan, Reply, Step};
-use crate::request::{Access, NodeTarget, Request, Route};
+use crate::plan::{misuse, Reply};
+use crate::request::{Access, Request};
 use crate::scan::{masters_of, masters_request, parse_page};
 use crate::script::Script;
 use crate::value::Value;
@@ -27,64 +28,6 @@ fn unexpected(what: &str) -> Error {
 const READ_CHUNK: usize = 256;
 /// Entries per write script call.
 pub(super) const WRITE_CHUNK: usize = 256;
-
-/// A plan that sends one batch and yields every reply, errors included.
-///
-/// A request for a master whose endpoint the cluster leaves unknown (`:port`, see
-/// [`crate::scan`]) is resolved by the session against the node that gave the plan its
-/// previous reply. A migration asks such masters one request at a time, in plans of their own,
-/// so the batch is led by `CLUSTER SLOTS`: its answer names the host, as it does for the
-/// store's own scan.
-struct Batch {
-    requests: Option<Vec<Request>>,
-    led: bool,
-}
-
-impl Batch {
-    fn new(requests: Vec<Request>) -> Batch {
-        Batch {
-            requests: Some(requests),
-            led: false,
-        }
-    }
-}
-
-fn needs_host(request: &Request) -> bool {
-    matches!(request.route(), Route::Node(NodeTarget::Port(_)))
-}
-
-impl Plan for Batch {
-    type Output = Vec<Reply>;
-
-    fn start(&mut self) -> Step<Vec<Reply>> {
-        match &self.requests {
-            None => Step::Done(Err(misuse("Batch::start called twice"))),
-            Some(batch) if batch.is_empty() => Step::Done(Ok(Vec::new())),
-            Some(batch) if batch.iter().any(needs_host) => {
-                self.led = true;
-                match masters_request() {
-                    Ok(lead) => Step::Send(vec![lead]),
-                    Err(e) => Step::Done(Err(e)),
-                }
-            }
-            Some(_) => match self.requests.take() {
-                Some(batch) => Step::Send(batch),
-                None => Step::Done(Err(misuse("Batch lost its requests"))),
-            },
-        }
-    }
-
-    fn resume(&mut self, replies: Vec<Reply>) -> Step<Vec<Reply>> {
-        if std::mem::take(&mut self.led) {
-            // The lead's answer only names the host; an error there surfaces with the batch.
-            return match self.requests.take() {
-                Some(batch) => Step::Send(batch),
-                None => Step::Done(Err(misuse("Batch lost its requests"))),
-            };
-        }
-        Step::Done(Ok(replies))
-    }
-}
 
 /// Sends `batch` and yields its replies, in order. A reply that is not a server error reply
 /// (a lost connection, a timeout) ends the run: the migration is idempotent, so the operator
@@ -560,6 +503,19 @@ pub(super) async fn write<E: Executor, T>(
             )
         })
         .collect())
+}
+
+/// How many of `keys` exist (what a dry run would delete).
+pub(super) async fn existing<E: Executor>(e: &E, keys: &[Key]) -> Result<u64, Error> {
+    let mut batch = Vec::with_capacity(keys.len());
+    for key in keys {
+        batch.push(Request::cmd(Access::Read, "EXISTS").key(key).build()?);
+    }
+    let mut n = 0;
+    for v in send_ok(e, batch).await? {
+        n += u64::try_from(v.as_i64()?).unwrap_or(0);
+    }
+    Ok(n)
 }
 
 /// `DEL` of `keys`, grouped by slot (cluster) or in chunks (single node).

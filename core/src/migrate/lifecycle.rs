@@ -129,6 +129,21 @@ impl Unsafe {
             self.advice(step)
         )
     }
+
+    /// The refusal of a step, with both sides' states (legacy first).
+    pub(crate) fn refusal(self, step: StepKind, a: &View, b: &View) -> crate::error::Error {
+        let sides = if a.layout == Layout::Legacy {
+            [a.clone(), b.clone()]
+        } else {
+            [b.clone(), a.clone()]
+        };
+        crate::error::Refusal::Lifecycle {
+            step,
+            message: self.message(step, &sides),
+            reason: self,
+        }
+        .into()
+    }
 }
 
 /// The copy both records are about, if they are the two sides of one copy. A step writes the

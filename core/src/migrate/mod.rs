@@ -45,8 +45,12 @@ mod engine;
 mod forward;
 mod inspect;
 pub mod lifecycle;
+mod messages;
 pub mod names;
+mod owners;
+mod pair;
 mod prune;
+mod records;
 mod rollback;
 mod sides;
 mod step;
@@ -419,6 +423,12 @@ impl MigrationReport {
         }
     }
 
+    /// Counts a key that could not be read (or written) as its namespace's type.
+    fn unreadable_key(&mut self, key: &[u8]) {
+        self.unreadable += 1;
+        self.example("unreadable", key);
+    }
+
     /// Total keys copied, kept or overwritten.
     pub fn moved(&self) -> u64 {
         self.namespaces
@@ -616,6 +626,20 @@ pub struct CleanupReport {
 }
 
 impl CleanupReport {
+    fn new(layout: Layout, dry_run: bool) -> Self {
+        CleanupReport {
+            layout,
+            dry_run,
+            scanned: 0,
+            deleted: BTreeMap::new(),
+            orphans: 0,
+            unknown: 0,
+            shared_kept: 0,
+            examples: BTreeMap::new(),
+            elapsed: Duration::ZERO,
+        }
+    }
+
     /// Keys deleted in all.
     pub fn total(&self) -> u64 {
         self.deleted.values().sum()

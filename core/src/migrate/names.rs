@@ -205,6 +205,21 @@ fn record_kind_tag(word: &str) -> Option<RecordKind> {
     RecordKind::ALL.into_iter().find(|k| k.tag() == word)
 }
 
+/// Reads `key` as a name of `ks`'s layout.
+pub fn of(ks: &Keyspace, key: &[u8]) -> Name {
+    match ks.layout() {
+        Layout::Legacy => legacy(ks, key),
+        Layout::Cluster => cluster(ks, key),
+    }
+}
+
+/// Whether `key` is a name of `ks`'s layout of its own: not unknown there, and not one of the
+/// names both layouts share.
+pub fn is_own(ks: &Keyspace, key: &[u8]) -> bool {
+    let name = of(ks, key);
+    name != Name::Unknown && !name.is_shared()
+}
+
 /// Reads a legacy-layout key (`ks` names the prefix). Cluster-layout keys are `Unknown` here
 /// except the shared names.
 pub fn legacy(ks: &Keyspace, key: &[u8]) -> Name {

@@ -13,20 +13,22 @@ use bytes::Bytes;
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::keys::{enc, Key};
-use crate::keys::{Layout, RecordKind};
+use crate::keys::{Keyspace, Layout, RecordKind};
 use crate::request::{Access, Request};
 use crate::scripts::{DELETE_INDEXED_CHUNK, MIGRATE_DROP, MIGRATE_PRUNE_SCHEDULE};
 use crate::value::Value;
 
-use super::copy::{other_owners, renamed, Pair, Settings};
-use super::engine::{delete, members, scan_page, script_call, send_ok};
+use super::engine::{delete, existing, members, scan_page, script_call, send_ok};
 use super::names::{self, Name};
+use super::owners::other_owners;
+use super::pair::{renamed, Pair, Settings};
 use super::{MigrationReport, Namespace, Progress};
 
 /// Log members checked per page when a mirror prunes a log.
 const PRUNE_PAGE: i64 = 1000;
 
 /// A target datum the source no longer holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Doomed {
     /// A chat, contact or checkpoint record (a schedule becomes a marker instead).
     Record { kind: RecordKind, id: String },
@@ -77,13 +79,6 @@ impl<S: Executor, T: Executor> Pair<'_, S, T> {
         Ok(checked)
     }
 
-    fn target_name(&self, key: &[u8]) -> Name {
-        match self.tgt.layout() {
-            Layout::Legacy => names::legacy(&self.tgt, key),
-            Layout::Cluster => names::cluster(&self.tgt, key),
-        }
-    }
-
     async fn prune_page(
         &self,
         settings: &Settings,
@@ -94,7 +89,7 @@ impl<S: Executor, T: Executor> Pair<'_, S, T> {
         let mut asked: Vec<(Key, Name)> = Vec::new();
         let mut batch = Vec::new();
         for key in keys {
-            let name = self.target_name(&key);
+            let name = names::of(&self.tgt, &key);
             if !settings.includes(Namespace::of(&name)) {
                 continue;
             }
@@ -146,107 +141,64 @@ impl<S: Executor, T: Executor> Pair<'_, S, T> {
         dry_run: bool,
         report: &mut MigrationReport,
     ) -> Result<(), Error> {
-        let cluster = self.tgt.layout() == Layout::Cluster;
-        let mut schedules = Vec::new();
-        // Per namespace, per index (cluster layout; `None` in the legacy layout): the values
-        // and their index members.
-        type Group = (Vec<Key>, Vec<Bytes>);
-        let mut groups: BTreeMap<(Namespace, Option<Vec<u8>>), Group> = BTreeMap::new();
-        let mut indexes: BTreeMap<Vec<u8>, Key> = BTreeMap::new();
-        let mut add = |ns: Namespace, index: Option<Key>, value: Key, member: Bytes| {
-            let id = index.as_ref().map(|k| k.as_bytes().to_vec());
-            if let (Some(id), Some(index)) = (&id, index) {
-                indexes.entry(id.clone()).or_insert(index);
-            }
-            let group = groups.entry((ns, id)).or_default();
-            group.0.push(value);
-            group.1.push(member);
-        };
-        for d in doomed {
-            match d {
-                Doomed::Record {
-                    kind: RecordKind::Schedule,
-                    id,
-                } => schedules.push(id),
-                Doomed::Record { kind, id } => add(
-                    Namespace::of_record(kind),
-                    self.tgt.record_index_of(kind, &id),
-                    self.tgt.record(kind, &id),
-                    Bytes::from(id),
-                ),
-                Doomed::UserEntry { user, ns, key } => add(
-                    Namespace::UserData,
-                    self.tgt.user_index(&user),
-                    self.tgt.user_entry(&user, &ns, &key),
-                    Bytes::from(format!("{}:{}", enc(&ns), enc(&key))),
-                ),
-                Doomed::Shared(ns, key) => add(ns, None, key, Bytes::new()),
-            }
-        }
-        for ((ns, index), (values, ids)) in groups {
-            let removed = if dry_run {
-                self.existing(&values).await?
-            } else if let Some(index) = index.and_then(|i| indexes.get(&i).cloned()) {
-                let mut removed = 0;
-                for (values, ids) in values.chunks(256).zip(ids.chunks(256)) {
-                    let mut keys = vec![index.clone()];
-                    keys.extend(values.iter().cloned());
-                    let call =
-                        Request::script(&DELETE_INDEXED_CHUNK, Access::Write, keys, ids.to_vec())?;
-                    for v in send_ok(self.target, vec![call]).await? {
-                        removed += u64::try_from(v.as_i64()?).unwrap_or(0);
-                    }
-                }
-                removed
-            } else {
-                delete(self.target, self.tgt_cluster, values).await?
+        let (removals, schedules) = removals(&self.tgt, doomed);
+        for removal in removals {
+            let removed = match dry_run {
+                true => existing(self.target, &removal.keys).await?,
+                false => self.delete_removal(&removal).await?,
             };
-            report.counts(ns).pruned += removed;
+            report.counts(removal.ns).pruned += removed;
         }
-        // A schedule becomes a deleted marker that keeps its token, once (one already a marker
-        // is not pruned again), and not at all when it is not a hash.
+        self.mark_schedules(&schedules, dry_run, report).await
+    }
+
+    /// Deletes a removal's keys, with their index members when they have an index.
+    async fn delete_removal(&self, removal: &Removal) -> Result<u64, Error> {
+        let Some(index) = &removal.index else {
+            return delete(self.target, self.tgt_cluster, removal.keys.clone()).await;
+        };
+        let mut removed = 0;
+        let chunks = removal.keys.chunks(256).zip(removal.members.chunks(256));
+        for (values, ids) in chunks {
+            let mut keys = vec![index.clone()];
+            keys.extend(values.iter().cloned());
+            let call = Request::script(&DELETE_INDEXED_CHUNK, Access::Write, keys, ids.to_vec())?;
+            for v in send_ok(self.target, vec![call]).await? {
+                removed += u64::try_from(v.as_i64()?).unwrap_or(0);
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Turns schedules into deleted markers that keep their tokens, once (one already a marker
+    /// is not pruned again), and not at all when it is not a hash.
+    async fn mark_schedules(
+        &self,
+        schedules: &[String],
+        dry_run: bool,
+        report: &mut MigrationReport,
+    ) -> Result<(), Error> {
+        let cluster = self.tgt.layout() == Layout::Cluster;
         let dry = Bytes::from_static(if dry_run { b"1" } else { b"0" });
         let mut marks = Vec::with_capacity(schedules.len());
-        for id in &schedules {
+        for id in schedules {
             let mut keys = vec![self.tgt.record(RecordKind::Schedule, id)];
             let mut args = vec![dry.clone()];
             if cluster {
                 keys.extend(self.tgt.record_index_of(RecordKind::Schedule, id));
                 args.push(Bytes::copy_from_slice(id.as_bytes()));
             }
-            marks.push(script_call(
-                self.tgt_cluster,
-                &MIGRATE_PRUNE_SCHEDULE,
-                Access::Write,
-                keys,
-                args,
-            )?);
+            let (c, script) = (self.tgt_cluster, &MIGRATE_PRUNE_SCHEDULE);
+            marks.push(script_call(c, script, Access::Write, keys, args)?);
         }
         for (id, code) in schedules.iter().zip(send_ok(self.target, marks).await?) {
             match code.as_i64()? {
                 1 => report.counts(Namespace::Schedules).pruned += 1,
                 0 => {}
-                _ => {
-                    let key = self.tgt.record(RecordKind::Schedule, id);
-                    report.unreadable += 1;
-                    report.example("unreadable", key.as_bytes());
-                }
+                _ => report.unreadable_key(self.tgt.record(RecordKind::Schedule, id).as_bytes()),
             }
         }
         Ok(())
-    }
-
-    /// How many of `keys` exist at the target (what a dry run would remove).
-    async fn existing(&self, keys: &[Key]) -> Result<u64, Error> {
-        let mut batch = Vec::with_capacity(keys.len());
-        for key in keys {
-            batch.push(Request::cmd(Access::Read, "EXISTS").key(key).build()?);
-        }
-        let mut n = 0;
-        for v in send_ok(self.target, batch).await? {
-            n += u64::try_from(v.as_i64()?).unwrap_or(0);
-        }
-        Ok(n)
     }
 
     /// Removes from a target log (or drain) the messages the source's log does not hold, with
@@ -361,5 +313,134 @@ impl<S: Executor, T: Executor> Pair<'_, S, T> {
             .map(|v| v.as_i64())
             .transpose()?
             .unwrap_or(0))
+    }
+}
+
+/// Target keys of one namespace removed together: under one index (cluster layout), with the
+/// index's members, or without one.
+#[derive(Debug, PartialEq, Eq)]
+struct Removal {
+    ns: Namespace,
+    index: Option<Key>,
+    keys: Vec<Key>,
+    /// The index member of each key (empty without an index).
+    members: Vec<Bytes>,
+}
+
+/// Groups what is doomed at `tgt` into removals, per namespace and index; schedules apart (by
+/// id), since they become markers instead.
+fn removals(tgt: &Keyspace, doomed: Vec<Doomed>) -> (Vec<Removal>, Vec<String>) {
+    let mut schedules = Vec::new();
+    let mut groups: BTreeMap<(Namespace, Option<Key>), Removal> = BTreeMap::new();
+    let mut add = |ns: Namespace, index: Option<Key>, key: Key, member: Bytes| {
+        let removal = groups
+            .entry((ns, index.clone()))
+            .or_insert_with(|| Removal {
+                ns,
+                index,
+                keys: Vec::new(),
+                members: Vec::new(),
+            });
+        removal.keys.push(key);
+        removal.members.push(member);
+    };
+    for d in doomed {
+        match d {
+            Doomed::Record {
+                kind: RecordKind::Schedule,
+                id,
+            } => schedules.push(id),
+            Doomed::Record { kind, id } => add(
+                Namespace::of_record(kind),
+                tgt.record_index_of(kind, &id),
+                tgt.record(kind, &id),
+                Bytes::from(id),
+            ),
+            Doomed::UserEntry { user, ns, key } => add(
+                Namespace::UserData,
+                tgt.user_index(&user),
+                tgt.user_entry(&user, &ns, &key),
+                Bytes::from(format!("{}:{}", enc(&ns), enc(&key))),
+            ),
+            Doomed::Shared(ns, key) => add(ns, None, key, Bytes::new()),
+        }
+    }
+    (groups.into_values().collect(), schedules)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doomed_data_is_removed_per_index_and_schedules_become_markers() {
+        let tgt = Keyspace::new(Layout::Cluster, "p").unwrap();
+        let record = |kind, id: &str| Doomed::Record {
+            kind,
+            id: id.into(),
+        };
+        let doomed = vec![
+            record(RecordKind::Chat, "a"),
+            record(RecordKind::Schedule, "s"),
+            record(RecordKind::Chat, "a"),
+            Doomed::UserEntry {
+                user: "u".into(),
+                ns: "n".into(),
+                key: "k:1".into(),
+            },
+            Doomed::Shared(Namespace::Cursors, Key::new("p:cursor:x")),
+        ];
+        let (removals, schedules) = removals(&tgt, doomed);
+        assert_eq!(schedules, ["s"]);
+        let chat_index = tgt.record_index_of(RecordKind::Chat, "a");
+        assert_eq!(
+            removals,
+            vec![
+                Removal {
+                    ns: Namespace::Chats,
+                    index: chat_index,
+                    keys: vec![tgt.record(RecordKind::Chat, "a"); 2],
+                    members: vec![Bytes::from_static(b"a"); 2],
+                },
+                Removal {
+                    ns: Namespace::UserData,
+                    index: tgt.user_index("u"),
+                    keys: vec![tgt.user_entry("u", "n", "k:1")],
+                    members: vec![Bytes::from_static(b"n:k%3A1")],
+                },
+                Removal {
+                    ns: Namespace::Cursors,
+                    index: None,
+                    keys: vec![Key::new("p:cursor:x")],
+                    members: vec![Bytes::new()],
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_legacy_target_removes_without_indexes() {
+        let tgt = Keyspace::new(Layout::Legacy, "p").unwrap();
+        let doomed = vec![
+            Doomed::Record {
+                kind: RecordKind::Contact,
+                id: "a".into(),
+            },
+            Doomed::Record {
+                kind: RecordKind::Contact,
+                id: "b".into(),
+            },
+        ];
+        let (removals, schedules) = removals(&tgt, doomed);
+        assert!(schedules.is_empty());
+        assert_eq!(removals.len(), 1);
+        assert_eq!(removals[0].index, None);
+        assert_eq!(
+            removals[0].keys,
+            [
+                tgt.record(RecordKind::Contact, "a"),
+                tgt.record(RecordKind::Contact, "b")
+            ]
+        );
     }
 }

@@ -11,7 +11,7 @@ use crate::scripts::LIFECYCLE;
 use crate::value::Value;
 
 use super::engine::{masters, scan_page, send, send_ok};
-use super::lifecycle::{Record, View};
+use super::lifecycle::{Phase, Record, View};
 use super::{Progress, Refusal};
 
 /// What a step knows of one server (a single node, or a cluster).
@@ -98,6 +98,22 @@ pub(super) fn other_server(
     }
 }
 
+/// The keyspace of `layout` under `prefix` on a step's other server, whose keys include the
+/// names both layouts share: the sibling that a separate step's shared names belong to as much
+/// as to its own side. None in place (the step's two sides are the two layouts already), for a
+/// braced legacy prefix (no cluster-layout sibling), and for a legacy keyspace on a cluster.
+pub(super) fn sibling(
+    layout: Layout,
+    prefix: &str,
+    separate: bool,
+    on_cluster: bool,
+) -> Option<Keyspace> {
+    let possible = separate && !(layout == Layout::Legacy && on_cluster);
+    possible
+        .then(|| Keyspace::new(layout, prefix).ok())
+        .flatten()
+}
+
 /// Reads a side's lifecycle record and marker. `data` also asks whether keys of its layout
 /// exist under the prefix (a full `SCAN` when there are none): only a legacy side without a
 /// record needs that, and only as a target.
@@ -152,10 +168,7 @@ async fn holds_data<E: Executor>(e: &E, server: &Server, ks: &Keyspace) -> Resul
     // Data a copy would write or prune: not the coordination keys of running bots (holders,
     // turn queues), nor the names both layouts share.
     let mine = |key: &[u8]| {
-        let name = match ks.layout() {
-            Layout::Legacy => super::names::legacy(ks, key),
-            Layout::Cluster => super::names::cluster(ks, key),
-        };
+        let name = super::names::of(ks, key);
         let ns = super::Namespace::of(&name);
         !name.is_shared()
             && (super::Namespace::COPIED.contains(&ns)
@@ -238,6 +251,22 @@ impl<E: Executor> Recorded<'_, E> {
         }
         self.current = Some(record);
         Ok(())
+    }
+
+    /// Moves the record to `phase` at `at_ms` (and applies `marker`); a side without a record
+    /// keeps none.
+    pub(super) async fn mark(
+        &mut self,
+        phase: Phase,
+        at_ms: i64,
+        marker: MarkerOp,
+    ) -> Result<(), Error> {
+        let Some(mut record) = self.current.clone() else {
+            return Ok(());
+        };
+        record.phase = phase;
+        record.at_ms = at_ms;
+        self.put(record, marker).await
     }
 }
 

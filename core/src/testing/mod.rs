@@ -35,7 +35,7 @@ use std::time::Instant;
 use crate::error::Error;
 use crate::keys::Key;
 use crate::keys::{Keyspace, Layout};
-use crate::plan::{misuse, Plan, Reply, Step};
+use crate::plan::{Plan, Reply, Step};
 use crate::request::{Access, Request};
 use crate::session::Waiters;
 
@@ -135,35 +135,7 @@ pub fn both_layouts(prefix: &str) -> Result<[(Layout, Keyspace); 2], Error> {
     ])
 }
 
-/// A plan that sends one batch and yields its replies, whatever they are.
-#[derive(Debug)]
-pub struct Batch {
-    requests: Option<Vec<Request>>,
-}
-
-impl Batch {
-    /// The plan of one batch.
-    pub fn new(requests: Vec<Request>) -> Self {
-        Batch {
-            requests: Some(requests),
-        }
-    }
-}
-
-impl Plan for Batch {
-    type Output = Vec<Reply>;
-
-    fn start(&mut self) -> Step<Vec<Reply>> {
-        match self.requests.take() {
-            Some(requests) => Step::Send(requests),
-            None => Step::Done(Err(misuse("Batch::start called twice"))),
-        }
-    }
-
-    fn resume(&mut self, replies: Vec<Reply>) -> Step<Vec<Reply>> {
-        Step::Done(Ok(replies))
-    }
-}
+pub use crate::batch::Batch;
 
 /// A plan that sends batches one after another, each after the previous one's replies, and
 /// yields every reply, batch by batch.
