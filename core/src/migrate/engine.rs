@@ -559,3 +559,46 @@ pub(super) fn ttl_arg(ttl: Option<i64>) -> Bytes {
         None => Bytes::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_groups_by_slot_and_a_node_by_chunk() {
+        let slots = [5u16, 9, 5, 5, 9];
+        assert_eq!(
+            groups(true, 5, |i| slots[i], 2),
+            vec![vec![0, 2], vec![3], vec![1, 4]]
+        );
+        assert_eq!(
+            groups(false, 5, |i| slots[i], 2),
+            vec![vec![0, 1], vec![2, 3], vec![4]]
+        );
+        assert!(groups(true, 0, |_| 0, 2).is_empty());
+    }
+
+    #[test]
+    fn only_the_canonical_text_of_an_integer_is_one() {
+        for good in ["0", "-1", "9223372036854775807", "-9223372036854775808"] {
+            assert_eq!(
+                canonical_int(good.as_bytes()).as_deref(),
+                Some(good.as_bytes())
+            );
+        }
+        for bad in [
+            "",
+            "+1",
+            "01",
+            "-0",
+            "1.0",
+            " 1",
+            "9223372036854775808",
+            "x",
+        ] {
+            assert_eq!(canonical_int(bad.as_bytes()), None, "{bad:?}");
+        }
+        assert_eq!(ttl_arg(None), "");
+        assert_eq!(ttl_arg(Some(250)), "250");
+    }
+}

@@ -436,6 +436,49 @@ mod tests {
     }
 
     #[test]
+    fn shared_names_belong_to_a_sibling_until_a_cleanup_deleted_it() {
+        let with = |record: Option<Record>, marker: bool, holds_data: bool| View {
+            marker,
+            holds_data,
+            ..legacy(record)
+        };
+        let table = [
+            ("nothing there", with(None, false, false), false),
+            ("a marker", with(None, true, false), true),
+            ("legacy data, no record", with(None, false, true), true),
+            (
+                "a copy's record",
+                with(Some(rec(K1, Target, Complete)), false, false),
+                true,
+            ),
+            (
+                "being deleted",
+                with(Some(rec(K1, Target, Deleting)), false, false),
+                true,
+            ),
+            (
+                "deleted",
+                with(Some(rec(K1, Target, Deleted)), true, true),
+                false,
+            ),
+        ];
+        for (what, sibling, in_use) in table {
+            assert_eq!(sibling_in_use(&sibling), in_use, "{what}");
+            let want = if in_use {
+                Err(Unsafe::SiblingInUse)
+            } else {
+                Ok(())
+            };
+            assert_eq!(shared_names(&sibling), want, "{what}");
+        }
+        let unreadable = View {
+            record: Err("bad field".into()),
+            ..legacy(None)
+        };
+        assert!(sibling_in_use(&unreadable));
+    }
+
+    #[test]
     fn records_round_trip_through_their_fields() {
         let mut r = started(rec(u64::MAX, Target, Complete), 7);
         r.prev = Some(3);

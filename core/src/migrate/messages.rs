@@ -371,3 +371,90 @@ fn take_wave(queue: &mut VecDeque<LogPage>) -> Vec<LogPage> {
     let n = queue.len().min(CHAT_WAVE);
     queue.drain(..n).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::Keyspace;
+    use crate::migrate::engine::KeyType;
+    use crate::value::Value;
+
+    fn item(value: Option<&str>) -> Read {
+        Read {
+            kind: match value {
+                Some(_) => KeyType::String,
+                None => KeyType::None,
+            },
+            pttl: -1,
+            value: value.map(|v| Value::Bulk(Bytes::copy_from_slice(v.as_bytes()))),
+            now_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_wave_writes_each_item_once_and_counts_what_it_cannot_write() {
+        let pair = Pair {
+            source: &(),
+            target: &(),
+            src: Keyspace::new(Layout::Cluster, "p").unwrap(),
+            tgt: Keyspace::new(Layout::Legacy, "p").unwrap(),
+            src_cluster: true,
+            tgt_cluster: false,
+            dry_run: false,
+        };
+        let ids = ["m0", "m1", "m2", "m3", "m4"];
+        let log = |drain: bool, values: Vec<Read>| FetchedLog {
+            page: LogPage {
+                chat: "c".into(),
+                drain,
+                start: 0,
+            },
+            members: ids
+                .iter()
+                .take(values.len())
+                .map(|id| (Bytes::from_static(id.as_bytes()), Bytes::from_static(b"7")))
+                .collect(),
+            values,
+            clashes: BTreeSet::from([1]),
+            shared: BTreeSet::from([2]),
+            member_only: BTreeSet::from([3]),
+        };
+        let values = || {
+            vec![
+                item(Some("a")),
+                item(Some("b")),
+                item(Some("c")),
+                item(Some("d")),
+                item(None),
+            ]
+        };
+        let wave = [log(false, values()), log(true, values())];
+        let mut report = MigrationReport::new(Layout::Cluster, false);
+        let (entries, dangling) = wave_entries(&pair, &mut report, &wave);
+        // Per log: m0 written with its item, m1 clashes, m2 and m3 add only their member, m4
+        // has no item.
+        let written: Vec<(usize, &[u8], &[u8])> = entries
+            .iter()
+            .map(|e| (e.tag.0, e.args[0].as_ref(), e.args[3].as_ref()))
+            .collect();
+        assert_eq!(
+            written,
+            [
+                (0, &b"m0"[..], &b"1"[..]),
+                (0, b"m2", b"0"),
+                (0, b"m3", b"0"),
+                (1, b"m0", b"1"),
+                (1, b"m2", b"0"),
+                (1, b"m3", b"0"),
+            ]
+        );
+        assert_eq!(entries[0].head, vec![pair.tgt.message_log("c")]);
+        assert_eq!(entries[3].head, vec![pair.tgt.message_drain("c")]);
+        assert_eq!(entries[1].args[2], "");
+        assert_eq!(entries[0].args[2], "a");
+        assert_eq!(dangling, vec![vec![Bytes::from_static(b"m4")]; 2]);
+        assert_eq!((report.dangling, report.unrepresentable), (2, 2));
+        assert_eq!(report.shared_items, 2);
+        assert_eq!(wave[0].next_page().map(|p| p.start), None);
+    }
+}

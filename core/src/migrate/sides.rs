@@ -364,3 +364,64 @@ impl LiveFound {
         .into())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(run_id: Option<&str>) -> Server {
+        Server {
+            nodes: vec![None],
+            run_id: run_id.map(str::to_owned),
+            described: format!("node {run_id:?}"),
+        }
+    }
+
+    fn cluster() -> Server {
+        Server {
+            nodes: vec![Some("10.0.0.1:7000".into())],
+            run_id: None,
+            described: "a cluster".into(),
+        }
+    }
+
+    #[test]
+    fn servers_are_told_apart_by_run_id_and_the_callers_word_must_agree() {
+        let (a, b, mute) = (node(Some("a")), node(Some("b")), node(None));
+        assert_eq!(other_server(&a, &a, None), Ok(false));
+        assert_eq!(other_server(&a, &b, None), Ok(true));
+        assert_eq!(other_server(&a, &cluster(), None), Ok(true));
+        assert_eq!(other_server(&a, &b, Some(true)), Ok(true));
+        assert_eq!(other_server(&mute, &a, Some(false)), Ok(false));
+        assert_eq!(
+            other_server(&mute, &a, None),
+            Err(Refusal::OtherServerUnknown.into())
+        );
+        assert!(matches!(
+            other_server(&a, &a, Some(true)),
+            Err(Error::Refused(Refusal::OtherServerMismatch {
+                said: true,
+                ..
+            }))
+        ));
+        assert!(matches!(
+            other_server(&cluster(), &a, Some(false)),
+            Err(Error::Refused(Refusal::OtherServerMismatch {
+                said: false,
+                ..
+            }))
+        ));
+    }
+
+    #[test]
+    fn a_sibling_exists_only_beside_a_separate_step_and_never_as_legacy_on_a_cluster() {
+        let legacy = Keyspace::new(Layout::Legacy, "p").unwrap();
+        let cluster_ks = Keyspace::new(Layout::Cluster, "p").unwrap();
+        assert_eq!(sibling(Layout::Legacy, "p", true, false), Some(legacy));
+        assert_eq!(sibling(Layout::Cluster, "p", true, true), Some(cluster_ks));
+        assert_eq!(sibling(Layout::Legacy, "p", false, false), None);
+        assert_eq!(sibling(Layout::Legacy, "p", true, true), None);
+        // A braced prefix has no cluster-layout keyspace.
+        assert_eq!(sibling(Layout::Cluster, "{p}", true, false), None);
+    }
+}
