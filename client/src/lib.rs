@@ -48,7 +48,7 @@ use std::io;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender};
@@ -157,6 +157,8 @@ enum Woke<R: Runtime> {
 enum Msg<R: Runtime> {
     /// A plan boxed by its caller with its waiter: the one allocation of a submission.
     Submit(Submission<OneShot>),
+    /// A graceful close, whose grace ends then.
+    Shutdown(Instant),
     /// What a connection's tasks observed.
     Conn(ConnId, ConnEvent<R>),
     Close,
@@ -312,13 +314,30 @@ impl<R: Runtime> Client<R> {
         }
     }
 
-    /// Ends every pending plan (see [`Error::Closed`]), closes every connection and waits for
-    /// the session task to finish. Other clones see [`Error::Closed`] afterwards.
+    /// Closes at once: ends every pending plan (see [`Error::Closed`]; a write sent and
+    /// unanswered is [`Error::ReplyLost`]), closes every connection and waits for the session
+    /// task to finish. Other clones see [`Error::Closed`] afterwards. [`Client::shutdown`]
+    /// lets calls in flight finish first.
     pub async fn close(&self) {
         let _ = self.shared.tx.unbounded_send(Msg::Close);
         // The session task drops its end when it is done; that is the signal.
         let _ = self.shared.closed.recv().await;
     }
+}
+
+impl<R: Runtime> Client<R> {
+    /// Closes gracefully, as [`Executor::shutdown`] says: new calls are refused, calls with
+    /// requests out finish within `grace`, then the client closes as [`Client::close`] does.
+    pub async fn shutdown(&self, grace: Duration) {
+        let until = Instant::now().checked_add(grace).unwrap_or_else(far_future);
+        let _ = self.shared.tx.unbounded_send(Msg::Shutdown(until));
+        let _ = self.shared.closed.recv().await;
+    }
+}
+
+/// An instant beyond any grace a caller means: a day from now.
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400)
 }
 
 /// Connects a client and opens a store on it ([`Store::open`]: built, then its start guard
@@ -349,6 +368,19 @@ impl<R: Runtime> Executor for Client<R> {
         rx.await.map_err(|_| Error::Closed)?
     }
 
+    fn detach<P: Plan>(&self, plan: P) {
+        // The receiver goes at once: the session delivers the result to nobody.
+        let (done, _) = oneshot::channel();
+        let _ = self
+            .shared
+            .tx
+            .unbounded_send(Msg::Submit(Submission::new(plan, done)));
+    }
+
+    async fn shutdown(&self, grace: Duration) {
+        Client::shutdown(self, grace).await
+    }
+
     fn deployment(&self) -> Deployment {
         self.shared.deployment
     }
@@ -363,6 +395,8 @@ struct SessionTask<R: Runtime> {
     counters: Arc<Counters>,
     /// TLS for every connection, or plain TCP.
     tls: Option<TlsConnector>,
+    /// The end of a graceful close's grace, once one began.
+    grace_until: Option<Instant>,
 }
 
 /// The session task: feeds every input to the session and carries out its outputs.
@@ -384,6 +418,7 @@ async fn run<R: Runtime>(
         tx,
         counters,
         tls,
+        grace_until: None,
     };
     let mut deadline: Option<Instant> = None;
     loop {
@@ -402,8 +437,12 @@ async fn run<R: Runtime>(
         };
         let msg = match woke {
             Woke::Timer => {
-                task.session.handle_timeout(Instant::now());
-                deadline = task.drain();
+                let now = Instant::now();
+                task.session.handle_timeout(now);
+                if task.drained(now) {
+                    break;
+                }
+                deadline = task.next_deadline();
                 continue;
             }
             Woke::Msg(Some(msg)) => msg,
@@ -431,7 +470,7 @@ async fn run<R: Runtime>(
                 Err(_) => break,
             }
         }
-        if closing {
+        if closing || task.drained(Instant::now()) {
             break;
         }
         // `future::or` polls the inbox first, so under steady traffic the timer branch may
@@ -443,13 +482,29 @@ async fn run<R: Runtime>(
                 task.session.handle_timeout(now);
             }
         }
-        deadline = task.drain();
+        deadline = task.next_deadline();
     }
     task.session.close(Instant::now());
     task.drain();
 }
 
 impl<R: Runtime> SessionTask<R> {
+    /// Carries out the session's outputs ([`SessionTask::drain`]) and says when to wake: at
+    /// the session's next timer or the end of a graceful close's grace, whichever is first.
+    fn next_deadline(&mut self) -> Option<Instant> {
+        let due = self.drain();
+        match self.grace_until {
+            Some(until) => Some(due.map_or(until, |at| at.min(until))),
+            None => due,
+        }
+    }
+
+    /// Whether a graceful close is over: nothing is out, or its grace ran out.
+    fn drained(&self, now: Instant) -> bool {
+        self.grace_until
+            .is_some_and(|until| self.session.sending() == 0 || now >= until)
+    }
+
     /// Applies one message; returns whether the client is closing. Every connection event goes
     /// to the session, which ignores those of connections it closed; the driver only keeps
     /// or drops the I/O the event carries.
@@ -460,6 +515,12 @@ impl<R: Runtime> SessionTask<R> {
                 return false;
             }
             Msg::Close => return true,
+            Msg::Shutdown(until) => {
+                self.session.stop_accepting();
+                // Of two graceful closes, the first to end its grace ends both.
+                self.grace_until = Some(self.grace_until.map_or(until, |at| at.min(until)));
+                return false;
+            }
             Msg::Conn(conn, event) => (conn, event),
         };
         let io = self.conns.get_mut(&conn);

@@ -13,6 +13,8 @@ use crate::scan::masters_request;
 /// [`NodeTarget::Port`]) is resolved by the session against the node that gave the plan its
 /// previous reply. A batch of its own has none, so one with such a request is led by
 /// `CLUSTER SLOTS`: its answer names the host, as it does for the store's own scan.
+// Public for `testing::Batch`; without that feature only the migration uses it.
+#[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 #[derive(Debug)]
 pub struct Batch {
     requests: Option<Vec<Request>>,
@@ -21,6 +23,7 @@ pub struct Batch {
 
 impl Batch {
     /// The plan of one batch.
+    #[cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
     pub fn new(requests: Vec<Request>) -> Self {
         Batch {
             requests: Some(requests),

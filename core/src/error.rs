@@ -107,6 +107,13 @@ pub enum Error {
         /// What was lost, e.g. `lock "k"`.
         what: String,
     },
+    /// A turn was asked for while this replica's heartbeat is not live: waiters would take the
+    /// replica for dead and skip its turn at once. Nothing was sent for the turn.
+    #[error("replica {replica:?} has no live heartbeat: start Coordinator::keep_alive (or write Coordinator::heartbeat) before asking for turns")]
+    NoHeartbeat {
+        /// The replica.
+        replica: String,
+    },
     /// A fenced write carried a lower fencing token than the stored one, and was refused.
     #[error("{what}: fencing token {token} is older than the stored {stored}")]
     Stale {

@@ -4,6 +4,7 @@
 //! `Client` implements it by submitting the plan to its session and awaiting the completion.
 
 use std::future::Future;
+use std::time::Duration;
 
 use crate::error::Error;
 use crate::plan::{single, Plan};
@@ -32,6 +33,19 @@ pub trait Executor: Clone + Send + Sync + 'static {
         self.run(single(request, Ok))
     }
 
+    /// Runs `plan` in the background and drops its output: what a guard's `Drop` uses to give a
+    /// held lock, turn, leadership or lease back, and what runs a keeper, since neither can
+    /// await. The plan runs as any other (retries, redirects, the request timeout); a graceful
+    /// [`Executor::shutdown`] lets it finish.
+    fn detach<P: Plan>(&self, plan: P);
+
+    /// Closes gracefully: no new plan is accepted ([`Error::Closed`]), plans with requests out
+    /// finish within `grace` (then end as [`Error::Closed`], or [`Error::ReplyLost`] for a write
+    /// sent and unanswered), plans waiting between steps (a turn's poll interval, a keeper's
+    /// period) end as [`Error::Closed`] at once, and every connection is closed. Other clones
+    /// see [`Error::Closed`] afterwards.
+    fn shutdown(&self, grace: Duration) -> impl Future<Output = ()> + Send;
+
     /// What this executor talks to. A driver's `Client` answers what its options' endpoints
     /// say; a wrapper answers its inner executor's word. The store picks its default layout
     /// from it, and every component refuses the legacy layout on a cluster.
@@ -49,4 +63,51 @@ pub(crate) fn check_layout<E: Executor>(
         return Err(crate::error::ConfigError::LegacyLayoutOnCluster { component }.into());
     }
     Ok(())
+}
+
+/// Where a component's keys live: a prefix (the layout follows the executor's deployment, as
+/// the store's does: `cluster:v1` on a cluster, else legacy),
+/// [`StoreOptions`](crate::StoreOptions), or a [`Keyspace`](crate::Keyspace) chosen outright.
+pub trait IntoKeyspace {
+    /// The keyspace, on an executor of `deployment`.
+    fn into_keyspace(self, deployment: Deployment) -> Result<crate::keys::Keyspace, Error>;
+}
+
+impl IntoKeyspace for crate::keys::Keyspace {
+    fn into_keyspace(self, _: Deployment) -> Result<crate::keys::Keyspace, Error> {
+        Ok(self)
+    }
+}
+
+impl IntoKeyspace for &crate::keys::Keyspace {
+    fn into_keyspace(self, _: Deployment) -> Result<crate::keys::Keyspace, Error> {
+        Ok(self.clone())
+    }
+}
+
+impl IntoKeyspace for &str {
+    fn into_keyspace(self, deployment: Deployment) -> Result<crate::keys::Keyspace, Error> {
+        Ok(crate::keys::Keyspace::new(
+            default_layout(deployment),
+            self,
+        )?)
+    }
+}
+
+impl IntoKeyspace for String {
+    fn into_keyspace(self, deployment: Deployment) -> Result<crate::keys::Keyspace, Error> {
+        Ok(crate::keys::Keyspace::new(
+            default_layout(deployment),
+            self,
+        )?)
+    }
+}
+
+/// The layout a component takes when none is chosen: the cluster layout on a cluster, the
+/// legacy layout on a single node.
+pub(crate) fn default_layout(deployment: Deployment) -> crate::keys::Layout {
+    match deployment {
+        Deployment::Cluster => crate::keys::Layout::Cluster,
+        Deployment::Single => crate::keys::Layout::Legacy,
+    }
 }

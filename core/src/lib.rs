@@ -106,14 +106,15 @@ pub use page::{Page, MAX_PAGE};
 // Coordination.
 pub use coord::MIN_IDLE_LIFETIME;
 pub use coord::{
-    Acked, Begun, Claimed, Coordinator, Durability, Leases, Schedule, SchedulePage, Schedules,
-    SkipReason, TurnEvent, TurnGrant, TurnGuard, TurnOptions,
+    Acked, Begun, Claimed, Coordinator, Durability, Keeper, Leadership, Lease, Leases, Lock,
+    Released, Schedule, SchedulePage, Schedules, SkipReason, Turn, TurnEvent, TurnGrant, TurnGuard,
+    TurnOptions,
 };
 // Errors.
 pub use error::{ConfigError, Error, ServerError};
 pub use keys::layout::{KeyError, ParseLayoutError};
 // Configuration and the client's side of the seam.
-pub use executor::{Deployment, Executor};
+pub use executor::{Deployment, Executor, IntoKeyspace};
 pub use keys::layout::{Keyspace, Layout};
 #[cfg(feature = "serde")]
 pub use options::{ClientConfig, StoreConfig, TlsConfig, TurnConfig};

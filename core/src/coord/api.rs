@@ -5,16 +5,18 @@
 //! what each primitive promises.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::coord::guard::{Leadership, Lease, Lock, Released, Turn};
+use crate::coord::keeper::{Keeper, Keepers, Renewal};
 use crate::coord::{
     self, Acked, Begun, Claimed, Schedule, SchedulePage, TurnGrant, TurnGuard, TurnOptions,
 };
 use crate::error::Error;
-use crate::executor::{check_layout, Executor};
+use crate::executor::{check_layout, Executor, IntoKeyspace};
 use crate::keys::Keyspace;
 
 /// The request ids of turn takes, process-wide.
@@ -28,20 +30,33 @@ pub struct Coordinator<E> {
     replica: Arc<str>,
     turns: TurnOptions,
     wait_replicas: Option<(u32, Duration)>,
+    /// This replica's heartbeat keeper, shared by the clones ([`Coordinator::keep_alive`]).
+    heartbeat: Arc<Mutex<Option<Keeper>>>,
+    /// Where the store that built this coordinator finds its keepers at close.
+    keepers: Arc<Keepers>,
 }
 
 impl<E: Executor> Coordinator<E> {
     /// A coordinator for `replica`, which must be unique among the bot's live processes (for
-    /// example host name, process id and start time). Turns rely on this replica's heartbeat:
-    /// call [`Coordinator::heartbeat`] regularly, from before the first turn (a replica without
-    /// a live heartbeat is treated as dead, and its turns are skipped).
+    /// example host name, process id and start time), under `scope`: a prefix (the layout
+    /// follows the executor, as the store's does: `cluster:v1` on a cluster, else legacy),
+    /// [`StoreOptions`](crate::StoreOptions), or a [`Keyspace`].
+    ///
+    /// Turns rely on this replica's heartbeat: start [`Coordinator::keep_alive`] before the
+    /// first turn (a replica without a live heartbeat is treated as dead, and its turns are
+    /// skipped; a turn asked for without one is refused with [`Error::NoHeartbeat`]).
     ///
     /// Fails with [`ConfigError::LegacyLayoutOnCluster`](crate::ConfigError) for a
     /// legacy-layout keyspace on a cluster executor. [`Store::coordinator`] builds one with
     /// the store's keyspace.
     ///
     /// [`Store::coordinator`]: crate::store::Store::coordinator
-    pub fn new(exec: E, ks: Keyspace, replica: impl Into<String>) -> Result<Self, Error> {
+    pub fn new(
+        exec: E,
+        scope: impl IntoKeyspace,
+        replica: impl Into<String>,
+    ) -> Result<Self, Error> {
+        let ks = scope.into_keyspace(exec.deployment())?;
         check_layout(&exec, &ks, "coordinator")?;
         Ok(Coordinator {
             exec,
@@ -49,7 +64,15 @@ impl<E: Executor> Coordinator<E> {
             replica: Arc::from(replica.into()),
             turns: TurnOptions::default(),
             wait_replicas: None,
+            heartbeat: Arc::default(),
+            keepers: Arc::default(),
         })
+    }
+
+    /// Hands this coordinator's keepers to a store's close.
+    pub(crate) fn with_keepers(mut self, keepers: Arc<Keepers>) -> Self {
+        self.keepers = keepers;
+        self
     }
 
     /// How turns are waited for and held, and how long an idle chat's queue is kept. Every turn
@@ -98,6 +121,18 @@ impl<E: Executor> Coordinator<E> {
         }
     }
 
+    /// Acquires lock `key` for `owner` as [`Coordinator::lock`] does, as a [`Lock`] that is
+    /// released when dropped: `None` while it is held.
+    pub async fn hold_lock(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lock<E>>, Error> {
+        let fence = self.lock(key, owner, ttl).await?;
+        Ok(fence.map(|fence| Lock::new(self.exec.clone(), &self.ks, key, owner, fence, ttl)))
+    }
+
     /// Renews a held lock; [`Error::NotHolder`] when it was lost.
     pub async fn extend_lock(&self, key: &str, owner: &str, ttl: Duration) -> Result<(), Error> {
         self.exec
@@ -105,17 +140,23 @@ impl<E: Executor> Coordinator<E> {
             .await
     }
 
-    /// Releases a lock; yields whether `owner` still held it.
-    pub async fn unlock(&self, key: &str, owner: &str) -> Result<bool, Error> {
-        self.exec
+    /// Releases a lock: [`Released::Lost`] when `owner` no longer held it.
+    pub async fn unlock(&self, key: &str, owner: &str) -> Result<Released, Error> {
+        let held = self
+            .exec
             .run(coord::lock_release(&self.ks, key, owner)?)
-            .await
+            .await?;
+        Ok(Released::from_held(held))
     }
 
     /// Takes a ticket for `chat` and waits until it is served: at most the turn options'
     /// `wait_timeout` (then [`Error::Timeout`], the ticket withdrawn). Dropping the future
     /// withdraws the ticket at the plan's next step (within one poll interval).
+    ///
+    /// Refused with [`Error::NoHeartbeat`] before a ticket is taken when this replica's
+    /// heartbeat is not live: waiters would skip the turn at once.
     pub async fn acquire_turn(&self, chat: &str) -> Result<TurnGrant, Error> {
+        self.check_heartbeat().await?;
         // The request id makes the queue member: unique per call in this process (even across
         // coordinators built with the same replica id), so two callers never share a ticket.
         let n = NEXT_TURN_REQUEST.fetch_add(1, Ordering::Relaxed);
@@ -127,6 +168,36 @@ impl<E: Executor> Coordinator<E> {
         result
     }
 
+    /// Waits for the turn of `chat` as [`Coordinator::acquire_turn`] does, as a [`Turn`] that is
+    /// released when dropped (serving the next waiter at once, not when its TTL runs out).
+    pub async fn turn(&self, chat: &str) -> Result<Turn<E>, Error> {
+        let grant = self.acquire_turn(chat).await?;
+        Ok(Turn::new(
+            self.exec.clone(),
+            &self.ks,
+            grant.guard,
+            grant.events,
+            self.turns,
+        ))
+    }
+
+    /// Whether this replica may ask for a turn: its keeper's last heartbeat was acknowledged,
+    /// or else the heartbeat key is there.
+    async fn check_heartbeat(&self) -> Result<(), Error> {
+        let kept = self.heartbeat_keeper(|k| k.is_held());
+        if kept == Some(true) || self.is_alive(&self.replica).await? {
+            return Ok(());
+        }
+        Err(Error::NoHeartbeat {
+            replica: self.replica.to_string(),
+        })
+    }
+
+    fn heartbeat_keeper<T>(&self, f: impl FnOnce(&Keeper) -> T) -> Option<T> {
+        let keeper = self.heartbeat.lock().unwrap_or_else(|e| e.into_inner());
+        keeper.as_ref().map(f)
+    }
+
     /// Renews a held turn, and is the fenced check before acting on the chat:
     /// [`Error::NotHolder`] when the turn was lost.
     pub async fn extend_turn(&self, guard: &TurnGuard) -> Result<(), Error> {
@@ -135,11 +206,13 @@ impl<E: Executor> Coordinator<E> {
             .await
     }
 
-    /// Ends a held turn and serves the next ticket; [`Error::NotHolder`] when it was lost.
-    pub async fn release_turn(&self, guard: &TurnGuard) -> Result<(), Error> {
-        self.exec
+    /// Ends a held turn and serves the next ticket: [`Released::Lost`] when it was lost.
+    pub async fn release_turn(&self, guard: &TurnGuard) -> Result<Released, Error> {
+        let held = self
+            .exec
             .run(coord::turn_release(&self.ks, guard, &self.turns)?)
-            .await
+            .await?;
+        Ok(Released::from_held(held))
     }
 
     /// Campaigns for leadership `name`: the term when this replica leads (a new one when it
@@ -166,6 +239,15 @@ impl<E: Executor> Coordinator<E> {
         }
     }
 
+    /// Campaigns for leadership `name` as [`Coordinator::campaign`] does, as a [`Leadership`]
+    /// that resigns when dropped: `None` while another replica leads.
+    pub async fn lead(&self, name: &str, ttl: Duration) -> Result<Option<Leadership<E>>, Error> {
+        let term = self.campaign(name, ttl).await?;
+        Ok(term.map(|term| {
+            Leadership::new(self.exec.clone(), &self.ks, name, &self.replica, term, ttl)
+        }))
+    }
+
     /// Renews this replica's leadership; [`Error::NotHolder`] when it was lost.
     pub async fn renew(&self, name: &str, ttl: Duration) -> Result<(), Error> {
         self.exec
@@ -173,11 +255,13 @@ impl<E: Executor> Coordinator<E> {
             .await
     }
 
-    /// Resigns leadership `name`; yields whether this replica still led.
-    pub async fn resign(&self, name: &str) -> Result<bool, Error> {
-        self.exec
+    /// Resigns leadership `name`: [`Released::Lost`] when this replica no longer led.
+    pub async fn resign(&self, name: &str) -> Result<Released, Error> {
+        let held = self
+            .exec
             .run(coord::leader_resign(&self.ks, name, &self.replica)?)
-            .await
+            .await?;
+        Ok(Released::from_held(held))
     }
 
     /// Marks this replica alive for `ttl`; call it well within the TTL (every `ttl / 5`, say).
@@ -187,8 +271,47 @@ impl<E: Executor> Coordinator<E> {
         self.exec.run(plan).await
     }
 
-    /// Ends this replica's heartbeat (a clean shutdown).
+    /// Writes this replica's heartbeat now and keeps it alive in the background: rewritten
+    /// every fifth of `ttl` (so four writes in a row may fail before it expires) until [`Coordinator::stop_heartbeat`], the store's close, or the
+    /// last clone of this coordinator is dropped (then it expires after `ttl`). Calling it
+    /// again replaces the keeper (with the new `ttl`). Turns check it before taking a ticket.
+    pub async fn keep_alive(&self, ttl: Duration) -> Result<(), Error> {
+        self.heartbeat(ttl).await?;
+        let (ks, replica) = (self.ks.clone(), Arc::clone(&self.replica));
+        let renewal: Renewal =
+            Box::new(move || coord::heartbeat(&ks, &replica, ttl, Bytes::from_static(b"1")));
+        let keeper = Keeper::start(&self.exec, renewal, ttl / 5);
+        let (ks, replica) = (self.ks.clone(), Arc::clone(&self.replica));
+        self.keepers.add(
+            &keeper,
+            Box::new(move || coord::heartbeat_stop(&ks, &replica)),
+        );
+        let replaced = self
+            .heartbeat
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(keeper);
+        drop(replaced);
+        Ok(())
+    }
+
+    /// Whether the last heartbeat [`Coordinator::keep_alive`]'s keeper wrote was acknowledged;
+    /// `None` while no keeper runs.
+    pub fn heartbeat_kept(&self) -> Option<bool> {
+        self.heartbeat_keeper(|k| k.is_held())
+    }
+
+    /// Ends this replica's heartbeat (a clean shutdown): stops its keeper, waits for a write
+    /// of it still out, and removes the key.
     pub async fn stop_heartbeat(&self) -> Result<(), Error> {
+        let keeper = self
+            .heartbeat
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(keeper) = keeper {
+            keeper.stop().await;
+        }
         self.exec
             .run(coord::heartbeat_stop(&self.ks, &self.replica)?)
             .await
@@ -248,7 +371,8 @@ pub struct Schedules<E> {
 impl<E: Executor> Schedules<E> {
     /// Schedules in `ks`; fails for a legacy-layout keyspace on a cluster executor (see
     /// [`Coordinator::new`]).
-    pub fn new(exec: E, ks: Keyspace) -> Result<Self, Error> {
+    pub fn new(exec: E, scope: impl IntoKeyspace) -> Result<Self, Error> {
+        let ks = scope.into_keyspace(exec.deployment())?;
         check_layout(&exec, &ks, "schedules")?;
         Ok(Schedules { exec, ks })
     }
@@ -295,7 +419,8 @@ pub struct Leases<E> {
 impl<E: Executor> Leases<E> {
     /// Leases in `ks`; fails for a legacy-layout keyspace on a cluster executor (see
     /// [`Coordinator::new`]).
-    pub fn new(exec: E, ks: Keyspace) -> Result<Self, Error> {
+    pub fn new(exec: E, scope: impl IntoKeyspace) -> Result<Self, Error> {
+        let ks = scope.into_keyspace(exec.deployment())?;
         check_layout(&exec, &ks, "leases")?;
         Ok(Leases {
             exec,
@@ -333,6 +458,18 @@ impl<E: Executor> Leases<E> {
         }
     }
 
+    /// Acquires lease `name` for `holder` as [`Leases::acquire`] does, as a [`Lease`] that is
+    /// released when dropped: `None` while another holder has it.
+    pub async fn hold(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease<E>>, Error> {
+        let token = self.acquire(name, holder, ttl).await?;
+        Ok(token.map(|token| Lease::new(self.exec.clone(), &self.ks, name, holder, token, ttl)))
+    }
+
     /// Extends a live lease; [`Error::NotHolder`] when it expired or moved on.
     pub async fn renew(
         &self,
@@ -346,11 +483,13 @@ impl<E: Executor> Leases<E> {
             .await
     }
 
-    /// Ends a lease early; yields whether `holder` still held it.
-    pub async fn release(&self, name: &str, holder: &str, token: u64) -> Result<bool, Error> {
-        self.exec
+    /// Ends a lease early: [`Released::Lost`] when `holder` no longer held it.
+    pub async fn release(&self, name: &str, holder: &str, token: u64) -> Result<Released, Error> {
+        let held = self
+            .exec
             .run(coord::lease_release(&self.ks, name, holder, token)?)
-            .await
+            .await?;
+        Ok(Released::from_held(held))
     }
 }
 
@@ -365,7 +504,8 @@ pub struct Durability<E> {
 impl<E: Executor> Durability<E> {
     /// The table `table` in `ks`; its name may not be empty or contain braces, and a
     /// legacy-layout keyspace is refused on a cluster executor (see [`Coordinator::new`]).
-    pub fn new(exec: E, ks: Keyspace, table: impl Into<String>) -> Result<Self, Error> {
+    pub fn new(exec: E, scope: impl IntoKeyspace, table: impl Into<String>) -> Result<Self, Error> {
+        let ks = scope.into_keyspace(exec.deployment())?;
         check_layout(&exec, &ks, "durability")?;
         let table = table.into();
         ks.durable(&table, "journal")?;

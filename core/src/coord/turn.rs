@@ -578,14 +578,15 @@ pub fn turn_extend(
     holder_call(ks, guard, "extend", options)
 }
 
-/// Ends a held turn and serves the next ticket; [`Error::NotHolder`] when it was lost (the
+/// Ends a held turn and serves the next ticket; yields whether the guard still held it (a lost
 /// ticket is cleaned up all the same).
 pub fn turn_release(
     ks: &Keyspace,
     guard: &TurnGuard,
     options: &TurnOptions,
-) -> Result<Single<()>, Error> {
-    holder_call(ks, guard, "release", options)
+) -> Result<Single<bool>, Error> {
+    let request = holder_request(ks, guard, "release", options)?;
+    Ok(single(request, |v| Ok(v.as_i64()? == 1)))
 }
 
 /// A `turn` operation only the holder may make: it answers 1 when the guard holds the turn.
@@ -595,7 +596,18 @@ fn holder_call(
     op: &str,
     options: &TurnOptions,
 ) -> Result<Single<()>, Error> {
-    let request = turn_request(
+    let request = holder_request(ks, guard, op, options)?;
+    let what = format!("turn {} of chat {:?}", guard.ticket, guard.chat);
+    Ok(single(request, move |v| require(v.as_i64()? == 1, what)))
+}
+
+fn holder_request(
+    ks: &Keyspace,
+    guard: &TurnGuard,
+    op: &str,
+    options: &TurnOptions,
+) -> Result<crate::request::Request, Error> {
+    turn_request(
         ks,
         &guard.chat,
         op,
@@ -603,7 +615,5 @@ fn holder_call(
         &guard.member,
         options,
         None,
-    )?;
-    let what = format!("turn {} of chat {:?}", guard.ticket, guard.chat);
-    Ok(single(request, move |v| require(v.as_i64()? == 1, what)))
+    )
 }

@@ -298,6 +298,8 @@ pub struct Session<W: Waiters> {
     write_buf: BytesMut,
     refresh: Refresh,
     jitter: Jitter,
+    /// [`Session::stop_accepting`] was called: new plans are refused, those in progress go on.
+    stopping: bool,
     closed: bool,
 }
 
@@ -336,6 +338,7 @@ impl<W: Waiters> Session<W> {
             dirty: BTreeSet::new(),
             write_buf: BytesMut::new(),
             refresh: Refresh::default(),
+            stopping: false,
             closed: false,
         };
         match session.config.endpoints.clone() {
@@ -368,6 +371,13 @@ impl<W: Waiters> Session<W> {
         }
     }
 
+    /// Plans with a batch of requests out, sent or queued: what a graceful close waits for. A
+    /// plan between its steps, in a wait it asked for (a turn's poll interval, a keeper's
+    /// period), has nothing out.
+    pub fn sending(&self) -> usize {
+        self.ops.iter().filter(|op| op.remaining > 0).count()
+    }
+
     /// Plans submitted and not yet complete.
     pub fn in_flight(&self) -> usize {
         self.ops.len()
@@ -396,7 +406,7 @@ impl<W: Waiters> Session<W> {
     pub fn submit_boxed(&mut self, now: Instant, submission: Submission<W>) {
         self.now = now;
         let Submission(mut plan) = submission;
-        if self.closed {
+        if self.closed || self.stopping {
             plan.fail(Error::Closed);
             self.outputs.push_back(Output::Complete(Completion(plan)));
             return;
@@ -542,6 +552,13 @@ impl<W: Waiters> Session<W> {
             self.fire(now, at, timer);
             self.pump(now);
         }
+    }
+
+    /// Begins a graceful close: plans submitted from now on end as [`Error::Closed`] at once,
+    /// those in progress go on. The driver calls [`Session::close`] once [`Session::sending`]
+    /// is zero or its grace period is over.
+    pub fn stop_accepting(&mut self) {
+        self.stopping = true;
     }
 
     /// Ends every plan (one with a write sent and unanswered as [`Error::ReplyLost`], the rest

@@ -1,12 +1,14 @@
 //! The typed async API of the store, written once over any [`Executor`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::coord::keeper::Keepers;
 use crate::coord::{Coordinator, Durability, Leases, Schedules};
 use crate::error::{ConfigError, Error};
-use crate::executor::{Deployment, Executor};
+use crate::executor::{Deployment, Executor, IntoKeyspace};
 use crate::keys::{Keyspace, Layout, RecordKind};
 
 use super::typed::Typed;
@@ -75,10 +77,15 @@ impl StoreOptions {
     /// The layout these options resolve to on a client of `deployment`: the one chosen, else
     /// the cluster layout on a cluster and the legacy layout on a single node.
     pub fn resolved_layout(&self, deployment: Deployment) -> Layout {
-        self.layout.unwrap_or(match deployment {
-            Deployment::Cluster => Layout::Cluster,
-            Deployment::Single => Layout::Legacy,
-        })
+        self.layout
+            .unwrap_or_else(|| crate::executor::default_layout(deployment))
+    }
+}
+
+impl IntoKeyspace for StoreOptions {
+    fn into_keyspace(self, deployment: Deployment) -> Result<Keyspace, Error> {
+        let layout = self.resolved_layout(deployment);
+        Ok(Keyspace::new(layout, self.prefix)?)
     }
 }
 
@@ -114,6 +121,8 @@ pub struct Store<E> {
     executor: E,
     ks: Keyspace,
     allow_legacy_data: bool,
+    /// The heartbeat keepers of the coordinators it built, stopped at [`Store::close`].
+    keepers: Arc<Keepers>,
 }
 
 impl<E: Executor> Store<E> {
@@ -134,6 +143,7 @@ impl<E: Executor> Store<E> {
             executor,
             ks,
             allow_legacy_data: options.allow_legacy_data,
+            keepers: Arc::default(),
         })
     }
 
@@ -156,7 +166,10 @@ impl<E: Executor> Store<E> {
     /// executor, prefix and layout. `replica` must be unique among the bot's live processes
     /// (see [`Coordinator::new`]).
     pub fn coordinator(&self, replica: impl Into<String>) -> Result<Coordinator<E>, Error> {
-        Coordinator::new(self.executor.clone(), self.ks.clone(), replica)
+        Ok(
+            Coordinator::new(self.executor.clone(), self.ks.clone(), replica)?
+                .with_keepers(Arc::clone(&self.keepers)),
+        )
     }
 
     /// The schedules with fencing tokens, under this store's prefix and layout.
@@ -173,6 +186,24 @@ impl<E: Executor> Store<E> {
     /// and layout; fails for an empty name or one with braces.
     pub fn durability(&self, table: impl Into<String>) -> Result<Durability<E>, Error> {
         Durability::new(self.executor.clone(), self.ks.clone(), table)
+    }
+
+    /// Closes the store and its client gracefully, within [`Store::CLOSE_GRACE`]: the
+    /// heartbeat keepers of its coordinators stop and their heartbeats are removed, new calls
+    /// are refused ([`Error::Closed`]), calls in flight finish (a write still unanswered at the
+    /// end of the grace is [`Error::ReplyLost`]: its outcome is unknown), and the connections
+    /// close. Every clone of the store and of its client is closed with it.
+    pub async fn close(&self) {
+        self.close_within(Self::CLOSE_GRACE).await
+    }
+
+    /// How long [`Store::close`] lets calls in flight finish.
+    pub const CLOSE_GRACE: Duration = Duration::from_secs(10);
+
+    /// [`Store::close`] with a grace of your own.
+    pub async fn close_within(&self, grace: Duration) {
+        self.keepers.stop_all(&self.executor).await;
+        self.executor.shutdown(grace).await;
     }
 
     /// The layout.

@@ -71,6 +71,14 @@ impl Executor for Memory {
     fn deployment(&self) -> Deployment {
         Deployment::Single
     }
+
+    fn detach<P: Plan>(&self, plan: P) {
+        drop(block_on(self.run(plan)));
+    }
+
+    fn shutdown(&self, _grace: Duration) -> impl Future<Output = ()> + Send {
+        ready(())
+    }
 }
 
 /// Runs a future that never waits: the memory executor answers at once.

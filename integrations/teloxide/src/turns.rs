@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use botmesh_redis_tokio::{Client, Coordinator, Error, Store, TurnGuard, TurnOptions};
+use botmesh_redis_tokio::{Client, Coordinator, Error, Released, Store, TurnGuard, TurnOptions};
 use teloxide::dispatching::{DpHandlerDescription, UpdateHandler};
 use teloxide::dptree::{self, di::DependencyMap, HandlerDescription, HandlerSignature, Type};
 use teloxide::types::{ChatId, Update};
@@ -164,8 +164,9 @@ pub enum TurnError {
 /// Per-chat turns for one replica of a bot: at most one replica at a time handles a chat's
 /// update, in the order the replicas asked (see `docs/coordination.md` of botmesh-redis).
 ///
-/// It owns the replica's heartbeat (a tokio task beating every fifth of the heartbeat TTL,
-/// aborted when the last clone is dropped): turn waiters skip the turns of a replica whose
+/// It owns the replica's heartbeat (the coordinator's keeper,
+/// [`Coordinator::keep_alive`], rewriting it every fifth of the heartbeat TTL and stopped when
+/// the last clone is dropped): turn waiters skip the turns of a replica whose
 /// heartbeat expired, so a replica that crashes while holding a chat's turn delays that chat by
 /// at most the heartbeat TTL. Cheap to clone.
 ///
@@ -191,14 +192,7 @@ pub struct ChatTurns {
 #[derive(Debug)]
 struct Inner {
     coord: Coordinator<Client>,
-    heartbeat: tokio::task::JoinHandle<()>,
     stopped: AtomicBool,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        self.heartbeat.abort();
-    }
 }
 
 impl ChatTurns {
@@ -227,29 +221,10 @@ impl ChatTurns {
     ) -> Result<Self, Error> {
         options.check()?;
         let coord = store.coordinator(replica)?.with_turn_options(options);
-        coord.heartbeat(heartbeat_ttl).await?;
-        let beating = coord.clone();
-        let period = (heartbeat_ttl / 5).max(Duration::from_millis(1));
-        let heartbeat = tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(period);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                ticks.tick().await;
-                // A failed beat is retried at the next tick; the TTL rides out four of them.
-                // Past that, other replicas skip this one's turns: say so.
-                if let Err(e) = beating.heartbeat(heartbeat_ttl).await {
-                    tracing::warn!(
-                        replica = beating.replica(),
-                        error = %e,
-                        "heartbeat failed: other replicas skip this replica's turns once it expires"
-                    );
-                }
-            }
-        });
+        coord.keep_alive(heartbeat_ttl).await?;
         Ok(ChatTurns {
             inner: Arc::new(Inner {
                 coord,
-                heartbeat,
                 stopped: AtomicBool::new(false),
             }),
         })
@@ -286,11 +261,17 @@ impl ChatTurns {
     /// Gives the turn back; the next waiter is served. [`TurnError::Lost`] when it was no
     /// longer held.
     pub async fn release(&self, guard: &TurnGuard) -> Result<(), TurnError> {
-        self.inner
-            .coord
-            .release_turn(guard)
-            .await
-            .map_err(|source| lost_or(chat_of(guard), source))
+        let chat = chat_of(guard);
+        match self.inner.coord.release_turn(guard).await {
+            Ok(Released::Held) => Ok(()),
+            Ok(Released::Lost) => Err(TurnError::Lost {
+                chat,
+                source: Error::NotHolder {
+                    what: format!("turn {} of chat {:?}", guard.ticket, guard.chat),
+                },
+            }),
+            Err(source) => Err(lost_or(chat, source)),
+        }
     }
 
     /// Runs `f` holding the chat's turn, and gives the turn back after it, whatever `f` yields.
@@ -316,7 +297,6 @@ impl ChatTurns {
     /// holds is skipped by the other replicas at once, as a dead replica's would be.
     pub async fn stop(self) -> Result<(), Error> {
         self.inner.stopped.store(true, Ordering::Relaxed);
-        self.inner.heartbeat.abort();
         self.inner.coord.stop_heartbeat().await
     }
 

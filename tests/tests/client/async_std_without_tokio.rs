@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use botmesh_redis_async_std::Coordinator;
 use botmesh_redis_async_std::{Client, ClientOptions, Keyspace, Layout};
+use botmesh_redis_async_std::{Coordinator, Released};
 use botmesh_redis_async_std::{Message, MessageQuery, Store, StoreOptions};
 use botmesh_redis_tests::{shared_cluster, shared_single, unique_prefix};
 use bytes::Bytes;
@@ -95,10 +95,19 @@ async fn store_and_lock(client: Client, layout: Layout) {
     let ttl = Duration::from_secs(10);
     assert_eq!(coord.lock("the-lock", "a#1", ttl).await.unwrap(), Some(1));
     assert_eq!(coord.lock("the-lock", "b#1", ttl).await.unwrap(), None);
-    assert!(!coord.unlock("the-lock", "b#1").await.unwrap());
-    assert!(coord.unlock("the-lock", "a#1").await.unwrap());
+    assert_eq!(
+        coord.unlock("the-lock", "b#1").await.unwrap(),
+        Released::Lost
+    );
+    assert_eq!(
+        coord.unlock("the-lock", "a#1").await.unwrap(),
+        Released::Held
+    );
     assert_eq!(coord.lock("the-lock", "b#1", ttl).await.unwrap(), Some(2));
-    assert!(coord.unlock("the-lock", "b#1").await.unwrap());
+    assert_eq!(
+        coord.unlock("the-lock", "b#1").await.unwrap(),
+        Released::Held
+    );
 
     client.close().await;
 }

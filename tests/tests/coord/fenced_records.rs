@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use botmesh_redis_core::Error;
 use botmesh_redis_core::Schedule;
-use botmesh_redis_core::{Leases, Schedules};
+use botmesh_redis_core::{Leases, Released, Schedules};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::Runtime;
 use botmesh_redis_tests::coord::Target;
@@ -235,7 +235,10 @@ async fn lease_tokens_never_go_backwards<R: Runtime>(target: Target) {
         leases.renew("tick", "a", t1 + 1, ttl).await,
         Err(Error::NotHolder { .. })
     ));
-    assert!(!leases.release("tick", "b", t1).await.unwrap());
+    assert_eq!(
+        leases.release("tick", "b", t1).await.unwrap(),
+        Released::Lost
+    );
 
     // After expiry, another holder gets a larger token.
     let t2 = eventually(Duration::from_secs(5), "a's lease to expire", || {
@@ -251,12 +254,21 @@ async fn lease_tokens_never_go_backwards<R: Runtime>(target: Target) {
             what: "lease \"tick\"".into()
         }
     );
-    assert!(!leases.release("tick", "a", t1).await.unwrap());
+    assert_eq!(
+        leases.release("tick", "a", t1).await.unwrap(),
+        Released::Lost
+    );
     leases.renew("tick", "b", t2, long).await.unwrap();
 
     // Released: the next acquire, even by the same holder, gets a larger token.
-    assert!(leases.release("tick", "b", t2).await.unwrap());
-    assert!(!leases.release("tick", "b", t2).await.unwrap());
+    assert_eq!(
+        leases.release("tick", "b", t2).await.unwrap(),
+        Released::Held
+    );
+    assert_eq!(
+        leases.release("tick", "b", t2).await.unwrap(),
+        Released::Lost
+    );
     let t3 = leases.acquire("tick", "b", ttl).await.unwrap().unwrap();
     assert_eq!(t3, t2 + 1);
     // The old token of the same holder cannot renew the new lease.
@@ -287,8 +299,14 @@ async fn lease_tokens_never_go_backwards<R: Runtime>(target: Target) {
     })
     .await;
     assert_eq!(t5, t4 + 1);
-    assert!(!leases.release("tick", "b", t4).await.unwrap());
-    assert!(leases.release("tick", "c", t5).await.unwrap());
+    assert_eq!(
+        leases.release("tick", "b", t4).await.unwrap(),
+        Released::Lost
+    );
+    assert_eq!(
+        leases.release("tick", "c", t5).await.unwrap(),
+        Released::Held
+    );
     client.close().await;
 }
 
@@ -317,7 +335,10 @@ async fn contended_lease_tokens_are_unique<R: Runtime>(target: Target) {
                 {
                     Some(token) => {
                         tokens.push(token);
-                        assert!(leases.release("l", &holder, token).await.unwrap());
+                        assert_eq!(
+                            leases.release("l", &holder, token).await.unwrap(),
+                            Released::Held
+                        );
                     }
                     None => tokio::time::sleep(Duration::from_millis(1)).await,
                 }

@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use botmesh_redis_core::Coordinator;
 use botmesh_redis_core::Error;
+use botmesh_redis_core::{Coordinator, Released};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::{driver_name, Runtime};
 use botmesh_redis_tests::coord::{Clock, Target};
@@ -139,7 +139,7 @@ async fn contended_lock<R: Runtime>(target: Target) {
                     _ => tokio::time::sleep(Duration::from_millis(1)).await,
                 }
                 let release_sent = clock.now();
-                let released = coord.unlock("the-lock", &owner).await.unwrap();
+                let released = coord.unlock("the-lock", &owner).await.unwrap() == Released::Held;
                 history.lock().unwrap().push(Grant {
                     holder: owner,
                     fence,
@@ -161,7 +161,10 @@ async fn contended_lock<R: Runtime>(target: Target) {
     let next = coord.lock("the-lock", "after", LOCK_TTL).await.unwrap();
     assert_eq!(next, Some(n as u64 + 1));
     // Release and extend only by the holder.
-    assert!(!coord.unlock("the-lock", "someone-else").await.unwrap());
+    assert_eq!(
+        coord.unlock("the-lock", "someone-else").await.unwrap(),
+        Released::Lost
+    );
     assert_eq!(
         coord
             .extend_lock("the-lock", "someone-else", LOCK_TTL)
@@ -171,7 +174,10 @@ async fn contended_lock<R: Runtime>(target: Target) {
             what: "lock \"the-lock\"".into()
         }
     );
-    assert!(coord.unlock("the-lock", "after").await.unwrap());
+    assert_eq!(
+        coord.unlock("the-lock", "after").await.unwrap(),
+        Released::Held
+    );
     let driver = driver_name::<R>();
     eprintln!(
         "{target:?} on {driver}: {n} grants, {} busy answers, {expired} expired before \
@@ -216,7 +222,7 @@ async fn contended_leadership<R: Runtime>(target: Target) {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
                 let release_sent = clock.now();
-                let released = coord.resign("scheduler").await.unwrap();
+                let released = coord.resign("scheduler").await.unwrap() == Released::Held;
                 history.lock().unwrap().push(Grant {
                     holder: coord.replica().to_owned(),
                     fence: term,
@@ -257,8 +263,8 @@ async fn contended_leadership<R: Runtime>(target: Target) {
         outsider.renew("scheduler", LEADER_TTL).await,
         Err(Error::NotHolder { .. })
     ));
-    assert!(!outsider.resign("scheduler").await.unwrap());
-    assert!(leader.resign("scheduler").await.unwrap());
+    assert_eq!(outsider.resign("scheduler").await.unwrap(), Released::Lost);
+    assert_eq!(leader.resign("scheduler").await.unwrap(), Released::Held);
     let driver = driver_name::<R>();
     eprintln!(
         "{target:?} on {driver}: {n} leaderships, {expired} expired before resigning, {:?}",
@@ -293,8 +299,8 @@ async fn fence_outlives_expiry<R: Runtime>(target: Target) {
         coord.extend_lock("k", "a#1", ttl).await,
         Err(Error::NotHolder { .. })
     ));
-    assert!(!coord.unlock("k", "a#1").await.unwrap());
-    assert!(coord.unlock("k", "b#1").await.unwrap());
+    assert_eq!(coord.unlock("k", "a#1").await.unwrap(), Released::Lost);
+    assert_eq!(coord.unlock("k", "b#1").await.unwrap(), Released::Held);
     assert_eq!(coord.lock("k", "c#1", ttl).await.unwrap(), Some(3));
     client.close().await;
 }

@@ -7,6 +7,7 @@
 
 mod durable_retry_after_reply_lost;
 mod fenced_records;
+mod guards_and_keepers;
 mod lock_fences;
 mod outbox_exactly_once_ack;
 mod schedule_equal_token;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use botmesh_redis_core::keys::TurnPart;
 use botmesh_redis_core::TurnOptions;
-use botmesh_redis_core::{Coordinator, Leases};
+use botmesh_redis_core::{Coordinator, Leases, Released};
 use botmesh_redis_core::{Error, Value};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::Runtime;
@@ -51,12 +51,12 @@ async fn locks_hand_out_exact_fences<R: Runtime>(target: Target) {
             Some(start + 1),
             "the fence after {start}"
         );
-        assert!(coord.unlock("k", &owner).await.unwrap());
+        assert_eq!(coord.unlock("k", &owner).await.unwrap(), Released::Held);
     }
     // The fence is at the maximum: the next grant fails, and leaves nothing held.
     key_cmd(&client, "SET", &fence, &[&(MAX - 1).to_string()]).await;
     assert_eq!(coord.lock("k", "o#max", TTL).await.unwrap(), Some(MAX));
-    assert!(coord.unlock("k", "o#max").await.unwrap());
+    assert_eq!(coord.unlock("k", "o#max").await.unwrap(), Released::Held);
     assert_overflow(coord.lock("k", "o#over", TTL).await, "lock past i64::MAX");
     assert!(
         !exists(&client, &ks.lock("k")).await,
@@ -80,12 +80,12 @@ async fn leaderships_hand_out_exact_terms<R: Runtime>(target: Target) {
         assert_eq!(coord.campaign("l", TTL).await.unwrap(), Some(start + 1));
         // Re-entry: the leader keeps its term, to the last digit.
         assert_eq!(coord.campaign("l", TTL).await.unwrap(), Some(start + 1));
-        assert!(coord.resign("l").await.unwrap());
+        assert_eq!(coord.resign("l").await.unwrap(), Released::Held);
     }
     key_cmd(&client, "SET", &term, &[&(MAX - 1).to_string()]).await;
     assert_eq!(coord.campaign("l", TTL).await.unwrap(), Some(MAX));
     assert_eq!(coord.campaign("l", TTL).await.unwrap(), Some(MAX));
-    assert!(coord.resign("l").await.unwrap());
+    assert_eq!(coord.resign("l").await.unwrap(), Released::Held);
     assert_overflow(coord.campaign("l", TTL).await, "campaign past i64::MAX");
     assert!(
         !exists(&client, &ks.leader("l")).await,
@@ -100,7 +100,7 @@ async fn leaderships_hand_out_exact_terms<R: Runtime>(target: Target) {
         !exists(&client, &term).await,
         "re-entry created the counter"
     );
-    assert!(coord.resign("l").await.unwrap());
+    assert_eq!(coord.resign("l").await.unwrap(), Released::Held);
     client.close().await;
 }
 
@@ -128,13 +128,22 @@ async fn leases_hand_out_exact_tokens<R: Runtime>(target: Target) {
             leases.renew("tick", "h1", token - 1, TTL).await,
             Err(Error::NotHolder { .. })
         ));
-        assert!(!leases.release("tick", "h1", token - 1).await.unwrap());
-        assert!(leases.release("tick", "h1", token).await.unwrap());
+        assert_eq!(
+            leases.release("tick", "h1", token - 1).await.unwrap(),
+            Released::Lost
+        );
+        assert_eq!(
+            leases.release("tick", "h1", token).await.unwrap(),
+            Released::Held
+        );
     }
     key_cmd(&client, "HSET", &lease, &["token", &(MAX - 1).to_string()]).await;
     assert_eq!(leases.acquire("tick", "h1", TTL).await.unwrap(), Some(MAX));
     assert_eq!(leases.acquire("tick", "h1", TTL).await.unwrap(), Some(MAX));
-    assert!(leases.release("tick", "h1", MAX).await.unwrap());
+    assert_eq!(
+        leases.release("tick", "h1", MAX).await.unwrap(),
+        Released::Held
+    );
     assert_overflow(
         leases.acquire("tick", "h2", TTL).await,
         "lease past i64::MAX",

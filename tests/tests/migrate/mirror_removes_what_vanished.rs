@@ -170,6 +170,14 @@ impl<E: Executor> Executor for Expiring<E> {
     fn deployment(&self) -> botmesh_redis_core::Deployment {
         self.inner.deployment()
     }
+
+    fn detach<P: Plan>(&self, plan: P) {
+        self.inner.detach(plan)
+    }
+
+    fn shutdown(&self, grace: std::time::Duration) -> impl Future<Output = ()> + Send {
+        self.inner.shutdown(grace)
+    }
 }
 
 struct BeforeRead<P> {
