@@ -23,3 +23,26 @@ pub async fn connect(
 ) -> Result<Store<Client>, Error> {
     botmesh_redis_client::connect::<runtime::Tokio>(client.into(), store.into()).await
 }
+
+// The user guides' examples, compiled as doctests of this crate: the code a bot that depends on
+// `botmesh-redis-tokio` writes. Blocks that need a server are `no_run` (compiled, not run).
+// `docs/teloxide.md` is not here: its blocks are the teloxide integration's code.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+mod readme_md {}
+
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/store.md")]
+mod store_md {}
+
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/coordination.md")]
+mod coordination_md {}
+
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/migration.md")]
+mod migration_md {}
+
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/operations.md")]
+mod operations_md {}
