@@ -511,8 +511,3 @@ impl<E: Executor> Store<E> {
         self.executor.run(plan).await
     }
 }
-
-/// The user guide, `docs/store.md`: its examples are compiled as doctests.
-#[cfg(doctest)]
-#[doc = include_str!("../../../docs/store.md")]
-struct UserGuide;

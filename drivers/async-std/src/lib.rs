@@ -7,6 +7,22 @@ pub use botmesh_redis_client::ClientStats;
 pub use botmesh_redis_core::*;
 
 /// A client on async-std / smol.
+///
+/// This is the client crate's `Client` on [`runtime::AsyncStd`]. Its methods (their full docs
+/// follow under "Implementations"):
+///
+/// - [`Client::connect`](#method.connect): starts the client and checks that a node answers
+///   `PING`, so a wrong address or password fails here, within the connect timeout;
+/// - [`Client::start`](#method.start): starts it without waiting for any node (the first
+///   request connects);
+/// - [`Client::close`](#method.close): closes the client, for every clone;
+/// - [`Client::stats`](#method.stats): what the driver has done and holds ([`ClientStats`]);
+/// - [`Client::is_cluster`](#method.is_cluster): whether it talks to a cluster;
+/// - as an [`Executor`]: [`Executor::call`] for a raw command, [`Executor::run`] for a plan,
+///   [`Executor::deployment`].
+///
+/// Clones share the connections. Most bots never build one: [`connect`] does, and
+/// [`Store::executor`] gives it back.
 pub type Client = botmesh_redis_client::Client<runtime::AsyncStd>;
 
 /// Connects to Redis and opens the store: the one call a bot makes first.
