@@ -157,7 +157,7 @@ async fn demo(
     let mut background = Vec::new();
     for r in &replicas {
         let (r, stop, tally) = (r.clone(), stop.clone(), tally.clone());
-        r.coord.heartbeat(Duration::from_secs(3)).await?;
+        r.coord.keep_alive(Duration::from_secs(3)).await?;
         background.push(tokio::spawn(async move {
             housekeeping(&r, &stop, &tally).await
         }));
@@ -318,8 +318,12 @@ async fn handle(
     if let Some(h) = slot {
         h.fetch_sub(1, Ordering::SeqCst);
     }
-    // The fenced check and the release: a holder that lost its turn learns it here.
-    r.coord.release_turn(&grant.guard).await?;
+    // The release says whether the turn was still held: a holder that lost it learns it here.
+    if r.coord.release_turn(&grant.guard).await? == botmesh_redis_tokio::Released::Lost {
+        return Err(Error::NotHolder {
+            what: format!("turn {} of chat {:?}", grant.guard.ticket, msg.chat),
+        });
+    }
     tally.ops.fetch_add(2, Ordering::Relaxed);
     result
 }
@@ -375,15 +379,10 @@ fn chat_index(chat: &str) -> Option<usize> {
     chat.strip_prefix("chat-")?.parse().ok()
 }
 
-/// Heartbeats, the scheduler leadership and the outbox sender of one replica.
+/// The scheduler leadership and the outbox sender of one replica (its heartbeat has a keeper).
 async fn housekeeping(r: &Replica, stop: &std::sync::atomic::AtomicBool, tally: &Tally) {
     let name = r.coord.replica().to_owned();
-    let mut beat = Instant::now();
     while !stop.load(Ordering::SeqCst) {
-        if beat.elapsed() > Duration::from_secs(1) {
-            let _ = r.coord.heartbeat(Duration::from_secs(3)).await;
-            beat = Instant::now();
-        }
         if let Ok(Some(term)) = r.coord.campaign("scheduler", Duration::from_secs(2)).await {
             if let Ok(mut terms) = tally.terms.lock() {
                 terms.insert(term);

@@ -132,18 +132,9 @@ async fn replica(
             ..TurnOptions::default()
         });
     let (inbox, outbox) = (store.durability("inbox")?, store.durability("outbox")?);
-    // A replica without a live heartbeat counts as dead and its turns are skipped: beat before
-    // the first turn, then every TTL / 5 in the background.
-    coord.heartbeat(HEARTBEAT_TTL).await?;
-    let beating = coord.clone();
-    let heartbeat = tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(HEARTBEAT_TTL / 5).await;
-            if let Err(e) = beating.heartbeat(HEARTBEAT_TTL).await {
-                eprintln!("{}: heartbeat failed: {e}", beating.replica());
-            }
-        }
-    });
+    // A replica without a live heartbeat counts as dead and its turns are skipped (a turn is
+    // refused without one): the keeper writes it now, then every TTL / 5 in the background.
+    coord.keep_alive(HEARTBEAT_TTL).await?;
     let (mut handled, mut mine, mut dropped) = (Vec::new(), HashSet::new(), 0);
     loop {
         let Some(update) = source.lock().await.pop_front() else {
@@ -157,14 +148,15 @@ async fn replica(
             continue;
         }
         loop {
-            let turn = coord.acquire_turn(&update.chat).await?;
+            // A `Turn` guard: every early `?` below gives the turn back as it drops.
+            let turn = coord.turn(&update.chat).await?;
             // The fenced check before acting on the chat: `NotHolder` if the turn was lost.
-            coord.extend_turn(&turn.guard).await?;
+            turn.renew().await?;
             // The turn excludes the other replicas; the chat's cursor orders the updates: an
             // earlier one still in another replica's hands goes first.
             let cursor = format!("order:{}", update.chat);
             if store.get_cursor(&cursor).await?.unwrap_or(0) != update.seq - 1 {
-                coord.release_turn(&turn.guard).await?;
+                turn.release().await?;
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 continue;
             }
@@ -181,13 +173,12 @@ async fn replica(
                 .enqueue(&format!("reply:{}", update.id), reply.into(), DEDUP_WINDOW)
                 .await?;
             store.set_cursor(&cursor, update.seq).await?;
-            coord.release_turn(&turn.guard).await?;
+            turn.release().await?;
             handled.push((update.id.clone(), new));
             mine.insert(update.id);
             break;
         }
     }
-    heartbeat.abort();
     coord.stop_heartbeat().await?;
     println!(
         "{name}: handled {} updates, dropped {dropped} duplicates",

@@ -18,6 +18,6 @@ async fn main() -> Result<(), botmesh_redis_tokio::Error> {
         page.items.len(),
         store.layout().name()
     );
-    store.executor().close().await;
+    store.close().await; // calls in flight finish, heartbeats are removed, connections close
     Ok(())
 }

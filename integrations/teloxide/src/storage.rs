@@ -249,9 +249,10 @@ impl<S> DialogueStorage<S> {
         self.ttl
     }
 
-    /// Closes the client (every clone of it, and so every storage and store that shares it).
+    /// Closes the store and its client gracefully ([`Store::close`]: writes in flight finish),
+    /// and so every storage and store that shares the client.
     pub async fn close(&self) {
-        self.store.executor().close().await;
+        self.store.close().await;
     }
 }
 

@@ -181,8 +181,8 @@ fn readme_quick_start_is_the_example() {
         .collect();
     assert_eq!(
         lines.len(),
-        9,
-        "the quick start is 10 lines with `cargo add`:\n{block}"
+        10,
+        "the quick start is 11 lines with `cargo add`, ending with the store's close:\n{block}"
     );
     let squeeze = |text: &str| text.split_whitespace().collect::<String>();
     let example = squeeze(&example);

@@ -170,6 +170,8 @@ async fn turn_tickets_stop_below_2_53<R: Runtime>(target: Target) {
     let coord = Coordinator::new(client.clone(), ks.clone(), "replica-1")
         .unwrap()
         .with_turn_options(options);
+    // Turns need a live heartbeat.
+    coord.heartbeat(Duration::from_secs(60)).await.unwrap();
     let seq = ks.turn("chat", TurnPart::Seq);
     key_cmd(&client, "SET", &seq, &[&(TWO_53 - 2).to_string()]).await;
     let grant = coord.acquire_turn("chat").await.unwrap();

@@ -193,6 +193,8 @@ async fn an_expired_queue_restarts_above_every_earlier_ticket<R: Runtime>(target
     let a = Coordinator::new(target.client::<R>().await, ks.clone(), "replica-a")
         .unwrap()
         .with_turn_options(options);
+    // Turns need a live heartbeat.
+    a.heartbeat(Duration::from_secs(60)).await.unwrap();
     let observer = target.client::<R>().await;
     let chat = "chat-restart";
 
