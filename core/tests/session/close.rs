@@ -174,3 +174,48 @@ fn a_write_lost_with_its_connection_is_not_hidden_by_a_later_close() {
         })
     );
 }
+
+/// A plan that waits between its steps, as a turn waiter or a keeper does.
+struct Parked(Duration);
+
+impl botmesh_redis_core::driver::Plan for Parked {
+    type Output = ();
+
+    fn start(&mut self) -> botmesh_redis_core::driver::Step<()> {
+        botmesh_redis_core::driver::Step::Wait(self.0)
+    }
+
+    fn resume(&mut self, _: Vec<Reply>) -> botmesh_redis_core::driver::Step<()> {
+        botmesh_redis_core::driver::Step::Done(Ok(()))
+    }
+}
+
+#[test]
+fn a_graceful_close_refuses_new_plans_and_waits_only_for_requests_out() {
+    let mut h = Harness::cluster(3, 0);
+    let a = h.sim.master(0);
+    let ka = h.sim.keys_on(&a, 1).remove(0);
+    h.run_batch(vec![set(&ka, "1")]);
+    h.sim.stall(&a);
+    let out = h.submit_batch(vec![incr(&ka)]);
+    let parked = h.submit(Parked(Duration::from_secs(60)));
+    h.run_for(Duration::from_millis(1));
+    assert_eq!(h.session.in_flight(), 2);
+    // Only the stalled write has a request out; the parked plan has nothing to wait for.
+    assert_eq!(h.session.sending(), 1);
+
+    h.session.stop_accepting();
+    let late = h.submit_batch(vec![get(&ka)]);
+    assert_eq!(h.take::<Vec<Reply>>(&late), Some(Err(Error::Closed)));
+
+    // The write in progress goes on, and is answered: not lost at the close.
+    let now = h.now();
+    h.sim.unstall(now, &a);
+    assert_eq!(
+        h.wait_for::<Vec<Reply>>(&out),
+        Ok(vec![Ok(botmesh_redis_core::Value::Int(2))])
+    );
+    assert_eq!(h.session.sending(), 0);
+    h.close();
+    assert_eq!(h.take::<()>(&parked), Some(Err(Error::Closed)));
+}
