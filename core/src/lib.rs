@@ -127,7 +127,7 @@ pub use keys::encoding::Key;
 pub use request::{Access, NodeTarget, Request, Route};
 /// A bot's own Lua script, for [`Request::script`] (`static MY_SCRIPT: Script = Script::new(..)`).
 pub use script::Script;
-pub use ttl::MAX_TTL;
+pub use ttl::{MAX_TTL, MIN_TTL};
 pub use value::Value;
 
 pub mod driver {

@@ -60,7 +60,7 @@ pub fn journal_begin(
     let args = vec![
         "begin".into_arg(),
         id.into_arg(),
-        ttl_ms(window)?.into_arg(),
+        ttl_ms(window, "window")?.into_arg(),
         instance.into_arg(),
     ];
     Ok(single(durable_request(ks, table, args)?, |v| {
@@ -93,7 +93,7 @@ pub fn outbox_enqueue(
     let args = vec![
         "enqueue".into_arg(),
         key.into_arg(),
-        ttl_ms(window)?.into_arg(),
+        ttl_ms(window, "window")?.into_arg(),
         payload,
     ];
     Ok(single(durable_request(ks, table, args)?, held))
@@ -120,7 +120,7 @@ pub fn outbox_claim(
     let args = vec![
         "claim".into_arg(),
         instance.into_arg(),
-        ttl_ms(visibility)?.into_arg(),
+        ttl_ms(visibility, "visibility")?.into_arg(),
         max.into_arg(),
     ];
     Ok(single(durable_request(ks, table, args)?, |v| {
