@@ -16,6 +16,10 @@ pub struct Schedule {
     pub token: u64,
     /// Its data, as written.
     pub data: Bytes,
+    /// Who wrote it: the `holder` given to [`schedule_put`] with this token (the lease holder
+    /// or leader the token was granted to). `None` for a record written before holders were
+    /// stored; the next write by a holder with the same or a newer token stores one.
+    pub holder: Option<String>,
 }
 
 fn schedule_request(
@@ -95,7 +99,7 @@ pub fn schedule_delete(
     Ok(single(request, schedule_written(id.to_owned(), token)))
 }
 
-/// Reads a schedule; a deleted marker reads as `None`.
+/// Reads a schedule, with its token, data and holder; a deleted marker reads as `None`.
 pub fn schedule_get(ks: &Keyspace, id: &str) -> Result<Single<Option<Schedule>>, Error> {
     Ok(single(schedule_get_request(ks, id)?, decode_schedule))
 }
@@ -106,15 +110,17 @@ fn schedule_get_request(ks: &Keyspace, id: &str) -> Result<Request, Error> {
         .arg("token")
         .arg("data")
         .arg("deleted")
+        .arg("holder")
         .build()
 }
 
 fn decode_schedule(v: Value) -> Result<Option<Schedule>, Error> {
     let mut items = v.into_array()?.into_iter();
-    let (Some(token), Some(data), Some(deleted)) = (items.next(), items.next(), items.next())
+    let (Some(token), Some(data), Some(deleted), Some(holder)) =
+        (items.next(), items.next(), items.next(), items.next())
     else {
         return Err(Error::UnexpectedReply {
-            detail: "HMGET of a schedule answered fewer than 3 fields".into(),
+            detail: "HMGET of a schedule answered fewer than 4 fields".into(),
         });
     };
     if token == Value::Nil || deleted.into_opt_bytes()?.as_deref() == Some(b"1") {
@@ -123,6 +129,9 @@ fn decode_schedule(v: Value) -> Result<Option<Schedule>, Error> {
     Ok(Some(Schedule {
         token: token.as_u64()?,
         data: data.into_opt_bytes()?.unwrap_or_default(),
+        holder: holder
+            .into_opt_bytes()?
+            .map(|h| String::from_utf8_lossy(&h).into_owned()),
     }))
 }
 

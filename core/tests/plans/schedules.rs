@@ -56,24 +56,43 @@ fn schedule_put_stale_delete_get() {
         got.unwrap();
         out += &t;
         let (got, t) = run(coord::schedule_get(ks, "daily:{x}").unwrap(), |_| {
-            Ok(arr(vec![bulk("5"), bulk("0 9 * * *"), bulk("0")]))
+            Ok(arr(vec![
+                bulk("5"),
+                bulk("0 9 * * *"),
+                bulk("0"),
+                bulk("leader-a"),
+            ]))
         });
         assert_eq!(
             got.unwrap(),
             Some(botmesh_redis_core::Schedule {
                 token: 5,
-                data: Bytes::from_static(b"0 9 * * *")
+                data: Bytes::from_static(b"0 9 * * *"),
+                holder: Some("leader-a".into()),
+            })
+        );
+        out += &t;
+        out += "# a record written before holders were stored reads without one\n";
+        let (got, t) = run(coord::schedule_get(ks, "daily:{x}").unwrap(), |_| {
+            Ok(arr(vec![bulk("5"), bulk("old"), Value::Nil, Value::Nil]))
+        });
+        assert_eq!(
+            got.unwrap(),
+            Some(botmesh_redis_core::Schedule {
+                token: 5,
+                data: Bytes::from_static(b"old"),
+                holder: None,
             })
         );
         out += &t;
         out += "# a deleted marker and a missing record both read as None\n";
         let (got, t) = run(coord::schedule_get(ks, "daily:{x}").unwrap(), |_| {
-            Ok(arr(vec![bulk("6"), Value::Nil, bulk("1")]))
+            Ok(arr(vec![bulk("6"), Value::Nil, bulk("1"), bulk("leader-c")]))
         });
         assert_eq!(got.unwrap(), None);
         out += &t;
         let (got, t) = run(coord::schedule_get(ks, "nope").unwrap(), |_| {
-            Ok(arr(vec![Value::Nil, Value::Nil, Value::Nil]))
+            Ok(arr(vec![Value::Nil, Value::Nil, Value::Nil, Value::Nil]))
         });
         assert_eq!(got.unwrap(), None);
         out += &t;
@@ -120,9 +139,9 @@ fn schedule_list_hides_markers() {
                 "ZRANGE" if keys[0] == index(marker) => Ok(arr(vec![bulk(marker)])),
                 "ZRANGE" => Ok(arr(vec![])),
                 "HMGET" if keys[0] == live_key => {
-                    Ok(arr(vec![bulk("3"), bulk("every day"), bulk("0")]))
+                    Ok(arr(vec![bulk("3"), bulk("every day"), bulk("0"), bulk("r1")]))
                 }
-                "HMGET" => Ok(arr(vec![bulk("4"), Value::Nil, bulk("1")])),
+                "HMGET" => Ok(arr(vec![bulk("4"), Value::Nil, bulk("1"), bulk("r2")])),
                 other => panic!("unexpected {other}"),
             }
         });
@@ -133,7 +152,8 @@ fn schedule_list_hides_markers() {
                     live.to_owned(),
                     botmesh_redis_core::Schedule {
                         token: 3,
-                        data: Bytes::from_static(b"every day")
+                        data: Bytes::from_static(b"every day"),
+                        holder: Some("r1".into()),
                     }
                 )],
                 next: None,

@@ -50,7 +50,8 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
         schedules.get(id).await.unwrap(),
         Some(Schedule {
             token: 5,
-            data: data("v5b")
+            data: data("v5b"),
+            holder: Some(holder(5)),
         })
     );
     // A stale delete is refused too.
@@ -82,7 +83,8 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
         schedules.get(id).await.unwrap(),
         Some(Schedule {
             token: 7,
-            data: data("v7")
+            data: data("v7"),
+            holder: Some(holder(7)),
         })
     );
     // Tokens read back exactly, up to 2^53.
@@ -126,6 +128,7 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
                 Schedule {
                     token: 1,
                     data: Bytes::from(format!("d{n}")),
+                    holder: Some(holder(1)),
                 },
             )
         })
@@ -134,6 +137,7 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
             Schedule {
                 token: big,
                 data: data("big"),
+                holder: Some(holder(big)),
             },
         )])
         .collect();
