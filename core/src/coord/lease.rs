@@ -90,9 +90,7 @@ pub fn lease_acquire_replicated(
     let (ks, name_owned, holder) = (ks.clone(), name.to_owned(), holder.to_owned());
     Replicated::new(
         grant,
-        Box::new(move |token| {
-            lease_request(&ks, "release", &name_owned, &holder, None, token)
-        }),
+        Box::new(move |token| lease_request(&ks, "release", &name_owned, &holder, None, token)),
         replicas,
         timeout,
         format!("lease {name:?}"),

@@ -80,7 +80,10 @@ fn every_primitive_refuses_a_ttl_below_one_millisecond() {
                 o
             };
             for (name, set) in [
-                ("TurnOptions::ttl", (|o, d| o.ttl = d) as fn(&mut TurnOptions, Duration)),
+                (
+                    "TurnOptions::ttl",
+                    (|o, d| o.ttl = d) as fn(&mut TurnOptions, Duration),
+                ),
                 ("TurnOptions::claim_timeout", |o, d| o.claim_timeout = d),
                 ("TurnOptions::poll_interval", |o, d| o.poll_interval = d),
             ] {
