@@ -11,10 +11,11 @@
 //!
 //! At the crate root, the typed API a bot meets, written once over any [`Executor`]:
 //!
-//! - [`Store`] ([`StoreOptions`]): messages per chat ([`MessageQuery`], [`MessagePage`]), chat,
-//!   contact and checkpoint records ([`RecordPage`]), per-user data, conversation state and
-//!   cursors; [`Store::typed`] ([`Typed`]) stores a user's own struct through a
-//!   [`codec::Codec`].
+//! - [`Store`] ([`StoreOptions`]): messages per chat ([`MessagePage`]), chat, contact and
+//!   checkpoint records ([`RecordPage`]), per-user data, conversation state and cursors;
+//!   [`Store::typed`] ([`Typed`]) stores a user's own struct through a codec
+//!   ([`codec::Encode`], [`codec::Decode`]). Every listing has one shape: scope, then
+//!   `after: Option<&Cursor>` and a [`Limit`], answered by a [`Page`].
 //! - [`Coordinator`] (locks with fences, per-chat turns, leaderships with terms, heartbeats),
 //!   [`Schedules`], [`Leases`] and [`Durability`] (the durable inbox/outbox), each built from
 //!   the store so they share its prefix and layout.
@@ -98,16 +99,16 @@ mod value;
 
 // The store and its records.
 pub use store::{
-    DeletedChat, Message, MessageCursor, MessagePage, MessageQuery, Record, RecordPage, Started,
+    DeletedChat, Message, MessageCursor, MessagePage, Record, RecordCursor, RecordPage, Started,
     Store, StoreOptions, Typed, UserDataCursor, UserDataPage, UserEntry,
 };
 // Listings.
-pub use page::{Page, MAX_PAGE};
+pub use page::{Limit, Page, MAX_PAGE};
 // Coordination.
 pub use coord::MIN_IDLE_LIFETIME;
 pub use coord::{
-    Acked, Begun, Claimed, Coordinator, Durability, Leases, Schedule, SchedulePage, Schedules,
-    SkipReason, TurnEvent, TurnGrant, TurnGuard, TurnOptions,
+    Acked, Begun, Claimed, Coordinator, Durability, Leases, Schedule, ScheduleCursor, SchedulePage,
+    Schedules, SkipReason, TurnEvent, TurnGrant, TurnGuard, TurnOptions,
 };
 // Errors.
 pub use error::{ConfigError, Error, ServerError};

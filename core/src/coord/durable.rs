@@ -6,6 +6,7 @@ use bytes::Bytes;
 
 use crate::error::Error;
 use crate::keys::Keyspace;
+use crate::page::Limit;
 use crate::plan::{single, Single};
 use crate::request::{Access, Arg, Request};
 use crate::scripts::DURABLE;
@@ -108,20 +109,21 @@ pub struct Claimed {
     pub payload: Bytes,
 }
 
-/// Claims up to `max` sends for `instance`; each stays claimed for `visibility`, then returns
-/// to the queue unless acked (so work of an instance that stopped is recovered).
+/// Claims up to `limit` sends for `instance` (at most [`MAX_PAGE`](crate::MAX_PAGE) per call,
+/// as every listing); each stays claimed for `visibility`, then returns to the queue unless
+/// acked (so work of an instance that stopped is recovered).
 pub fn outbox_claim(
     ks: &Keyspace,
     table: &str,
     instance: &str,
-    max: u32,
+    limit: Limit,
     visibility: Duration,
 ) -> Result<Single<Vec<Claimed>>, Error> {
     let args = vec![
         "claim".into_arg(),
         instance.into_arg(),
         ttl_ms(visibility, "visibility")?.into_arg(),
-        max.into_arg(),
+        limit.get().into_arg(),
     ];
     Ok(single(durable_request(ks, table, args)?, |v| {
         let items = v.into_array()?;

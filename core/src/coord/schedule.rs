@@ -4,6 +4,7 @@ use bytes::Bytes;
 
 use crate::error::Error;
 use crate::keys::{Keyspace, RecordKind};
+use crate::page::Limit;
 use crate::plan::{misuse, single, Plan, Reply, Single, Step};
 use crate::request::{Access, Arg, Request};
 use crate::scripts::SCHEDULE;
@@ -135,21 +136,37 @@ fn decode_schedule(v: Value) -> Result<Option<Schedule>, Error> {
     }))
 }
 
-/// A page of live schedules with their ids, sorted by id; `next` is the id to list after for
-/// the next page, `None` after the last page.
-pub type SchedulePage = crate::page::Page<(String, Schedule)>;
+/// Where a listing of schedules goes on: strictly after this id. A page's `next`; or made from
+/// an id with [`ScheduleCursor::after`] to start a listing past it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ScheduleCursor(String);
+
+impl ScheduleCursor {
+    /// The cursor of the ids after `id`.
+    pub fn after(id: impl Into<String>) -> Self {
+        ScheduleCursor(id.into())
+    }
+
+    /// The id the listing goes on after: the last one of the previous page.
+    pub fn id(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A page of live schedules with their ids, sorted by id; `next` is where the next page
+/// starts, `None` after the last page.
+pub type SchedulePage = crate::page::Page<(String, Schedule), ScheduleCursor>;
 
 /// Lists the live schedules (deleted markers hidden) with ids after `after`, sorted by id: a
-/// page of `limit` (clamped to 1..=[`MAX_PAGE`](crate::MAX_PAGE)) and the cursor of the
-/// next one. Cluster
+/// page of at most `limit` and the cursor of the next one. Cluster
 /// layout: the 32 bucket indexes, read in one batch, then the records; exact even while slots
 /// move. Legacy layout: `SCAN` for the records, the whole pattern, then the page is picked.
 pub fn schedule_list(
     ks: &Keyspace,
-    after: Option<&str>,
-    limit: usize,
+    after: Option<&ScheduleCursor>,
+    limit: Limit,
 ) -> Result<ListSchedules, Error> {
-    let limit = crate::page::clamp_limit(limit);
+    let limit = limit.items();
     let indexes = ks
         .record_indexes(RecordKind::Schedule)
         .iter()
@@ -169,7 +186,7 @@ pub fn schedule_list(
     };
     Ok(ListSchedules {
         ks: ks.clone(),
-        after: after.map(str::to_owned),
+        after: after.map(|c| c.0.clone()),
         limit,
         indexes,
         scan,
@@ -216,7 +233,7 @@ impl ListSchedules {
             let more = schedules.len() > self.limit || self.next < self.ids.len();
             schedules.truncate(self.limit);
             let next = more
-                .then(|| schedules.last().map(|(id, _)| id.clone()))
+                .then(|| schedules.last().map(|(id, _)| ScheduleCursor(id.clone())))
                 .flatten();
             return Step::Done(Ok(SchedulePage {
                 items: schedules,

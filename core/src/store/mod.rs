@@ -45,12 +45,12 @@ pub(crate) mod user;
 pub use api::{Store, StoreOptions};
 pub use delete_chat::DeletedChat;
 pub use guard::Started;
-pub use messages::{Message, MessageCursor, MessagePage, MessageQuery};
-pub use records::{Record, RecordPage};
+pub use messages::{Message, MessageCursor, MessagePage};
+pub use records::{Record, RecordCursor, RecordPage};
 pub use typed::Typed;
 pub use user::{UserDataCursor, UserDataPage, UserEntry};
 
-pub(crate) use crate::page::{clamp_limit, MAX_PAGE};
+pub(crate) use crate::page::MAX_PAGE;
 pub(crate) use crate::plan::forward;
 use crate::ttl::ttl_ms;
 

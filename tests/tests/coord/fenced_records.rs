@@ -6,8 +6,8 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use botmesh_redis_core::Error;
-use botmesh_redis_core::Schedule;
 use botmesh_redis_core::{Leases, Schedules};
+use botmesh_redis_core::{Limit, Schedule, ScheduleCursor};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::Runtime;
 use botmesh_redis_tests::coord::Target;
@@ -119,7 +119,7 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
             .await
             .unwrap();
     }
-    let listed = schedules.list(None, 1000).await.unwrap();
+    let listed = schedules.list(None, Limit::MAX).await.unwrap();
     let mut expected: Vec<(String, Schedule)> = (0..40)
         .filter(|n| n % 3 != 0)
         .map(|n| {
@@ -146,9 +146,12 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
     assert_eq!(listed.next, None);
     // Pages of 5, each from the cursor of the one before, cover the listing exactly once.
     let mut paged = Vec::new();
-    let mut after: Option<String> = None;
+    let mut after: Option<ScheduleCursor> = None;
     loop {
-        let page = schedules.list(after.as_deref(), 5).await.unwrap();
+        let page = schedules
+            .list(after.as_ref(), Limit::of::<5>())
+            .await
+            .unwrap();
         assert!(page.items.len() <= 5);
         paged.extend(page.items);
         match page.next {
@@ -157,9 +160,12 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
         }
     }
     assert_eq!(paged, expected);
-    let first = schedules.list(None, 5).await.unwrap();
+    let first = schedules.list(None, Limit::of::<5>()).await.unwrap();
     assert_eq!(first.items, expected[..5].to_vec());
-    assert_eq!(first.next.as_deref(), Some(expected[4].0.as_str()));
+    assert_eq!(
+        first.next,
+        Some(ScheduleCursor::after(expected[4].0.as_str()))
+    );
     client.close().await;
 }
 
