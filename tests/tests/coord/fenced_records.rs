@@ -5,12 +5,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use botmesh_redis_core::keys::RecordKind;
 use botmesh_redis_core::Error;
 use botmesh_redis_core::{Leases, Schedules};
 use botmesh_redis_core::{Limit, Schedule, ScheduleCursor};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::Runtime;
-use botmesh_redis_tests::coord::Target;
+use botmesh_redis_tests::coord::{key_cmd, Target};
 use botmesh_redis_tests::eventually;
 
 /// The holder of a token: one per grant, as a lease or a leadership hands them out.
@@ -172,6 +173,46 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
 async fn stale_schedule_writers_are_refused_all_targets<R: Runtime>() {
     for target in [Target::SingleLegacy, Target::SingleCluster, Target::Cluster] {
         stale_schedule_writers_are_refused::<R>(target).await;
+    }
+}
+
+/// A schedule record written before holders were stored (a hash without `holder`) stays
+/// readable, with no holder; the next write by a holder stores one, and reads give it back.
+async fn schedules_written_before_holders_read_without_one<R: Runtime>(target: Target) {
+    let client = target.client::<R>().await;
+    let ks = target.keyspace("coord-schedule-holder");
+    let schedules = Schedules::new(client.clone(), ks.clone()).unwrap();
+    let id = "old:{1}";
+    let record = ks.record(RecordKind::Schedule, id);
+    key_cmd(
+        &client,
+        "HSET",
+        &record,
+        &["token", "4", "data", "old", "deleted", "0"],
+    )
+    .await;
+    let old = Schedule {
+        token: 4,
+        data: Bytes::from_static(b"old"),
+        holder: None,
+    };
+    assert_eq!(schedules.get(id).await.unwrap(), Some(old));
+    schedules
+        .put(id, 4, "leader-a", Bytes::from_static(b"new"))
+        .await
+        .unwrap();
+    let new = Schedule {
+        token: 4,
+        data: Bytes::from_static(b"new"),
+        holder: Some("leader-a".into()),
+    };
+    assert_eq!(schedules.get(id).await.unwrap(), Some(new));
+    client.close().await;
+}
+
+async fn schedules_written_before_holders_read_without_one_all_targets<R: Runtime>() {
+    for target in [Target::SingleLegacy, Target::SingleCluster, Target::Cluster] {
+        schedules_written_before_holders_read_without_one::<R>(target).await;
     }
 }
 
@@ -354,6 +395,7 @@ async fn contended_lease_tokens_are_unique_all_targets<R: Runtime>() {
 
 both_drivers!(
     stale_schedule_writers_are_refused_all_targets,
+    schedules_written_before_holders_read_without_one_all_targets,
     racing_schedule_writers_keep_the_largest_token_all_targets,
     lease_tokens_never_go_backwards_all_targets,
     contended_lease_tokens_are_unique_all_targets,
