@@ -12,8 +12,8 @@ use botmesh_redis_tokio::driver::scan;
 use botmesh_redis_tokio::{
     Access, Client, ClientOptions, Error, Executor, Keyspace, Layout, Request, Value,
 };
-use botmesh_redis_tokio::{Coordinator, Durability, Schedules, MAX_PAGE};
-use botmesh_redis_tokio::{MessageQuery, RecordPage, Store, StoreOptions};
+use botmesh_redis_tokio::{Coordinator, Durability, Schedules};
+use botmesh_redis_tokio::{Limit, RecordCursor, RecordPage, Store, StoreOptions};
 use bytes::Bytes;
 
 use crate::connection::Connection;
@@ -395,7 +395,7 @@ async fn housekeeping(r: &Replica, stop: &std::sync::atomic::AtomicBool, tally: 
         }
         let claimed = r
             .outbox
-            .claim(&name, 64, Duration::from_secs(10))
+            .claim(&name, Limit::of::<64>(), Duration::from_secs(10))
             .await
             .unwrap_or_default();
         if claimed.is_empty() {
@@ -493,12 +493,14 @@ async fn delete_while_saving(store: &Store<Client>) -> Result<Deleted, Error> {
 
 async fn all_messages(store: &Store<Client>, chat: &str) -> Result<BTreeSet<String>, Error> {
     let mut ids = BTreeSet::new();
-    let mut query = MessageQuery::new().limit(100);
+    let mut after = None;
     loop {
-        let page = store.list_messages(chat, &query).await?;
+        let page = store
+            .list_messages(chat, .., after.as_ref(), Limit::DEFAULT)
+            .await?;
         ids.extend(page.items.into_iter().map(|m| m.id));
         match page.next {
-            Some(next) => query = query.after(Some(next)),
+            Some(next) => after = Some(next),
             None => return Ok(ids),
         }
     }
@@ -509,7 +511,7 @@ type Listing = (&'static str, bool, String);
 /// Every id of a paged record listing, page after page (16 at a time, to exercise paging).
 async fn all_ids<F, Fut>(mut page: F) -> Result<BTreeSet<String>, Error>
 where
-    F: FnMut(Option<String>) -> Fut,
+    F: FnMut(Option<RecordCursor>) -> Fut,
     Fut: std::future::Future<Output = Result<RecordPage, Error>>,
 {
     let mut ids = BTreeSet::new();
@@ -541,21 +543,30 @@ async fn check_listings(store: &Store<Client>, deleted: &Deleted) -> Result<Vec<
         .collect();
 
     let mut out = Vec::new();
-    let got = all_ids(|after| async move { store.list_chats(after.as_deref(), 16).await }).await?;
+    let got =
+        all_ids(|after| async move { store.list_chats(after.as_ref(), Limit::of::<16>()).await })
+            .await?;
     out.push(compare("chats", got, chats));
 
     let got =
-        all_ids(|after| async move { store.list_contacts(after.as_deref(), 16).await }).await?;
+        all_ids(
+            |after| async move { store.list_contacts(after.as_ref(), Limit::of::<16>()).await },
+        )
+        .await?;
     out.push(compare("contacts", got, senders.clone()));
 
-    let got =
-        all_ids(|after| async move { store.list_checkpoints(after.as_deref(), 16).await }).await?;
+    let got = all_ids(|after| async move {
+        store
+            .list_checkpoints(after.as_ref(), Limit::of::<16>())
+            .await
+    })
+    .await?;
     out.push(compare("checkpoints", got, all_chats));
 
     let mut exact = true;
     for sender in &senders {
         let entries = store
-            .list_user_data(sender, None, None, MAX_PAGE)
+            .list_user_data(sender, None, None, Limit::MAX)
             .await?
             .items;
         exact &= entries.len() == 1 && entries[0].ns == "profile" && entries[0].key == "last_chat";

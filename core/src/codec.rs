@@ -1,10 +1,11 @@
-//! Typed records: a [`Codec`] turns a user's value into the bytes the store keeps, and back.
+//! Typed records: an [`Encode`] turns a user's value into the bytes the store keeps, a
+//! [`Decode`] turns them back ([`Codec`] is both).
 //!
 //! The store keeps chats, contacts, checkpoints, user data and conversations as opaque bytes.
 //! [`Store::typed`](crate::Store::typed) pairs a store with a codec, and the resulting
 //! [`Typed`](crate::Typed) writes and reads
 //! those records as the user's own type. The codec is the user's choice: `Json` (feature
-//! `json`) for any `serde` type, or an implementation of [`Codec`] for another format.
+//! `json`) for any `serde` type, or implementations of [`Encode`] and [`Decode`] for another format.
 //!
 //! ```no_run
 //! # #[cfg(feature = "json")]
@@ -59,39 +60,62 @@ impl CodecError {
     }
 }
 
-/// Turns values of `T` into the bytes a record holds, and back.
+/// Turns values of `T` into the bytes a record holds: what a write of a typed record needs.
 ///
-/// Implement it for a format of your own; the store names the record in the [`Error::Codec`](crate::Error::Codec)
-/// it reports, so a codec only says what is wrong with the bytes or the value.
+/// Reads need only [`Decode`], writes only [`Encode`], so a type that can only be read (a
+/// `Deserialize`-only view of a record another service writes) or only be written works with
+/// the half it has. [`Codec`] names both halves together.
+///
+/// Implement both for a format of your own; the store names the record in the
+/// [`Error::Codec`](crate::Error::Codec) it reports, so a codec only says what is wrong with
+/// the bytes or the value.
 ///
 /// ```
-/// use botmesh_redis_core::codec::{Codec, CodecError};
+/// use botmesh_redis_core::codec::{Codec, CodecError, Decode, Encode};
 /// use bytes::Bytes;
 ///
 /// /// A counter stored as decimal text.
 /// struct Decimal;
 ///
-/// impl Codec<u64> for Decimal {
+/// impl Encode<u64> for Decimal {
 ///     fn encode(&self, value: &u64) -> Result<Bytes, CodecError> {
 ///         Ok(Bytes::from(value.to_string()))
 ///     }
+/// }
+///
+/// impl Decode<u64> for Decimal {
 ///     fn decode(&self, bytes: &[u8]) -> Result<u64, CodecError> {
 ///         let text = std::str::from_utf8(bytes).map_err(CodecError::new)?;
 ///         text.parse().map_err(CodecError::new)
 ///     }
 /// }
 ///
-/// assert_eq!(Decimal.decode(&Decimal.encode(&42).unwrap()), Ok(42));
-/// assert!(Decimal.decode(b"forty-two").is_err());
+/// fn round_trip<C: Codec<u64>>(codec: &C) {
+///     assert_eq!(codec.decode(&codec.encode(&42).unwrap()), Ok(42));
+///     assert!(codec.decode(b"forty-two").is_err());
+/// }
+/// round_trip(&Decimal);
 /// ```
-pub trait Codec<T> {
+pub trait Encode<T: ?Sized> {
     /// The bytes to store for `value`.
     fn encode(&self, value: &T) -> Result<Bytes, CodecError>;
+}
+
+/// Turns the bytes a record holds back into a `T`: what a read of a typed record needs (see
+/// [`Encode`]).
+pub trait Decode<T> {
     /// The value stored as `bytes`.
     fn decode(&self, bytes: &[u8]) -> Result<T, CodecError>;
 }
 
-/// JSON through `serde_json`, for any `Serialize + Deserialize` type (feature `json`).
+/// Both halves of a format for `T`: [`Encode`] and [`Decode`]. Implemented for every type
+/// that has both; implement those two, not this.
+pub trait Codec<T>: Encode<T> + Decode<T> {}
+
+impl<C, T> Codec<T> for C where C: Encode<T> + Decode<T> {}
+
+/// JSON through `serde_json` (feature `json`): writes need `T: Serialize`, reads
+/// `T: Deserialize`, and nothing more.
 ///
 /// Records are compact JSON text, so they stay readable with `redis-cli`, and the other
 /// replicas (or another language) can read them.
@@ -100,16 +124,22 @@ pub trait Codec<T> {
 pub struct Json;
 
 #[cfg(feature = "json")]
-impl<T> Codec<T> for Json
+impl<T> Encode<T> for Json
 where
-    T: serde::Serialize + serde::de::DeserializeOwned,
+    T: serde::Serialize + ?Sized,
 {
     fn encode(&self, value: &T) -> Result<Bytes, CodecError> {
         serde_json::to_vec(value)
             .map(Bytes::from)
             .map_err(CodecError::new)
     }
+}
 
+#[cfg(feature = "json")]
+impl<T> Decode<T> for Json
+where
+    T: serde::de::DeserializeOwned,
+{
     fn decode(&self, bytes: &[u8]) -> Result<T, CodecError> {
         serde_json::from_slice(bytes).map_err(CodecError::new)
     }

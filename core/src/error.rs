@@ -87,6 +87,25 @@ pub enum Error {
         /// Whether a write attempt of this request was sent without a reply.
         outcome_unknown: bool,
     },
+    /// A turn was waited for until the turn options' `wait_timeout` (measured on the server's
+    /// clock) without being served. The ticket was taken and polled; it was then withdrawn
+    /// (`withdrawn`), or its withdrawal got no reply, in which case the queue skips it once it
+    /// is served. Either way the caller holds nothing.
+    #[error(
+        "waited {waited_ms} ms for the turn on chat {chat:?} without being served; ticket \
+         {ticket} {}; nothing is held",
+        if *withdrawn { "was withdrawn" } else { "could not be withdrawn (no reply) and is skipped when served" }
+    )]
+    TurnWaitTimedOut {
+        /// The chat.
+        chat: String,
+        /// The ticket that was waited on.
+        ticket: u64,
+        /// How long it was waited for, in ms on the server's clock.
+        waited_ms: u64,
+        /// Whether the withdrawal of the ticket was acknowledged.
+        withdrawn: bool,
+    },
     /// A plan was driven out of order (resumed without its replies, started twice): a bug in
     /// a runner, reported instead of a panic. Nothing is known about what was sent.
     #[error("plan driven out of order: {detail}")]
@@ -248,6 +267,21 @@ pub enum ConfigError {
     ZeroDuration {
         /// The option.
         field: &'static str,
+    },
+    /// A time to live, lease, window or timeout argument shorter than one millisecond (zero
+    /// included): it would expire at once, or (rounded up) grant something for 1 ms.
+    #[error("`{argument}` is {given:?}: it must be at least 1 ms")]
+    DurationBelowOneMs {
+        /// The argument, as the API names it (`ttl`, `window`, `visibility`, `turn ttl`...).
+        argument: &'static str,
+        /// The duration given.
+        given: std::time::Duration,
+    },
+    /// A page size of zero: a listing or a claim asks for at least one item.
+    #[error("a limit of 0: a page or a claim asks for at least 1 item (at most {max})")]
+    ZeroLimit {
+        /// The largest limit that is honoured (larger ones are capped to it).
+        max: u32,
     },
     /// A time to live longer than Redis accepts.
     #[error("a time to live of {ttl:?} is longer than the {max:?} accepted")]

@@ -11,10 +11,11 @@
 //!
 //! At the crate root, the typed API a bot meets, written once over any [`Executor`]:
 //!
-//! - [`Store`] ([`StoreOptions`]): messages per chat ([`MessageQuery`], [`MessagePage`]), chat,
-//!   contact and checkpoint records ([`RecordPage`]), per-user data, conversation state and
-//!   cursors; [`Store::typed`] ([`Typed`]) stores a user's own struct through a
-//!   [`codec::Codec`].
+//! - [`Store`] ([`StoreOptions`]): messages per chat ([`MessagePage`]), chat, contact and
+//!   checkpoint records ([`RecordPage`]), per-user data, conversation state and cursors;
+//!   [`Store::typed`] ([`Typed`]) stores a user's own struct through a codec
+//!   ([`codec::Encode`], [`codec::Decode`]). Every listing has one shape: scope, then
+//!   `after: Option<&Cursor>` and a [`Limit`], answered by a [`Page`].
 //! - [`Coordinator`] (locks with fences, per-chat turns, leaderships with terms, heartbeats),
 //!   [`Schedules`], [`Leases`] and [`Durability`] (the durable inbox/outbox), each built from
 //!   the store so they share its prefix and layout.
@@ -98,17 +99,17 @@ mod value;
 
 // The store and its records.
 pub use store::{
-    DeletedChat, Message, MessageCursor, MessagePage, MessageQuery, Record, RecordPage, Started,
+    DeletedChat, Message, MessageCursor, MessagePage, Record, RecordCursor, RecordPage, Started,
     Store, StoreOptions, Typed, UserDataCursor, UserDataPage, UserEntry,
 };
 // Listings.
-pub use page::{Page, MAX_PAGE};
+pub use page::{Limit, Page, MAX_PAGE};
 // Coordination.
 pub use coord::MIN_IDLE_LIFETIME;
 pub use coord::{
     Acked, Begun, Claimed, Coordinator, Durability, Keeper, Leadership, Lease, Leases, Lock,
-    Released, Schedule, SchedulePage, Schedules, SkipReason, Turn, TurnEvent, TurnGrant, TurnGuard,
-    TurnOptions,
+    Released, Schedule, ScheduleCursor, SchedulePage, Schedules, SkipReason, Turn, TurnEvent,
+    TurnGrant, TurnGuard, TurnOptions,
 };
 // Errors.
 pub use error::{ConfigError, Error, ServerError};
@@ -128,7 +129,7 @@ pub use keys::encoding::Key;
 pub use request::{Access, NodeTarget, Request, Route};
 /// A bot's own Lua script, for [`Request::script`] (`static MY_SCRIPT: Script = Script::new(..)`).
 pub use script::Script;
-pub use ttl::MAX_TTL;
+pub use ttl::{MAX_TTL, MIN_TTL};
 pub use value::Value;
 
 pub mod driver {

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use botmesh_redis_core::keys::{RecordKind, TurnPart};
 use botmesh_redis_core::Coordinator;
 use botmesh_redis_core::{ClientOptions, Error, Executor, Keyspace};
-use botmesh_redis_core::{MessageQuery, Store, StoreOptions};
+use botmesh_redis_core::{Limit, Store, StoreOptions};
 use botmesh_redis_core::{TurnGrant, TurnOptions};
 
 use crate::conformance::{Client, Runtime};
@@ -1374,11 +1374,10 @@ impl<E: Executor> Workload<E> {
             }
             Op::ListMessages => {
                 let slot = ks.message_log(chat).slot();
-                let query = MessageQuery::new().limit(50);
                 rec.record(
                     call("list_messages", chat, Some(slot), false, 2),
                     |_| None,
-                    self.store.list_messages(chat, &query),
+                    self.store.list_messages(chat, .., None, Limit::of::<50>()),
                 )
                 .await;
             }
@@ -1461,7 +1460,7 @@ impl<E: Executor> Workload<E> {
                 rec.record(
                     call("list_chats", "chats", None, false, 2),
                     |_| None,
-                    self.store.list_chats(None, 20),
+                    self.store.list_chats(None, Limit::of::<20>()),
                 )
                 .await;
             }

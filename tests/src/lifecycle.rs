@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use botmesh_redis_core::{Error, Executor, Layout, MessageQuery, Store, StoreOptions};
+use botmesh_redis_core::{Error, Executor, Layout, Limit, Store, StoreOptions};
 
 use crate::conformance::{Client, Runtime};
 use crate::keyspace::{Node, Rng};
@@ -226,7 +226,7 @@ impl Op {
             Op::SendAll => {
                 let outbox = store.durability(TABLE)?;
                 for send in outbox
-                    .claim("sender", 1000, Duration::from_secs(60))
+                    .claim("sender", Limit::MAX, Duration::from_secs(60))
                     .await?
                 {
                     outbox.ack(&send.key, "sender").await?;
@@ -256,10 +256,7 @@ pub async fn read<E: Executor>(store: &Store<E>) -> Data {
         if let Some(v) = store.get_chat(c).await.unwrap() {
             d.chats.insert(c.to_owned(), v);
         }
-        let page = store
-            .list_messages(c, &MessageQuery::new().limit(1000))
-            .await
-            .unwrap();
+        let page = store.list_messages(c, .., None, Limit::MAX).await.unwrap();
         for m in page.items {
             d.messages
                 .insert((c.to_owned(), m.id), (m.time_ms, m.payload));
@@ -283,7 +280,7 @@ pub async fn read<E: Executor>(store: &Store<E>) -> Data {
     d.cursor = store.get_cursor(CURSOR).await.unwrap();
     let outbox = store.durability(TABLE).unwrap();
     for send in outbox
-        .claim("reader", 1000, Duration::from_secs(60))
+        .claim("reader", Limit::MAX, Duration::from_secs(60))
         .await
         .unwrap()
     {

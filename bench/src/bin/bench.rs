@@ -147,7 +147,7 @@ use botmesh_redis_harness::{
 use botmesh_redis_tokio::driver::{store::messages, Plan, Reply, Step};
 use botmesh_redis_tokio::runtime::Tokio;
 use botmesh_redis_tokio::{Access, ClientOptions, Executor, Key, Keyspace, Layout, Request, Value};
-use botmesh_redis_tokio::{MessageQuery, Store, StoreOptions};
+use botmesh_redis_tokio::{Limit, RecordCursor, Store, StoreOptions};
 use bytes::Bytes;
 use fred::interfaces::{ClientLike, KeysInterface, LuaInterface, SortedSetsInterface};
 use redis::aio::MultiplexedConnection;
@@ -1010,7 +1010,7 @@ impl<R: Runtime> Worker for StoreListMessages<R> {
         let chat = format!("c{}", n % S2_CHATS);
         let page = self
             .store
-            .list_messages(&chat, &MessageQuery::new().limit(50))
+            .list_messages(&chat, .., None, Limit::of::<50>())
             .await
             .map_err(describe)?;
         match page.items.len() {
@@ -1045,15 +1045,15 @@ struct StoreListChats<R: Runtime> {
 impl<R: Runtime> Worker for StoreListChats<R> {
     async fn op(&mut self, n: usize) -> Result<(), String> {
         // Pages start all over the id space, never in the last 50.
-        let after = format!("chat-{:05}", (n * 7919) % (S3_CHATS - 50));
+        let after = RecordCursor::after(format!("chat-{:05}", (n * 7919) % (S3_CHATS - 50)));
         let page = self
             .store
-            .list_chats(Some(&after), 50)
+            .list_chats(Some(&after), Limit::of::<50>())
             .await
             .map_err(describe)?;
         match page.items.len() {
             50 => Ok(()),
-            other => Err(format!("after {after}: a page of {other}")),
+            other => Err(format!("after {}: a page of {other}", after.id())),
         }
     }
 }

@@ -13,11 +13,13 @@ use bytes::Bytes;
 use crate::coord::guard::{Leadership, Lease, Lock, Released, Turn};
 use crate::coord::keeper::{Keeper, Keepers, Renewal};
 use crate::coord::{
-    self, Acked, Begun, Claimed, Schedule, SchedulePage, TurnGrant, TurnGuard, TurnOptions,
+    self, Acked, Begun, Claimed, Schedule, ScheduleCursor, SchedulePage, TurnGrant, TurnGuard,
+    TurnOptions,
 };
 use crate::error::Error;
 use crate::executor::{check_layout, Executor, IntoKeyspace};
 use crate::keys::Keyspace;
+use crate::page::Limit;
 
 /// The request ids of turn takes, process-wide.
 static NEXT_TURN_REQUEST: AtomicU64 = AtomicU64::new(0);
@@ -150,7 +152,7 @@ impl<E: Executor> Coordinator<E> {
     }
 
     /// Takes a ticket for `chat` and waits until it is served: at most the turn options'
-    /// `wait_timeout` (then [`Error::Timeout`], the ticket withdrawn). Dropping the future
+    /// `wait_timeout` (then [`Error::TurnWaitTimedOut`], the ticket withdrawn). Dropping the future
     /// withdraws the ticket at the plan's next step (within one poll interval).
     ///
     /// Refused with [`Error::NoHeartbeat`] before a ticket is taken when this replica's
@@ -393,15 +395,19 @@ impl<E: Executor> Schedules<E> {
             .await
     }
 
-    /// Reads schedule `id`; a deleted one reads as `None`.
+    /// Reads schedule `id`: its token, data and holder; a deleted one reads as `None`.
     pub async fn get(&self, id: &str) -> Result<Option<Schedule>, Error> {
         self.exec.run(coord::schedule_get(&self.ks, id)?).await
     }
 
     /// A page of live schedules (deleted markers hidden) with ids after `after`, sorted by id:
-    /// at most `limit` (a page holds at most [`MAX_PAGE`](crate::MAX_PAGE)),
-    /// and the cursor of the next page: pass it as `after` until it is `None`.
-    pub async fn list(&self, after: Option<&str>, limit: usize) -> Result<SchedulePage, Error> {
+    /// at most `limit`, and the cursor of the next page: pass it as `after` until it is `None`
+    /// (the shape of every listing, [`Page`](crate::Page)).
+    pub async fn list(
+        &self,
+        after: Option<&ScheduleCursor>,
+        limit: Limit,
+    ) -> Result<SchedulePage, Error> {
         self.exec
             .run(coord::schedule_list(&self.ks, after, limit)?)
             .await
@@ -553,11 +559,12 @@ impl<E: Executor> Durability<E> {
             .await
     }
 
-    /// Claims up to `max` sends for `instance`, each for `visibility`.
+    /// Claims up to `limit` sends for `instance` (the [`Limit`] of every listing: at least 1,
+    /// at most [`MAX_PAGE`](crate::MAX_PAGE) per call), each for `visibility`.
     pub async fn claim(
         &self,
         instance: &str,
-        max: u32,
+        limit: Limit,
         visibility: Duration,
     ) -> Result<Vec<Claimed>, Error> {
         self.exec
@@ -565,7 +572,7 @@ impl<E: Executor> Durability<E> {
                 &self.ks,
                 &self.table,
                 instance,
-                max,
+                limit,
                 visibility,
             )?)
             .await

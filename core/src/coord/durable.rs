@@ -6,6 +6,7 @@ use bytes::Bytes;
 
 use crate::error::Error;
 use crate::keys::Keyspace;
+use crate::page::Limit;
 use crate::plan::{single, Single};
 use crate::request::{Access, Arg, Request};
 use crate::scripts::DURABLE;
@@ -60,7 +61,7 @@ pub fn journal_begin(
     let args = vec![
         "begin".into_arg(),
         id.into_arg(),
-        ttl_ms(window)?.into_arg(),
+        ttl_ms(window, "window")?.into_arg(),
         instance.into_arg(),
     ];
     Ok(single(durable_request(ks, table, args)?, |v| {
@@ -93,7 +94,7 @@ pub fn outbox_enqueue(
     let args = vec![
         "enqueue".into_arg(),
         key.into_arg(),
-        ttl_ms(window)?.into_arg(),
+        ttl_ms(window, "window")?.into_arg(),
         payload,
     ];
     Ok(single(durable_request(ks, table, args)?, held))
@@ -108,20 +109,21 @@ pub struct Claimed {
     pub payload: Bytes,
 }
 
-/// Claims up to `max` sends for `instance`; each stays claimed for `visibility`, then returns
-/// to the queue unless acked (so work of an instance that stopped is recovered).
+/// Claims up to `limit` sends for `instance` (at most [`MAX_PAGE`](crate::MAX_PAGE) per call,
+/// as every listing); each stays claimed for `visibility`, then returns to the queue unless
+/// acked (so work of an instance that stopped is recovered).
 pub fn outbox_claim(
     ks: &Keyspace,
     table: &str,
     instance: &str,
-    max: u32,
+    limit: Limit,
     visibility: Duration,
 ) -> Result<Single<Vec<Claimed>>, Error> {
     let args = vec![
         "claim".into_arg(),
         instance.into_arg(),
-        ttl_ms(visibility)?.into_arg(),
-        max.into_arg(),
+        ttl_ms(visibility, "visibility")?.into_arg(),
+        limit.get().into_arg(),
     ];
     Ok(single(durable_request(ks, table, args)?, |v| {
         let items = v.into_array()?;

@@ -51,7 +51,7 @@ impl Fenced {
             vec![self.holder.clone(), self.counter.clone()],
             vec![
                 owner.into_arg(),
-                ttl_ms(ttl)?.into_arg(),
+                ttl_ms(ttl, "ttl")?.into_arg(),
                 reentrant.into_arg(),
             ],
         )
@@ -63,7 +63,7 @@ impl Fenced {
             &EXTEND_IF_HOLDER,
             Access::Write,
             vec![self.holder],
-            vec![owner.into_arg(), ttl_ms(ttl)?.into_arg()],
+            vec![owner.into_arg(), ttl_ms(ttl, "ttl")?.into_arg()],
         )?;
         let what = self.what;
         Ok(single(request, move |v| require(held(v)?, what)))
@@ -211,7 +211,7 @@ impl Replicated {
         timeout: Duration,
         what: String,
     ) -> Result<Replicated, Error> {
-        let grant = grant.then_wait(replicas, ttl_ms(timeout)?);
+        let grant = grant.then_wait(replicas, ttl_ms(timeout, "wait_replicas timeout")?);
         Ok(Replicated {
             grant: Some(grant),
             give_back: Some(give_back),

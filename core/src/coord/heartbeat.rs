@@ -23,7 +23,7 @@ pub fn heartbeat(
         .key(&ks.heartbeat(replica))
         .arg(info)
         .arg("PX")
-        .arg(ttl_ms(ttl)?)
+        .arg(ttl_ms(ttl, "ttl")?)
         .build()?;
     Ok(single(request, |v| v.expect_ok()))
 }

@@ -17,9 +17,14 @@ pub(super) fn lease_request(
     op: &str,
     name: &str,
     holder: &str,
-    ttl: Duration,
+    ttl: Option<Duration>,
     token: u64,
 ) -> Result<Request, Error> {
+    // A release takes no TTL (the script ignores ARGV[3] then); "1" keeps the argument count.
+    let ttl = match ttl {
+        Some(ttl) => ttl_ms(ttl, "ttl")?,
+        None => 1,
+    };
     Request::script_in(
         ks,
         &LEASE,
@@ -28,7 +33,7 @@ pub(super) fn lease_request(
         vec![
             op.into_arg(),
             holder.into_arg(),
-            ttl_ms(ttl)?.into_arg(),
+            ttl.into_arg(),
             token.into_arg(),
         ],
     )
@@ -43,7 +48,7 @@ pub fn lease_acquire(
     holder: &str,
     ttl: Duration,
 ) -> Result<Single<Option<u64>>, Error> {
-    let request = lease_request(ks, "acquire", name, holder, ttl, 0)?;
+    let request = lease_request(ks, "acquire", name, holder, Some(ttl), 0)?;
     Ok(single(request, grant))
 }
 
@@ -55,7 +60,7 @@ pub fn lease_renew(
     token: u64,
     ttl: Duration,
 ) -> Result<Single<()>, Error> {
-    let request = lease_request(ks, "renew", name, holder, ttl, token)?;
+    let request = lease_request(ks, "renew", name, holder, Some(ttl), token)?;
     let what = format!("lease {name:?}");
     Ok(single(request, move |v| require(held(v)?, what)))
 }
@@ -68,7 +73,7 @@ pub fn lease_release(
     holder: &str,
     token: u64,
 ) -> Result<Single<bool>, Error> {
-    let request = lease_request(ks, "release", name, holder, Duration::ZERO, token)?;
+    let request = lease_request(ks, "release", name, holder, None, token)?;
     Ok(single(request, held))
 }
 
@@ -81,13 +86,11 @@ pub fn lease_acquire_replicated(
     replicas: u32,
     timeout: Duration,
 ) -> Result<Replicated, Error> {
-    let grant = lease_request(ks, "acquire", name, holder, ttl, 0)?;
+    let grant = lease_request(ks, "acquire", name, holder, Some(ttl), 0)?;
     let (ks, name_owned, holder) = (ks.clone(), name.to_owned(), holder.to_owned());
     Replicated::new(
         grant,
-        Box::new(move |token| {
-            lease_request(&ks, "release", &name_owned, &holder, Duration::ZERO, token)
-        }),
+        Box::new(move |token| lease_request(&ks, "release", &name_owned, &holder, None, token)),
         replicas,
         timeout,
         format!("lease {name:?}"),

@@ -4,6 +4,7 @@ use bytes::Bytes;
 
 use crate::error::Error;
 use crate::keys::{Keyspace, RecordKind};
+use crate::page::Limit;
 use crate::plan::{misuse, single, Plan, Reply, Single, Step};
 use crate::request::{Access, Arg, Request};
 use crate::scripts::SCHEDULE;
@@ -16,6 +17,10 @@ pub struct Schedule {
     pub token: u64,
     /// Its data, as written.
     pub data: Bytes,
+    /// Who wrote it: the `holder` given to [`schedule_put`] with this token (the lease holder
+    /// or leader the token was granted to). `None` for a record written before holders were
+    /// stored; the next write by a holder with the same or a newer token stores one.
+    pub holder: Option<String>,
 }
 
 fn schedule_request(
@@ -95,7 +100,7 @@ pub fn schedule_delete(
     Ok(single(request, schedule_written(id.to_owned(), token)))
 }
 
-/// Reads a schedule; a deleted marker reads as `None`.
+/// Reads a schedule, with its token, data and holder; a deleted marker reads as `None`.
 pub fn schedule_get(ks: &Keyspace, id: &str) -> Result<Single<Option<Schedule>>, Error> {
     Ok(single(schedule_get_request(ks, id)?, decode_schedule))
 }
@@ -106,15 +111,17 @@ fn schedule_get_request(ks: &Keyspace, id: &str) -> Result<Request, Error> {
         .arg("token")
         .arg("data")
         .arg("deleted")
+        .arg("holder")
         .build()
 }
 
 fn decode_schedule(v: Value) -> Result<Option<Schedule>, Error> {
     let mut items = v.into_array()?.into_iter();
-    let (Some(token), Some(data), Some(deleted)) = (items.next(), items.next(), items.next())
+    let (Some(token), Some(data), Some(deleted), Some(holder)) =
+        (items.next(), items.next(), items.next(), items.next())
     else {
         return Err(Error::UnexpectedReply {
-            detail: "HMGET of a schedule answered fewer than 3 fields".into(),
+            detail: "HMGET of a schedule answered fewer than 4 fields".into(),
         });
     };
     if token == Value::Nil || deleted.into_opt_bytes()?.as_deref() == Some(b"1") {
@@ -123,24 +130,43 @@ fn decode_schedule(v: Value) -> Result<Option<Schedule>, Error> {
     Ok(Some(Schedule {
         token: token.as_u64()?,
         data: data.into_opt_bytes()?.unwrap_or_default(),
+        holder: holder
+            .into_opt_bytes()?
+            .map(|h| String::from_utf8_lossy(&h).into_owned()),
     }))
 }
 
-/// A page of live schedules with their ids, sorted by id; `next` is the id to list after for
-/// the next page, `None` after the last page.
-pub type SchedulePage = crate::page::Page<(String, Schedule)>;
+/// Where a listing of schedules goes on: strictly after this id. A page's `next`; or made from
+/// an id with [`ScheduleCursor::after`] to start a listing past it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ScheduleCursor(String);
+
+impl ScheduleCursor {
+    /// The cursor of the ids after `id`.
+    pub fn after(id: impl Into<String>) -> Self {
+        ScheduleCursor(id.into())
+    }
+
+    /// The id the listing goes on after: the last one of the previous page.
+    pub fn id(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A page of live schedules with their ids, sorted by id; `next` is where the next page
+/// starts, `None` after the last page.
+pub type SchedulePage = crate::page::Page<(String, Schedule), ScheduleCursor>;
 
 /// Lists the live schedules (deleted markers hidden) with ids after `after`, sorted by id: a
-/// page of `limit` (clamped to 1..=[`MAX_PAGE`](crate::MAX_PAGE)) and the cursor of the
-/// next one. Cluster
+/// page of at most `limit` and the cursor of the next one. Cluster
 /// layout: the 32 bucket indexes, read in one batch, then the records; exact even while slots
 /// move. Legacy layout: `SCAN` for the records, the whole pattern, then the page is picked.
 pub fn schedule_list(
     ks: &Keyspace,
-    after: Option<&str>,
-    limit: usize,
+    after: Option<&ScheduleCursor>,
+    limit: Limit,
 ) -> Result<ListSchedules, Error> {
-    let limit = crate::page::clamp_limit(limit);
+    let limit = limit.items();
     let indexes = ks
         .record_indexes(RecordKind::Schedule)
         .iter()
@@ -160,7 +186,7 @@ pub fn schedule_list(
     };
     Ok(ListSchedules {
         ks: ks.clone(),
-        after: after.map(str::to_owned),
+        after: after.map(|c| c.0.clone()),
         limit,
         indexes,
         scan,
@@ -207,7 +233,7 @@ impl ListSchedules {
             let more = schedules.len() > self.limit || self.next < self.ids.len();
             schedules.truncate(self.limit);
             let next = more
-                .then(|| schedules.last().map(|(id, _)| id.clone()))
+                .then(|| schedules.last().map(|(id, _)| ScheduleCursor(id.clone())))
                 .flatten();
             return Step::Done(Ok(SchedulePage {
                 items: schedules,

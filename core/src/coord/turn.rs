@@ -25,7 +25,8 @@ pub struct TurnOptions {
     /// covers a take whose reply was lost and a waiter that went away while its replica lives.
     pub claim_timeout: Duration,
     /// Give up waiting after this long, measured on the server's clock from the first poll
-    /// (default 60 s). The ticket is withdrawn and the plan fails with [`Error::Timeout`].
+    /// (default 60 s). The ticket is withdrawn and the plan fails with
+    /// [`Error::TurnWaitTimedOut`]. Zero means one poll, then give up.
     pub wait_timeout: Duration,
     /// How long a chat's queue (`seq`, `tix`, `serving`, `last`) outlives the last turn call
     /// on it, on the server's clock (default 1 hour). Every take, poll, skip, release and
@@ -54,9 +55,11 @@ impl Default for TurnOptions {
 pub const MIN_IDLE_LIFETIME: Duration = Duration::from_millis(10);
 
 impl TurnOptions {
-    /// Refuses an `idle_lifetime` shorter than twice the longest of `ttl`, `claim_timeout`,
-    /// `wait_timeout` and `poll_interval`, or shorter than [`MIN_IDLE_LIFETIME`], with
-    /// [`Error::Config`]. Every turn plan checks this before it sends anything.
+    /// Refuses a `ttl`, `claim_timeout` or `poll_interval` under 1 ms
+    /// ([`ConfigError::DurationBelowOneMs`]), and an `idle_lifetime` shorter than twice the
+    /// longest of `ttl`, `claim_timeout`, `wait_timeout` and `poll_interval`, or shorter than
+    /// [`MIN_IDLE_LIFETIME`], with [`Error::Config`]. Every turn plan checks this before it
+    /// sends anything.
     ///
     /// Why: the queue must only expire once nobody waits on it or holds it. A live waiter
     /// calls at least every poll interval until it gives up (the wait timeout), a live holder
@@ -64,6 +67,14 @@ impl TurnOptions {
     /// timeout; with every one of these fitting twice into the lifetime, round trips and the
     /// retries of lost requests cannot stretch a live participant's silence past it.
     pub fn check(&self) -> Result<(), Error> {
+        // Each timer at least 1 ms: a zero TTL or claim timeout would expire the turn as it is
+        // granted, a zero poll interval would busy-loop. A zero wait timeout is not refused:
+        // it means "one poll, then give up".
+        ttl_ms(self.ttl, "TurnOptions::ttl")?;
+        ttl_ms(self.claim_timeout, "TurnOptions::claim_timeout")?;
+        ttl_ms(self.poll_interval, "TurnOptions::poll_interval")?;
+        // The idle lifetime is bounded below by the relation that follows (and by
+        // MIN_IDLE_LIFETIME), so a zero one is refused as too short.
         let longest = self
             .ttl
             .max(self.claim_timeout)
@@ -215,9 +226,9 @@ fn turn_request(
             op.into_arg(),
             ticket.into_arg(),
             member.into_arg(),
-            ttl_ms(options.ttl)?.into_arg(),
-            ttl_ms(options.claim_timeout)?.into_arg(),
-            ttl_ms(options.idle_lifetime)?.into_arg(),
+            ttl_ms(options.ttl, "TurnOptions::ttl")?.into_arg(),
+            ttl_ms(options.claim_timeout, "TurnOptions::claim_timeout")?.into_arg(),
+            ttl_ms(options.idle_lifetime, "TurnOptions::idle_lifetime")?.into_arg(),
         ],
     )
 }
@@ -360,7 +371,13 @@ impl AcquireTurn {
                 self.state = TurnState::Withdrawing { error };
                 Step::Send(vec![request])
             }
-            Err(_) => self.finish(Err(error)),
+            Err(_) => {
+                let mut error = error;
+                if let Error::TurnWaitTimedOut { withdrawn, .. } = &mut error {
+                    *withdrawn = false;
+                }
+                self.finish(Err(error))
+            }
         }
     }
 
@@ -389,10 +406,12 @@ impl AcquireTurn {
         self.send(TurnState::Skipping { ticket, member }, request)
     }
 
-    fn timed_out(&mut self, now: i64) -> bool {
+    /// How long this waiter has polled, on the server's clock, once that is past the wait
+    /// timeout.
+    fn timed_out(&mut self, now: i64) -> Option<u64> {
         let started = *self.started_ms.get_or_insert(now);
-        let waited = u128::try_from(now.saturating_sub(started)).unwrap_or(0);
-        waited > self.options.wait_timeout.as_millis()
+        let waited = u64::try_from(now.saturating_sub(started)).unwrap_or(0);
+        (u128::from(waited) > self.options.wait_timeout.as_millis()).then_some(waited)
     }
 
     fn on_poll(&mut self, value: Value) -> Step<TurnGrant> {
@@ -417,9 +436,13 @@ impl AcquireTurn {
             };
             return self.finish(Ok(grant));
         }
-        if self.timed_out(poll.now) {
-            return self.withdraw(Error::Timeout {
-                outcome_unknown: false,
+        if let Some(waited_ms) = self.timed_out(poll.now) {
+            let ticket = self.ticket.unwrap_or(poll.ticket);
+            return self.withdraw(Error::TurnWaitTimedOut {
+                chat: self.chat.clone(),
+                ticket,
+                waited_ms,
+                withdrawn: true,
             });
         }
         match poll.status.as_str() {
@@ -559,7 +582,14 @@ impl Plan for AcquireTurn {
                 Ok(_) => self.sleep(false),
                 Err(e) => self.failed(e, false),
             },
-            TurnState::Withdrawing { error } => self.finish(Err(error)),
+            TurnState::Withdrawing { mut error } => {
+                // A withdrawal without a reply may not have run: say so, not "withdrawn".
+                let answered = reply.is_ok();
+                if let Error::TurnWaitTimedOut { withdrawn, .. } = &mut error {
+                    *withdrawn = answered;
+                }
+                self.finish(Err(error))
+            }
             TurnState::Sleeping { .. } | TurnState::Finished => {
                 self.finish(Err(misuse("AcquireTurn resumed after done")))
             }

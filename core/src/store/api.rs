@@ -1,5 +1,6 @@
 //! The typed async API of the store, written once over any [`Executor`].
 
+use std::ops::RangeBounds;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,9 +14,10 @@ use crate::keys::{Keyspace, Layout, RecordKind};
 
 use super::typed::Typed;
 use super::{
-    conv, cursor, delete_chat, guard, messages, records, user, DeletedChat, Message, MessagePage,
-    MessageQuery, RecordPage, Started, UserDataCursor, UserDataPage,
+    conv, cursor, delete_chat, guard, messages, records, user, DeletedChat, Message, MessageCursor,
+    MessagePage, RecordCursor, RecordPage, Started, UserDataCursor, UserDataPage,
 };
+use crate::page::Limit;
 
 /// How to build a [`Store`]: the prefix and the layout. Whether the client is a cluster is
 /// not an option but the executor's word ([`Executor::deployment`]).
@@ -95,20 +97,21 @@ impl IntoKeyspace for StoreOptions {
 /// Open it with [`Store::open`] (or a driver crate's `connect`), then use it from any task.
 ///
 /// ```no_run
-/// use botmesh_redis_core::{Error, Executor, MessageQuery, Store, StoreOptions};
+/// use botmesh_redis_core::{Error, Executor, Limit, Store, StoreOptions};
 ///
 /// async fn demo<E: Executor>(client: E) -> Result<(), Error> {
 ///     let store = Store::open(client, StoreOptions::new("mybot")).await?;
 ///
 ///     store.save_message("chat-1", "m1", 1_700_000_000_000, "hello".into()).await?;
-///     let mut query = MessageQuery::new().limit(50);
+///     // Every listing: scope, then the previous page's `next`, then a limit.
+///     let mut after = None;
 ///     loop {
-///         let page = store.list_messages("chat-1", &query).await?;
+///         let page = store.list_messages("chat-1", .., after.as_ref(), Limit::new(50)?).await?;
 ///         for message in &page.items {
 ///             println!("{} {} {:?}", message.time_ms, message.id, message.payload);
 ///         }
 ///         match page.next {
-///             Some(next) => query = query.after(Some(next)),
+///             Some(next) => after = Some(next),
 ///             None => break,
 ///         }
 ///     }
@@ -298,15 +301,19 @@ impl<E: Executor> Store<E> {
         self.executor.run(plan).await
     }
 
-    /// Lists a page of a chat's messages in `(time, id)` order; pass the page's `next` to
-    /// [`MessageQuery::after`] for the next one.
+    /// Lists a page of a chat's messages in `(time, id)` order: those whose time in ms is in
+    /// `range` (`..` for all, `from..`, `..=to`, `from..=to`; both ends as Rust ranges say),
+    /// strictly after `after` (the previous page's `next`; `None` for the first page), at most
+    /// `limit`.
     pub async fn list_messages(
         &self,
         chat: &str,
-        query: &MessageQuery,
+        range: impl RangeBounds<i64>,
+        after: Option<&MessageCursor>,
+        limit: Limit,
     ) -> Result<MessagePage, Error> {
         self.executor
-            .run(messages::list_messages(&self.ks, chat, query))
+            .run(messages::list_messages(&self.ks, chat, range, after, limit))
             .await
     }
 
@@ -338,8 +345,13 @@ impl<E: Executor> Store<E> {
         self.executor.run(plan).await
     }
 
-    /// Lists chat records in byte order of their ids, `limit` (at most 1000) after `after`.
-    pub async fn list_chats(&self, after: Option<&str>, limit: usize) -> Result<RecordPage, Error> {
+    /// Lists chat records in byte order of their ids: at most `limit` after `after` (the
+    /// previous page's `next`; `None` for the first page).
+    pub async fn list_chats(
+        &self,
+        after: Option<&RecordCursor>,
+        limit: Limit,
+    ) -> Result<RecordPage, Error> {
         self.list(RecordKind::Chat, after, limit).await
     }
 
@@ -355,11 +367,11 @@ impl<E: Executor> Store<E> {
         self.executor.run(plan).await
     }
 
-    /// Lists contact records in byte order of their ids, `limit` (at most 1000) after `after`.
+    /// Lists contact records in byte order of their ids: at most `limit` after `after`.
     pub async fn list_contacts(
         &self,
-        after: Option<&str>,
-        limit: usize,
+        after: Option<&RecordCursor>,
+        limit: Limit,
     ) -> Result<RecordPage, Error> {
         self.list(RecordKind::Contact, after, limit).await
     }
@@ -387,11 +399,11 @@ impl<E: Executor> Store<E> {
         self.executor.run(plan).await
     }
 
-    /// Lists live checkpoints in byte order of their ids, `limit` (at most 1000) after `after`.
+    /// Lists live checkpoints in byte order of their ids: at most `limit` after `after`.
     pub async fn list_checkpoints(
         &self,
-        after: Option<&str>,
-        limit: usize,
+        after: Option<&RecordCursor>,
+        limit: Limit,
     ) -> Result<RecordPage, Error> {
         self.list(RecordKind::Checkpoint, after, limit).await
     }
@@ -405,8 +417,8 @@ impl<E: Executor> Store<E> {
     async fn list(
         &self,
         kind: RecordKind,
-        after: Option<&str>,
-        limit: usize,
+        after: Option<&RecordCursor>,
+        limit: Limit,
     ) -> Result<RecordPage, Error> {
         let plan = records::list_records(&self.ks, kind, after, limit)?;
         self.executor.run(plan).await
@@ -444,15 +456,14 @@ impl<E: Executor> Store<E> {
         self.executor.run(plan).await
     }
 
-    /// Lists a user's live entries, in namespace `ns` or all, sorted by namespace then key: the
-    /// page of `limit` (clamped to `1..=`[`MAX_PAGE`](crate::MAX_PAGE)) after `after`, and
-    /// the cursor of the next page.
+    /// Lists a user's live entries, in namespace `ns` or all, sorted by namespace then key: at
+    /// most `limit` after `after`, and the cursor of the next page.
     pub async fn list_user_data(
         &self,
         user: &str,
         ns: Option<&str>,
         after: Option<&UserDataCursor>,
-        limit: usize,
+        limit: Limit,
     ) -> Result<UserDataPage, Error> {
         user::check_legacy_ids(&self.ks, user, ns)?;
         self.executor

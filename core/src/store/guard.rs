@@ -307,6 +307,7 @@ impl Plan for StartGuard {
         if !matches!(self.state, State::Start) {
             return Step::Done(Err(misuse("StartGuard::start called twice")));
         }
+        warn_braced_legacy_prefix(&self.ks);
         match self.get_marker() {
             Ok(request) => {
                 self.state = State::ReadingMarker;
@@ -320,6 +321,20 @@ impl Plan for StartGuard {
         let state = std::mem::replace(&mut self.state, State::Finished);
         self.on_replies(state, replies)
             .unwrap_or_else(|e| Step::Done(Err(e)))
+    }
+}
+
+/// Logs a warning when a legacy-layout keyspace's prefix holds `{` or `}`: the legacy layout
+/// accepts it, but the cluster layout refuses it (a brace would change the keys' hash tags),
+/// so this keyspace cannot be migrated to `cluster:v1` under the same prefix.
+fn warn_braced_legacy_prefix(ks: &Keyspace) {
+    if ks.layout() == Layout::Legacy && ks.prefix().contains(['{', '}']) {
+        tracing::warn!(
+            prefix = ks.prefix(),
+            "the prefix holds a brace: the legacy layout accepts it, but the cluster layout \
+             refuses it, so this keyspace cannot move to cluster:v1 in place; migrate it to a \
+             prefix without braces (migrate_to_cluster_layout with a target_prefix)"
+        );
     }
 }
 
@@ -341,6 +356,75 @@ pub fn eviction_policy() -> Result<crate::plan::Single<Option<String>>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::sync::{Arc, Mutex};
+
+    /// A subscriber that records the level and message of every event: enough to check a
+    /// warning without a subscriber crate.
+    #[derive(Clone, Default)]
+    struct Recorder(Arc<Mutex<Vec<(tracing::Level, String)>>>);
+
+    struct Message<'a>(&'a mut String);
+
+    impl tracing::field::Visit for Message<'_> {
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            if field.name() == "message" {
+                *self.0 = format!("{value:?}");
+            }
+        }
+    }
+
+    impl tracing::Subscriber for Recorder {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            let mut message = String::new();
+            event.record(&mut Message(&mut message));
+            let level = *event.metadata().level();
+            self.0.lock().unwrap().push((level, message));
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    /// The warnings logged while the start guard of `ks` takes its first step.
+    fn warnings_at_start(ks: &Keyspace) -> Vec<String> {
+        let recorder = Recorder::default();
+        tracing::subscriber::with_default(recorder.clone(), || {
+            let step = start(ks, false).start();
+            assert!(matches!(step, Step::Send(_)), "{step:?}");
+        });
+        let events = recorder.0.lock().unwrap().clone();
+        events
+            .into_iter()
+            .filter(|(level, _)| *level == tracing::Level::WARN)
+            .map(|(_, message)| message)
+            .collect()
+    }
+
+    #[test]
+    fn a_braced_legacy_prefix_is_warned_about_at_start() {
+        for prefix in ["bot{1}", "a{b", "a}b"] {
+            let ks = Keyspace::new(Layout::Legacy, prefix).unwrap();
+            let warnings = warnings_at_start(&ks);
+            assert_eq!(warnings.len(), 1, "{prefix}: {warnings:?}");
+            assert!(
+                warnings[0].contains("cannot move to cluster:v1 in place"),
+                "{warnings:?}"
+            );
+        }
+        // No brace, or the cluster layout (which refuses braces when the keyspace is built):
+        // no warning.
+        assert!(warnings_at_start(&Keyspace::new(Layout::Legacy, "bot").unwrap()).is_empty());
+        assert!(warnings_at_start(&Keyspace::new(Layout::Cluster, "bot").unwrap()).is_empty());
+        assert!(Keyspace::new(Layout::Cluster, "bot{1}").is_err());
+    }
 
     #[test]
     fn legacy_keys_are_told_apart() {

@@ -8,6 +8,8 @@
 //! cannot be read by the first script: their key names depend on the ids it finds, and scripts
 //! never build key names.
 
+use std::ops::{Bound, RangeBounds};
+
 use bytes::Bytes;
 
 use crate::error::Error;
@@ -16,7 +18,8 @@ use crate::plan::{misuse, single, Plan, Reply, Single, Step};
 use crate::request::{Access, Arg, Request};
 use crate::value::Value;
 
-use super::{clamp_limit, one};
+use super::one;
+use crate::page::Limit;
 use crate::scripts::{DELETE_MESSAGE, MESSAGE_ITEMS, MESSAGE_PAGE, SAVE_MESSAGE};
 
 /// A stored message.
@@ -43,64 +46,8 @@ pub struct MessageCursor {
     pub id: String,
 }
 
-/// Which messages of a chat to list: a time range (both ends inclusive), a cursor and a page
-/// size.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MessageQuery {
-    /// The first time in ms, inclusive; `None` from the start.
-    pub from_ms: Option<i64>,
-    /// The last time in ms, inclusive; `None` to the end.
-    pub to_ms: Option<i64>,
-    /// Only messages after this position: the `next` of the previous page.
-    pub after: Option<MessageCursor>,
-    /// The page size, clamped to `1..=1000`.
-    pub limit: usize,
-}
-
-impl Default for MessageQuery {
-    fn default() -> Self {
-        MessageQuery {
-            from_ms: None,
-            to_ms: None,
-            after: None,
-            limit: 100,
-        }
-    }
-}
-
-impl MessageQuery {
-    /// Every message, 100 at a time.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Only messages at or after `from_ms`.
-    pub fn from(mut self, from_ms: i64) -> Self {
-        self.from_ms = Some(from_ms);
-        self
-    }
-
-    /// Only messages at or before `to_ms`.
-    pub fn to(mut self, to_ms: i64) -> Self {
-        self.to_ms = Some(to_ms);
-        self
-    }
-
-    /// Goes on after the previous page.
-    pub fn after(mut self, cursor: Option<MessageCursor>) -> Self {
-        self.after = cursor;
-        self
-    }
-
-    /// The page size (clamped to `1..=1000`).
-    pub fn limit(mut self, limit: usize) -> Self {
-        self.limit = limit;
-        self
-    }
-}
-
 /// One page of a chat's messages, in `(time, id)` order; `next` is the cursor of the next page
-/// ([`MessageQuery::after`]), `None` when the range holds nothing after this page.
+/// (the next call's `after`), `None` when the range holds nothing after this page.
 pub type MessagePage = crate::page::Page<Message, MessageCursor>;
 
 /// Saves a message: item and log entry in one script call, in the chat's slot. Saving an
@@ -152,13 +99,43 @@ pub fn delete_message(ks: &Keyspace, chat: &str, id: &str) -> Result<Single<bool
     Ok(single(request, super::positive))
 }
 
-/// Lists one page of a chat's messages (see [`MessageQuery`]).
-pub fn list_messages(ks: &Keyspace, chat: &str, query: &MessageQuery) -> ListMessages {
+/// Lists one page of a chat's messages: those whose time in ms is in `range` (any Rust range:
+/// `..`, `from..`, `..=to`, `from..to`), strictly after `after` in `(time, id)` order, at most
+/// `limit`. An empty range (`5..5`, `..i64::MIN`) lists nothing and sends nothing.
+pub fn list_messages(
+    ks: &Keyspace,
+    chat: &str,
+    range: impl RangeBounds<i64>,
+    after: Option<&MessageCursor>,
+    limit: Limit,
+) -> ListMessages {
     ListMessages {
         ks: ks.clone(),
         chat: chat.to_owned(),
-        query: query.clone(),
+        range: inclusive(&range),
+        after: after.cloned(),
+        limit,
         state: ListState::Start,
+    }
+}
+
+/// A range of times as the inclusive ends the script takes (`None`: unbounded), or `None` when
+/// it holds no time at all.
+#[allow(clippy::type_complexity)]
+fn inclusive(range: &impl RangeBounds<i64>) -> Option<(Option<i64>, Option<i64>)> {
+    let from = match range.start_bound() {
+        Bound::Included(&t) => Some(t),
+        Bound::Excluded(&t) => Some(t.checked_add(1)?),
+        Bound::Unbounded => None,
+    };
+    let to = match range.end_bound() {
+        Bound::Included(&t) => Some(t),
+        Bound::Excluded(&t) => Some(t.checked_sub(1)?),
+        Bound::Unbounded => None,
+    };
+    match (from, to) {
+        (Some(from), Some(to)) if from > to => None,
+        ends => Some(ends),
     }
 }
 
@@ -172,7 +149,10 @@ pub fn list_messages(ks: &Keyspace, chat: &str, query: &MessageQuery) -> ListMes
 pub struct ListMessages {
     ks: Keyspace,
     chat: String,
-    query: MessageQuery,
+    /// The inclusive ends, `None` for an empty range.
+    range: Option<(Option<i64>, Option<i64>)>,
+    after: Option<MessageCursor>,
+    limit: Limit,
     state: ListState,
 }
 
@@ -190,12 +170,18 @@ enum ListState {
 
 impl ListMessages {
     fn page_step(&mut self) -> Result<Step<MessagePage>, Error> {
-        let q = &self.query;
+        let Some((from_ms, to_ms)) = self.range else {
+            self.state = ListState::Finished;
+            return Ok(Step::Done(Ok(MessagePage {
+                items: Vec::new(),
+                next: None,
+            })));
+        };
         let bound = |b: Option<i64>, inf: &str| match b {
             Some(t) => t.into_arg(),
             None => inf.into_arg(),
         };
-        let (cursor_time, cursor_id) = match &q.after {
+        let (cursor_time, cursor_id) = match &self.after {
             Some(c) => (c.time_ms.into_arg(), c.id.as_str().into_arg()),
             None => (Bytes::new(), Bytes::new()),
         };
@@ -205,11 +191,11 @@ impl ListMessages {
             Access::Read,
             vec![self.ks.message_log(&self.chat)],
             vec![
-                bound(q.from_ms, "-inf"),
-                bound(q.to_ms, "+inf"),
+                bound(from_ms, "-inf"),
+                bound(to_ms, "+inf"),
                 cursor_time,
                 cursor_id,
-                clamp_limit(q.limit).into_arg(),
+                self.limit.get().into_arg(),
             ],
         )?;
         self.state = ListState::Page;
@@ -309,4 +295,31 @@ fn parse_items(v: Value) -> Result<Vec<Message>, Error> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_become_inclusive_ends() {
+        assert_eq!(inclusive(&..), Some((None, None)));
+        assert_eq!(inclusive(&(5..)), Some((Some(5), None)));
+        assert_eq!(inclusive(&(..=9)), Some((None, Some(9))));
+        assert_eq!(inclusive(&(5..9)), Some((Some(5), Some(8))));
+        assert_eq!(inclusive(&(5..=5)), Some((Some(5), Some(5))));
+        let after_five = (Bound::Excluded(5), Bound::Unbounded);
+        assert_eq!(inclusive(&after_five), Some((Some(6), None)));
+        // Empty ranges, and ends that would overflow, hold no time.
+        assert_eq!(inclusive(&(5..5)), None);
+        assert_eq!(inclusive(&(..i64::MIN)), None);
+        assert_eq!(
+            inclusive(&(Bound::Excluded(i64::MAX), Bound::Unbounded)),
+            None
+        );
+        assert_eq!(
+            inclusive(&(i64::MIN..=i64::MAX)),
+            Some((Some(i64::MIN), Some(i64::MAX)))
+        );
+    }
 }

@@ -45,12 +45,12 @@ pub(crate) mod user;
 pub use api::{Store, StoreOptions};
 pub use delete_chat::DeletedChat;
 pub use guard::Started;
-pub use messages::{Message, MessageCursor, MessagePage, MessageQuery};
-pub use records::{Record, RecordPage};
+pub use messages::{Message, MessageCursor, MessagePage};
+pub use records::{Record, RecordCursor, RecordPage};
 pub use typed::Typed;
 pub use user::{UserDataCursor, UserDataPage, UserEntry};
 
-pub(crate) use crate::page::{clamp_limit, MAX_PAGE};
+pub(crate) use crate::page::MAX_PAGE;
 pub(crate) use crate::plan::forward;
 use crate::ttl::ttl_ms;
 
@@ -90,7 +90,7 @@ pub(crate) fn set_with_ttl(
 ) -> Result<Request, Error> {
     let mut builder = Request::cmd(Access::Write, "SET").key(key).arg(value);
     if let Some(ttl) = ttl {
-        builder = builder.arg("PX").arg(ttl_ms(ttl)?);
+        builder = builder.arg("PX").arg(ttl_ms(ttl, "ttl")?);
     }
     builder.build()
 }
@@ -98,7 +98,7 @@ pub(crate) fn set_with_ttl(
 /// The optional TTL argument of an expiring script: milliseconds, or empty for none.
 pub(crate) fn ttl_arg(ttl: Option<Duration>) -> Result<Bytes, Error> {
     Ok(match ttl {
-        Some(ttl) => Bytes::from(ttl_ms(ttl)?.to_string()),
+        Some(ttl) => Bytes::from(ttl_ms(ttl, "ttl")?.to_string()),
         None => Bytes::new(),
     })
 }

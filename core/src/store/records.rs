@@ -38,7 +38,8 @@ use crate::request::{Access, Arg, Request};
 use crate::scan::{scan, Scan};
 use crate::value::Value;
 
-use super::{clamp_limit, forward, ttl_arg, values};
+use super::{forward, ttl_arg, values};
+use crate::page::Limit;
 use crate::scripts::{DELETE_INDEXED, LIST_EXPIRING_INDEX, SET_EXPIRING_INDEXED, SET_INDEXED};
 
 /// A record: its id and value.
@@ -50,9 +51,27 @@ pub struct Record {
     pub value: Bytes,
 }
 
-/// One page of a listing of records, in byte order of the ids; `next` is the id to list after
-/// for the next page, `None` when this page is the last.
-pub type RecordPage = crate::page::Page<Record>;
+/// Where a listing of chats, contacts or checkpoints goes on: strictly after this id, in byte
+/// order. A page's `next`; or made from an id with [`RecordCursor::after`] to start a listing
+/// past it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RecordCursor(String);
+
+impl RecordCursor {
+    /// The cursor of the ids after `id`.
+    pub fn after(id: impl Into<String>) -> Self {
+        RecordCursor(id.into())
+    }
+
+    /// The id the listing goes on after: the last one of the previous page.
+    pub fn id(&self) -> &str {
+        &self.0
+    }
+}
+
+/// One page of a listing of records, in byte order of the ids; `next` is where the next page
+/// starts, `None` when this page is the last.
+pub type RecordPage = crate::page::Page<Record, RecordCursor>;
 
 fn plain_kind(kind: RecordKind) -> Result<(), Error> {
     match kind {
@@ -160,13 +179,13 @@ pub(crate) fn delete_request(ks: &Keyspace, kind: RecordKind, id: &str) -> Resul
     }
 }
 
-/// Lists a page of chats, contacts or checkpoints: the first `limit` (clamped to `1..=1000`)
-/// ids after `after`, in byte order, with their records. See the module docs.
+/// Lists a page of chats, contacts or checkpoints: the first `limit` ids after `after`, in
+/// byte order, with their records. See the module docs.
 pub fn list_records(
     ks: &Keyspace,
     kind: RecordKind,
-    after: Option<&str>,
-    limit: usize,
+    after: Option<&RecordCursor>,
+    limit: Limit,
 ) -> Result<ListRecords, Error> {
     if kind == RecordKind::Schedule {
         return Err(schedules());
@@ -174,8 +193,8 @@ pub fn list_records(
     Ok(ListRecords {
         ks: ks.clone(),
         kind,
-        after: after.map(str::to_owned),
-        limit: clamp_limit(limit),
+        after: after.map(|c| c.0.clone()),
+        limit: limit.items(),
         state: State::Start,
     })
 }
@@ -285,7 +304,7 @@ impl ListRecords {
             self.state = State::Finished;
             return Ok(Step::Done(Ok(RecordPage {
                 items: Vec::new(),
-                next,
+                next: next.map(RecordCursor),
             })));
         }
         // One MGET per slot: a bucket in the cluster layout, a key in the legacy layout.
@@ -344,7 +363,7 @@ impl ListRecords {
                 records.sort_by(|a, b| a.id.cmp(&b.id));
                 Ok(Step::Done(Ok(RecordPage {
                     items: records,
-                    next,
+                    next: next.map(RecordCursor),
                 })))
             }
             State::Start | State::Finished => Err(misuse("ListRecords resumed out of order")),

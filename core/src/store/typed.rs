@@ -1,11 +1,11 @@
-//! [`Typed`]: the store's opaque records as values of the user's types, through a
-//! [`Codec`].
+//! [`Typed`]: the store's opaque records as values of the user's types, through a codec:
+//! writes need its [`Encode`] half, reads its [`Decode`] half.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::codec::Codec;
+use crate::codec::{Decode, Encode};
 use crate::error::Error;
 use crate::executor::Executor;
 
@@ -18,6 +18,9 @@ use super::Store;
 /// and conversations. Each method has the name and the behaviour of the [`Store`] method it
 /// wraps, with a `&T` instead of `Bytes` to write and an `Option<T>` to read. Listings, deletes
 /// and everything else are the store's: reach it with [`Typed::store`].
+///
+/// Writes need `C: Encode<T>` and reads `C: Decode<T>`, nothing more: with
+/// [`Json`](crate::codec::Json), reading a `Deserialize`-only type works.
 ///
 /// Errors: [`Error::Codec`] when the value cannot be encoded (nothing is sent) or the stored
 /// bytes cannot be decoded, naming the record (`decoding contact "ana"`); otherwise the
@@ -45,7 +48,7 @@ impl<E: Executor, C> Typed<E, C> {
 
     fn encode<T>(&self, value: &T, what: impl FnOnce() -> String) -> Result<Bytes, Error>
     where
-        C: Codec<T>,
+        C: Encode<T>,
     {
         self.codec.encode(value).map_err(|e| Error::Codec {
             what: format!("encoding {}", what()),
@@ -59,7 +62,7 @@ impl<E: Executor, C> Typed<E, C> {
         what: impl FnOnce() -> String,
     ) -> Result<Option<T>, Error>
     where
-        C: Codec<T>,
+        C: Decode<T>,
     {
         bytes
             .map(|b| {
@@ -76,7 +79,7 @@ impl<E: Executor, C> Typed<E, C> {
     /// Stores a chat record ([`Store::upsert_chat`]).
     pub async fn upsert_chat<T>(&self, id: &str, value: &T) -> Result<(), Error>
     where
-        C: Codec<T>,
+        C: Encode<T>,
     {
         let bytes = self.encode(value, || format!("chat {id:?}"))?;
         self.store.upsert_chat(id, bytes).await
@@ -85,7 +88,7 @@ impl<E: Executor, C> Typed<E, C> {
     /// Reads a chat record ([`Store::get_chat`]).
     pub async fn get_chat<T>(&self, id: &str) -> Result<Option<T>, Error>
     where
-        C: Codec<T>,
+        C: Decode<T>,
     {
         let bytes = self.store.get_chat(id).await?;
         self.decode(bytes, || format!("chat {id:?}"))
@@ -94,7 +97,7 @@ impl<E: Executor, C> Typed<E, C> {
     /// Stores a contact record ([`Store::upsert_contact`]).
     pub async fn upsert_contact<T>(&self, id: &str, value: &T) -> Result<(), Error>
     where
-        C: Codec<T>,
+        C: Encode<T>,
     {
         let bytes = self.encode(value, || format!("contact {id:?}"))?;
         self.store.upsert_contact(id, bytes).await
@@ -103,7 +106,7 @@ impl<E: Executor, C> Typed<E, C> {
     /// Reads a contact record ([`Store::get_contact`]).
     pub async fn get_contact<T>(&self, id: &str) -> Result<Option<T>, Error>
     where
-        C: Codec<T>,
+        C: Decode<T>,
     {
         let bytes = self.store.get_contact(id).await?;
         self.decode(bytes, || format!("contact {id:?}"))
@@ -117,7 +120,7 @@ impl<E: Executor, C> Typed<E, C> {
         ttl: Option<Duration>,
     ) -> Result<(), Error>
     where
-        C: Codec<T>,
+        C: Encode<T>,
     {
         let bytes = self.encode(value, || format!("checkpoint {id:?}"))?;
         self.store.set_checkpoint(id, bytes, ttl).await
@@ -126,7 +129,7 @@ impl<E: Executor, C> Typed<E, C> {
     /// Reads a checkpoint ([`Store::get_checkpoint`]).
     pub async fn get_checkpoint<T>(&self, id: &str) -> Result<Option<T>, Error>
     where
-        C: Codec<T>,
+        C: Decode<T>,
     {
         let bytes = self.store.get_checkpoint(id).await?;
         self.decode(bytes, || format!("checkpoint {id:?}"))
@@ -144,7 +147,7 @@ impl<E: Executor, C> Typed<E, C> {
         ttl: Option<Duration>,
     ) -> Result<(), Error>
     where
-        C: Codec<T>,
+        C: Encode<T>,
     {
         let bytes = self.encode(value, || user_entry(user, ns, key))?;
         self.store.set_user_data(user, ns, key, bytes, ttl).await
@@ -158,7 +161,7 @@ impl<E: Executor, C> Typed<E, C> {
         key: &str,
     ) -> Result<Option<T>, Error>
     where
-        C: Codec<T>,
+        C: Decode<T>,
     {
         let bytes = self.store.get_user_data(user, ns, key).await?;
         self.decode(bytes, || user_entry(user, ns, key))
@@ -174,7 +177,7 @@ impl<E: Executor, C> Typed<E, C> {
         ttl: Option<Duration>,
     ) -> Result<(), Error>
     where
-        C: Codec<T>,
+        C: Encode<T>,
     {
         let bytes = self.encode(value, || format!("the conversation of chat {chat:?}"))?;
         self.store.set_conversation(chat, bytes, ttl).await
@@ -183,7 +186,7 @@ impl<E: Executor, C> Typed<E, C> {
     /// Reads a chat's conversation state ([`Store::get_conversation`]).
     pub async fn get_conversation<T>(&self, chat: &str) -> Result<Option<T>, Error>
     where
-        C: Codec<T>,
+        C: Decode<T>,
     {
         let bytes = self.store.get_conversation(chat).await?;
         self.decode(bytes, || format!("the conversation of chat {chat:?}"))

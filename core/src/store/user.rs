@@ -25,7 +25,8 @@ use crate::request::{Access, Arg, Request};
 use crate::scan::{scan, Scan};
 use crate::value::Value;
 
-use super::{clamp_limit, forward, one, ttl_arg, values, MAX_PAGE};
+use super::{forward, one, ttl_arg, values, MAX_PAGE};
+use crate::page::Limit;
 use crate::scripts::DELETE_INDEXED_CHUNK;
 use crate::scripts::{DELETE_INDEXED, LIST_EXPIRING_INDEX, SET_EXPIRING_INDEXED};
 
@@ -190,20 +191,20 @@ fn legacy_scan(ks: &Keyspace, user: &str, ns: Option<&str>) -> Scan {
 }
 
 /// Lists a user's entries, in one namespace or all, sorted by namespace then key: the page of
-/// `limit` (clamped to `1..=`[`MAX_PAGE`]) after `after`, and the cursor of the next one.
+/// `limit` after `after`, and the cursor of the next one.
 pub fn list_user_data(
     ks: &Keyspace,
     user: &str,
     ns: Option<&str>,
     after: Option<&UserDataCursor>,
-    limit: usize,
+    limit: Limit,
 ) -> ListUserData {
     ListUserData {
         ks: ks.clone(),
         user: user.to_owned(),
         ns: ns.map(str::to_owned),
         after: after.cloned(),
-        limit: clamp_limit(limit),
+        limit: limit.items(),
         next: None,
         state: ListState::Start,
     }

@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use botmesh_redis_core::driver::coord;
 use botmesh_redis_core::driver::Reply;
-use botmesh_redis_core::{Error, Layout, ServerError, Value};
+use botmesh_redis_core::{ConfigError, Error, Layout, ServerError, Value};
 
 use crate::coord::*;
 use crate::support::*;
@@ -53,12 +53,22 @@ fn lock_acquire_extend_release() {
         });
         assert!(!got.unwrap());
         out += &t;
-        // A sub-millisecond TTL is rounded up to 1 ms (Redis refuses 0).
+        // A TTL of 1.5 ms is rounded up to 2 ms; a sub-millisecond one is refused before
+        // anything is built (it would grant a fence for a lock nobody could use).
         let (_, t) = run(
-            coord::lock_acquire(ks, "orders", "r3#1", Duration::from_micros(10)).unwrap(),
+            coord::lock_acquire(ks, "orders", "r3#1", Duration::from_micros(1500)).unwrap(),
             |_| int(8),
         );
         out += &t;
+        for ttl in [Duration::ZERO, Duration::from_micros(10)] {
+            assert_eq!(
+                coord::lock_acquire(ks, "orders", "r3#1", ttl).map(drop),
+                Err(Error::Config(ConfigError::DurationBelowOneMs {
+                    argument: "ttl",
+                    given: ttl
+                }))
+            );
+        }
         out
     });
 }

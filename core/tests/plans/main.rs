@@ -25,3 +25,5 @@ mod store;
 mod turns;
 #[cfg(feature = "json")]
 mod typed;
+#[cfg(feature = "testing")]
+mod zero_ttls;

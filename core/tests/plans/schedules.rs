@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use botmesh_redis_core::driver::coord;
 use botmesh_redis_core::driver::{Plan, Step};
-use botmesh_redis_core::{Error, Layout, Request, Route, ServerError, Value};
+use botmesh_redis_core::{Error, Layout, Limit, Request, Route, ServerError, Value};
 
 use crate::coord::*;
 use crate::support::*;
@@ -56,24 +56,48 @@ fn schedule_put_stale_delete_get() {
         got.unwrap();
         out += &t;
         let (got, t) = run(coord::schedule_get(ks, "daily:{x}").unwrap(), |_| {
-            Ok(arr(vec![bulk("5"), bulk("0 9 * * *"), bulk("0")]))
+            Ok(arr(vec![
+                bulk("5"),
+                bulk("0 9 * * *"),
+                bulk("0"),
+                bulk("leader-a"),
+            ]))
         });
         assert_eq!(
             got.unwrap(),
             Some(botmesh_redis_core::Schedule {
                 token: 5,
-                data: Bytes::from_static(b"0 9 * * *")
+                data: Bytes::from_static(b"0 9 * * *"),
+                holder: Some("leader-a".into()),
+            })
+        );
+        out += &t;
+        out += "# a record written before holders were stored reads without one\n";
+        let (got, t) = run(coord::schedule_get(ks, "daily:{x}").unwrap(), |_| {
+            Ok(arr(vec![bulk("5"), bulk("old"), Value::Nil, Value::Nil]))
+        });
+        assert_eq!(
+            got.unwrap(),
+            Some(botmesh_redis_core::Schedule {
+                token: 5,
+                data: Bytes::from_static(b"old"),
+                holder: None,
             })
         );
         out += &t;
         out += "# a deleted marker and a missing record both read as None\n";
         let (got, t) = run(coord::schedule_get(ks, "daily:{x}").unwrap(), |_| {
-            Ok(arr(vec![bulk("6"), Value::Nil, bulk("1")]))
+            Ok(arr(vec![
+                bulk("6"),
+                Value::Nil,
+                bulk("1"),
+                bulk("leader-c"),
+            ]))
         });
         assert_eq!(got.unwrap(), None);
         out += &t;
         let (got, t) = run(coord::schedule_get(ks, "nope").unwrap(), |_| {
-            Ok(arr(vec![Value::Nil, Value::Nil, Value::Nil]))
+            Ok(arr(vec![Value::Nil, Value::Nil, Value::Nil, Value::Nil]))
         });
         assert_eq!(got.unwrap(), None);
         out += &t;
@@ -100,32 +124,38 @@ fn schedule_list_hides_markers() {
         };
         let (live, marker) = ("a:1", "b{2}");
         let (live_key, marker_key) = (record(live), record(marker));
-        let (got, t) = run(coord::schedule_list(ks, None, 100).unwrap(), |req| {
-            let keys: Vec<String> = req
-                .keys()
-                .iter()
-                .map(|k| String::from_utf8_lossy(k.as_bytes()).into_owned())
-                .collect();
-            match req.name().as_str() {
-                "CLUSTER" => Err(Error::Server(ServerError::new(
-                    "ERR This instance has cluster support disabled",
-                ))),
-                "SCAN" => Ok(arr(vec![
-                    bulk("0"),
-                    arr(vec![bulk(&marker_key), bulk(&live_key)]),
-                ])),
-                // The bucket index of each id lists it.
-                "ZRANGE" if keys[0] == index(live) => Ok(arr(vec![bulk(live)])),
-                // A delete removes the index member; this one raced with the listing.
-                "ZRANGE" if keys[0] == index(marker) => Ok(arr(vec![bulk(marker)])),
-                "ZRANGE" => Ok(arr(vec![])),
-                "HMGET" if keys[0] == live_key => {
-                    Ok(arr(vec![bulk("3"), bulk("every day"), bulk("0")]))
+        let (got, t) = run(
+            coord::schedule_list(ks, None, Limit::DEFAULT).unwrap(),
+            |req| {
+                let keys: Vec<String> = req
+                    .keys()
+                    .iter()
+                    .map(|k| String::from_utf8_lossy(k.as_bytes()).into_owned())
+                    .collect();
+                match req.name().as_str() {
+                    "CLUSTER" => Err(Error::Server(ServerError::new(
+                        "ERR This instance has cluster support disabled",
+                    ))),
+                    "SCAN" => Ok(arr(vec![
+                        bulk("0"),
+                        arr(vec![bulk(&marker_key), bulk(&live_key)]),
+                    ])),
+                    // The bucket index of each id lists it.
+                    "ZRANGE" if keys[0] == index(live) => Ok(arr(vec![bulk(live)])),
+                    // A delete removes the index member; this one raced with the listing.
+                    "ZRANGE" if keys[0] == index(marker) => Ok(arr(vec![bulk(marker)])),
+                    "ZRANGE" => Ok(arr(vec![])),
+                    "HMGET" if keys[0] == live_key => Ok(arr(vec![
+                        bulk("3"),
+                        bulk("every day"),
+                        bulk("0"),
+                        bulk("r1"),
+                    ])),
+                    "HMGET" => Ok(arr(vec![bulk("4"), Value::Nil, bulk("1"), bulk("r2")])),
+                    other => panic!("unexpected {other}"),
                 }
-                "HMGET" => Ok(arr(vec![bulk("4"), Value::Nil, bulk("1")])),
-                other => panic!("unexpected {other}"),
-            }
-        });
+            },
+        );
         assert_eq!(
             got.unwrap(),
             botmesh_redis_core::SchedulePage {
@@ -133,7 +163,8 @@ fn schedule_list_hides_markers() {
                     live.to_owned(),
                     botmesh_redis_core::Schedule {
                         token: 3,
-                        data: Bytes::from_static(b"every day")
+                        data: Bytes::from_static(b"every day"),
+                        holder: Some("r1".into()),
                     }
                 )],
                 next: None,
@@ -195,7 +226,14 @@ fn durable_journal_and_outbox() {
         let (got, t) = run(plan, |_| int(1));
         assert!(got.unwrap());
         out += &t;
-        let plan = coord::outbox_claim(ks, "out", "i1", 10, Duration::from_millis(500)).unwrap();
+        let plan = coord::outbox_claim(
+            ks,
+            "out",
+            "i1",
+            Limit::new(10).unwrap(),
+            Duration::from_millis(500),
+        )
+        .unwrap();
         let (got, t) = run(plan, |_| {
             Ok(arr(vec![
                 bulk("send:1"),

@@ -9,12 +9,12 @@ use botmesh_redis_core::driver::plan::scripted;
 use botmesh_redis_core::driver::store::{
     conv, cursor, delete_chat, guard, messages, records, user,
 };
-use botmesh_redis_core::driver::{Plan, Reply};
+use botmesh_redis_core::driver::{Plan, Reply, Step};
 use botmesh_redis_core::keys::bucket;
 use botmesh_redis_core::keys::RecordKind;
 use botmesh_redis_core::KeyError;
 use botmesh_redis_core::{Error, Keyspace, Layout, Request, ServerError, Value};
-use botmesh_redis_core::{MessageCursor, MessageQuery};
+use botmesh_redis_core::{Limit, MessageCursor, RecordCursor};
 
 use crate::support::*;
 
@@ -98,15 +98,16 @@ fn list_messages_pages() {
             ])])),
             other => panic!("unexpected {other}"),
         };
-        let first = MessageQuery::new().from(1000).to(2000).limit(2);
-        let mut out = run(messages::list_messages(&ks, "a:b", &first), answer);
+        let two = Limit::new(2).unwrap();
+        let first = messages::list_messages(&ks, "a:b", 1000..=2000, None, two);
+        let mut out = run(first, answer);
 
-        let next = first.clone().after(Some(MessageCursor {
+        let next = MessageCursor {
             time_ms: 1000,
             id: "{m2}".into(),
-        }));
+        };
         out.push_str(&run(
-            messages::list_messages(&ks, "a:b", &next),
+            messages::list_messages(&ks, "a:b", 1000..=2000, Some(&next), two),
             |req| match req.name().as_str() {
                 "message_page" => Ok(arr(vec![Value::Int(0), bulk("😀"), Value::Int(1500)])),
                 "message_items" => Ok(arr(vec![arr(vec![
@@ -118,11 +119,45 @@ fn list_messages_pages() {
             },
         ));
 
-        let empty = MessageQuery::new().limit(0);
-        out.push_str(&run(messages::list_messages(&ks, "", &empty), |_| {
-            Ok(arr(vec![Value::Int(0)]))
-        }));
+        out.push_str(&run(
+            messages::list_messages(&ks, "", .., None, Limit::ONE),
+            |_| Ok(arr(vec![Value::Int(0)])),
+        ));
         snap("list_messages", layout, out);
+    }
+}
+
+/// A range that holds no time lists nothing and sends nothing; an exclusive end is the time
+/// before it.
+#[test]
+fn list_messages_of_an_empty_range_sends_nothing() {
+    for (_, ks) in both() {
+        for empty in [
+            messages::list_messages(&ks, "c", 5..5, None, Limit::DEFAULT),
+            messages::list_messages(&ks, "c", ..i64::MIN, None, Limit::DEFAULT),
+        ] {
+            let mut plan = empty;
+            match plan.start() {
+                Step::Done(Ok(page)) => assert_eq!((page.items.len(), page.next), (0, None)),
+                other => panic!("an empty range sent {other:?}"),
+            }
+        }
+        let mut plan = messages::list_messages(&ks, "c", 1000..2000, None, Limit::DEFAULT);
+        let Step::Send(batch) = plan.start() else {
+            panic!("a range of times sends its page script")
+        };
+        let args = batch[0].wire_args(false);
+        let args: Vec<_> = args.iter().map(|a| String::from_utf8_lossy(a)).collect();
+        assert!(
+            args.ends_with(&[
+                "1000".into(),
+                "1999".into(),
+                "".into(),
+                "".into(),
+                "100".into()
+            ]),
+            "{args:?}"
+        );
     }
 }
 
@@ -196,7 +231,7 @@ fn records_refuse_the_wrong_kind() {
         let err = records::upsert_record(&ks, kind, "x", "v".into()).unwrap_err();
         assert!(matches!(err, Error::Config(_)), "{err:?}");
     }
-    assert!(records::list_records(&ks, RecordKind::Schedule, None, 10).is_err());
+    assert!(records::list_records(&ks, RecordKind::Schedule, None, Limit::DEFAULT).is_err());
     assert!(records::get_record(&ks, RecordKind::Schedule, "x").is_err());
     assert!(records::delete_record(&ks, RecordKind::Schedule, "x").is_err());
 }
@@ -274,8 +309,9 @@ fn answer_legacy_listing(ks: &Keyspace, kind: RecordKind, req: &Request) -> Repl
 fn list_chats_merges_the_buckets() {
     for (layout, ks) in both() {
         let mut out = String::new();
-        for after in [None, Some("a b")] {
-            let plan = records::list_records(&ks, RecordKind::Chat, after, 3).unwrap();
+        for after in [None, Some(RecordCursor::after("a b"))] {
+            let three = Limit::new(3).unwrap();
+            let plan = records::list_records(&ks, RecordKind::Chat, after.as_ref(), three).unwrap();
             out.push_str(&run(plan, |req| match layout {
                 Layout::Cluster => answer_listing(&ks, RecordKind::Chat, req),
                 Layout::Legacy => answer_legacy_listing(&ks, RecordKind::Chat, req),
@@ -300,7 +336,13 @@ fn checkpoints() {
         out.push_str(&run(get, |_| Ok(Value::Nil)));
         let clear = records::delete_record(&ks, RecordKind::Checkpoint, "a:b").unwrap();
         out.push_str(&run(clear, |_| Ok(Value::Int(0))));
-        let list = records::list_records(&ks, RecordKind::Checkpoint, Some("a:b"), 10).unwrap();
+        let list = records::list_records(
+            &ks,
+            RecordKind::Checkpoint,
+            Some(&RecordCursor::after("a:b")),
+            Limit::new(10).unwrap(),
+        )
+        .unwrap();
         out.push_str(&run(list, |req| match layout {
             Layout::Cluster => answer_listing(&ks, RecordKind::Checkpoint, req),
             Layout::Legacy => answer_legacy_listing(&ks, RecordKind::Checkpoint, req),
@@ -359,11 +401,11 @@ fn user_data() {
             other => panic!("unexpected {other}"),
         };
         out.push_str(&run(
-            user::list_user_data(&ks, uid, Some("n{s}"), None, 1000),
+            user::list_user_data(&ks, uid, Some("n{s}"), None, Limit::MAX),
             answer,
         ));
         out.push_str(&run(
-            user::list_user_data(&ks, uid, None, None, 1000),
+            user::list_user_data(&ks, uid, None, None, Limit::MAX),
             answer,
         ));
         out.push_str(&run(user::clear_user_data(&ks, uid, Some("n{s}")), answer));

@@ -141,9 +141,9 @@ fn turn_idle_lifetime_shorter_than_twice_the_longest_timer_is_refused() {
         refused(coord::turn_release(&ks, &guard("r2|1", 3), &bad).map(drop));
     }
     let floor = TurnOptions {
-        ttl: Duration::ZERO,
-        poll_interval: Duration::ZERO,
-        claim_timeout: Duration::ZERO,
+        ttl: Duration::from_millis(1),
+        poll_interval: Duration::from_millis(1),
+        claim_timeout: Duration::from_millis(1),
         wait_timeout: Duration::ZERO,
         idle_lifetime: botmesh_redis_core::MIN_IDLE_LIFETIME,
     };
@@ -239,14 +239,53 @@ fn turn_wait_times_out_on_the_server_clock_and_withdraws() {
             ("turn release", int(2)),
         ];
         let (got, t) = run(plan, replies(script));
+        let error = got.unwrap_err();
         assert_eq!(
-            got.unwrap_err(),
-            Error::Timeout {
-                outcome_unknown: false
+            error,
+            Error::TurnWaitTimedOut {
+                chat: "chat:1".into(),
+                ticket: 3,
+                waited_ms: 5_001,
+                withdrawn: true,
             }
+        );
+        assert_eq!(
+            error.to_string(),
+            "waited 5001 ms for the turn on chat \"chat:1\" without being served; ticket 3 \
+             was withdrawn; nothing is held"
         );
         t
     });
+}
+
+/// A timed-out wait whose withdrawal got no reply does not claim the ticket was withdrawn.
+#[test]
+fn turn_wait_timeout_whose_withdrawal_is_lost_says_so() {
+    for (_, ks) in both() {
+        let plan = coord::acquire_turn(&ks, "chat:1", "r2", "1", turn_options()).unwrap();
+        let script = vec![
+            ("turn take", int(3)),
+            ("turn poll", poll("wait", 10_000, "r1|1", 2, None)),
+            ("turn poll", poll("wait", 15_001, "r1|1", 2, None)),
+            ("turn release", reply_lost()),
+        ];
+        let (got, _) = run(plan, replies(script));
+        let error = got.unwrap_err();
+        assert_eq!(
+            error,
+            Error::TurnWaitTimedOut {
+                chat: "chat:1".into(),
+                ticket: 3,
+                waited_ms: 5_001,
+                withdrawn: false,
+            }
+        );
+        assert!(
+            error.to_string().contains("could not be withdrawn"),
+            "{error}"
+        );
+        assert!(!error.outcome_unknown());
+    }
 }
 
 #[test]

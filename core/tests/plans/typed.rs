@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use botmesh_redis_core::codec::{Codec, CodecError, Json};
+use botmesh_redis_core::codec::{CodecError, Decode, Encode, Json};
 use botmesh_redis_core::driver::{Plan, Reply, Step};
 use botmesh_redis_core::{Deployment, Error, Executor, Layout, Request, Value};
 use botmesh_redis_core::{Store, StoreOptions};
@@ -238,13 +238,53 @@ fn a_value_that_does_not_encode_is_not_sent() {
     }
 }
 
+/// A view of a chat record that can only be read: no `Serialize`. Reading it through `Json`
+/// compiles and works (reads need only `Deserialize`); writing it would not compile.
+#[derive(Debug, PartialEq, Deserialize)]
+struct ChatTitle {
+    title: String,
+}
+
+/// A value that can only be written: no `Deserialize`, and unsized behind the reference.
+#[derive(Serialize)]
+struct Announcement<'a> {
+    title: &'a str,
+}
+
+#[test]
+fn reads_need_only_deserialize_and_writes_only_serialize() {
+    for (layout, _, store) in stores() {
+        let typed = store.typed(Json);
+        block_on(async {
+            typed
+                .upsert_chat("c1", &Announcement { title: "Ana" })
+                .await
+                .unwrap();
+            assert_eq!(
+                typed.get_chat::<ChatTitle>("c1").await,
+                Ok(Some(ChatTitle {
+                    title: "Ana".into()
+                })),
+                "{layout}"
+            );
+            // A whole chat is readable as its title only: unknown fields are ignored.
+            typed.upsert_chat("c2", &chat()).await.unwrap();
+            let title = typed.get_chat::<ChatTitle>("c2").await.unwrap().unwrap();
+            assert_eq!(title.title, chat().title);
+        });
+    }
+}
+
 /// A codec of the user's own, without serde.
 struct Decimal;
 
-impl Codec<u64> for Decimal {
+impl Encode<u64> for Decimal {
     fn encode(&self, value: &u64) -> Result<Bytes, CodecError> {
         Ok(Bytes::from(value.to_string()))
     }
+}
+
+impl Decode<u64> for Decimal {
     fn decode(&self, bytes: &[u8]) -> Result<u64, CodecError> {
         let text = std::str::from_utf8(bytes).map_err(CodecError::new)?;
         text.parse().map_err(CodecError::new)

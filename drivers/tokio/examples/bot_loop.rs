@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use botmesh_redis_tokio::{Begun, TurnOptions};
 use botmesh_redis_tokio::{Client, Error};
-use botmesh_redis_tokio::{MessageQuery, Store, StoreOptions};
+use botmesh_redis_tokio::{Limit, Store, StoreOptions};
 use tokio::sync::Mutex;
 
 const REPLICAS: usize = 3;
@@ -100,7 +100,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let expected: Vec<i64> = (1..=PER_CHAT as i64).collect();
     for chat in (1..=CHATS).map(|c| format!("run{run}-chat{c}")) {
-        let page = store.list_messages(&chat, &MessageQuery::new()).await?;
+        let page = store.list_messages(&chat, .., None, Limit::DEFAULT).await?;
         let saved: Vec<i64> = page.items.iter().map(|m| m.time_ms).collect();
         if saved != expected || sent.get(&chat) != Some(&expected) {
             return Err(format!(
@@ -197,7 +197,9 @@ async fn send_replies(
     let outbox = store.durability("outbox")?;
     let (mut sent, mut count) = (BTreeMap::<String, Vec<i64>>::new(), 0);
     while count < CHATS * PER_CHAT {
-        let claimed = outbox.claim(&name, 16, Duration::from_secs(30)).await?;
+        let claimed = outbox
+            .claim(&name, Limit::of::<16>(), Duration::from_secs(30))
+            .await?;
         if claimed.is_empty() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

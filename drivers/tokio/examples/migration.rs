@@ -13,7 +13,7 @@
 //! ```
 use botmesh_redis_tokio::migrate::{inspect_keyspace, migrate_to_cluster_layout, MigrateOptions};
 use botmesh_redis_tokio::{Client, ClientOptions, Layout};
-use botmesh_redis_tokio::{MessageQuery, Store, StoreOptions};
+use botmesh_redis_tokio::{Limit, Store, StoreOptions};
 
 const CHATS: [&str; 2] = ["alice", "bob"];
 
@@ -114,7 +114,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     store.start().await?;
     for chat in CHATS {
         let page = store
-            .list_messages(chat, &MessageQuery::new().limit(10))
+            .list_messages(chat, .., None, Limit::of::<10>())
             .await?;
         let ids: Vec<&str> = page.items.iter().map(|m| m.id.as_str()).collect();
         if ids != ["m1", "m2", "m3"] || store.get_chat(chat).await?.is_none() {

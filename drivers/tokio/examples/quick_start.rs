@@ -1,7 +1,7 @@
 //! The README's quick start, run by the test suite: the same lines, with the cluster's seeds
 //! from `BOTMESH_CLUSTER` (default `127.0.0.1:7000`) and the prefix from `BOTMESH_PREFIX`
 //! (default `mybot`), and a summary line that says what came back.
-use botmesh_redis_tokio::{connect, ClientOptions, MessageQuery};
+use botmesh_redis_tokio::{connect, ClientOptions, Limit};
 
 #[tokio::main]
 async fn main() -> Result<(), botmesh_redis_tokio::Error> {
@@ -11,7 +11,9 @@ async fn main() -> Result<(), botmesh_redis_tokio::Error> {
     store
         .save_message("chat-1", "m1", 1_700_000_000_000, "hello".into())
         .await?;
-    let page = store.list_messages("chat-1", &MessageQuery::new()).await?;
+    let page = store
+        .list_messages("chat-1", .., None, Limit::DEFAULT)
+        .await?;
     println!("{:?}", page.items[0].payload);
     println!(
         "summary: {} message(s) listed, layout {}",

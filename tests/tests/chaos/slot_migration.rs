@@ -19,7 +19,7 @@ use std::time::Duration;
 use botmesh_redis_core::keys::bucket;
 use botmesh_redis_core::keys::RecordKind;
 use botmesh_redis_core::{ClientOptions, Error, Keyspace};
-use botmesh_redis_core::{MessageQuery, Store};
+use botmesh_redis_core::{Limit, Store};
 use botmesh_redis_tests::chaos::{
     assert_no_failures, assign_slot, migrate_batch, open_loop, pipeline_at, start_cluster,
     started_store, Call, Clock, Fault, Kind, Losses, Outcome, Recorder, Report, Scale,
@@ -47,23 +47,25 @@ async fn all_messages<R: Runtime>(
     store: &Store<Client<R>>,
     chat: &str,
 ) -> Result<Vec<String>, Error> {
-    let mut query = MessageQuery::new().limit(128);
+    let mut after = None;
     let mut ids = Vec::new();
     loop {
-        let page = store.list_messages(chat, &query).await?;
+        let page = store
+            .list_messages(chat, .., after.as_ref(), Limit::of::<128>())
+            .await?;
         ids.extend(page.items.into_iter().map(|m| m.id));
         match page.next {
-            Some(next) => query = query.after(Some(next)),
+            Some(next) => after = Some(next),
             None => return Ok(ids),
         }
     }
 }
 
 async fn all_chats<R: Runtime>(store: &Store<Client<R>>) -> Result<Vec<String>, Error> {
-    let mut after: Option<String> = None;
+    let mut after = None;
     let mut ids = Vec::new();
     loop {
-        let page = store.list_chats(after.as_deref(), 90).await?;
+        let page = store.list_chats(after.as_ref(), Limit::of::<90>()).await?;
         ids.extend(page.items.into_iter().map(|r| r.id));
         match page.next {
             Some(next) => after = Some(next),

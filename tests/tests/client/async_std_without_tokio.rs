@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use botmesh_redis_async_std::{Client, ClientOptions, Keyspace, Layout};
 use botmesh_redis_async_std::{Coordinator, Released};
-use botmesh_redis_async_std::{Message, MessageQuery, Store, StoreOptions};
+use botmesh_redis_async_std::{Limit, Message, Store, StoreOptions};
 use botmesh_redis_tests::{shared_cluster, shared_single, unique_prefix};
 use bytes::Bytes;
 use futures_lite::future::block_on;
@@ -49,12 +49,15 @@ async fn store_and_lock(client: Client, layout: Layout) {
     .await;
     assert!(saved.into_iter().all(|new| new == Ok(true)));
     let mut listed = Vec::new();
-    let mut query = MessageQuery::new().limit(30);
+    let mut after = None;
     loop {
-        let page = store.list_messages(chat, &query).await.unwrap();
+        let page = store
+            .list_messages(chat, .., after.as_ref(), Limit::of::<30>())
+            .await
+            .unwrap();
         listed.extend(page.items);
         match page.next {
-            Some(next) => query = query.after(Some(next)),
+            Some(next) => after = Some(next),
             None => break,
         }
     }
@@ -78,7 +81,7 @@ async fn store_and_lock(client: Client, layout: Layout) {
         .upsert_chat("a", Bytes::from("chat a v2"))
         .await
         .unwrap();
-    let chats = store.list_chats(None, 100).await.unwrap();
+    let chats = store.list_chats(None, Limit::DEFAULT).await.unwrap();
     let chats: Vec<(String, Bytes)> = chats.items.into_iter().map(|r| (r.id, r.value)).collect();
     assert_eq!(
         chats,

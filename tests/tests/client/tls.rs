@@ -8,7 +8,7 @@ use std::time::Duration;
 use botmesh_redis_core::{
     Access, ClientOptions, Error, Executor, Key, Layout, Request, TlsOptions, Value,
 };
-use botmesh_redis_core::{MessageQuery, Store, StoreOptions};
+use botmesh_redis_core::{Limit, Store, StoreOptions};
 use botmesh_redis_tests::conformance::{set_get, Client, Runtime};
 use botmesh_redis_tests::harness::{
     ClusterOptions, RedisCluster, ServerOptions, SingleNode, TlsFiles,
@@ -67,7 +67,7 @@ async fn store_save_and_list<R: Runtime>(client: Client<R>, name: &str) {
             .unwrap());
     }
     let page = store
-        .list_messages("chat", &MessageQuery::new())
+        .list_messages("chat", .., None, Limit::DEFAULT)
         .await
         .unwrap();
     let ids: Vec<_> = page.items.iter().map(|m| m.id.clone()).collect();

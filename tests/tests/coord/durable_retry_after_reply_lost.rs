@@ -16,10 +16,12 @@ use bytes::Bytes;
 use botmesh_redis_core::driver::coord;
 
 use botmesh_redis_core::driver::{Plan, Reply, Step};
-use botmesh_redis_core::Durability;
 use botmesh_redis_core::Script;
-use botmesh_redis_core::{Access, ClientOptions, Error, Executor, Key, Keyspace, Layout, Request};
+use botmesh_redis_core::{
+    Access, ClientOptions, ConfigError, Error, Executor, Key, Keyspace, Layout, Request,
+};
 use botmesh_redis_core::{Acked, Begun};
+use botmesh_redis_core::{Durability, Limit};
 use botmesh_redis_tests::conformance::{Client, Runtime};
 use botmesh_redis_tests::coord::Target;
 use botmesh_redis_tests::{both_drivers, eventually, ServerOptions, SingleNode};
@@ -130,7 +132,7 @@ async fn ack_retried_after_reply_lost_says_already_acked<R: Runtime>() {
         .await
         .unwrap());
     let claimed = table
-        .claim("instance-a", 10, Duration::from_secs(60))
+        .claim("instance-a", Limit::of::<10>(), Duration::from_secs(60))
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1);
@@ -155,7 +157,7 @@ async fn ack_retried_after_reply_lost_says_already_acked<R: Runtime>() {
         .await
         .unwrap());
     assert!(table
-        .claim("instance-b", 10, Duration::from_secs(60))
+        .claim("instance-b", Limit::of::<10>(), Duration::from_secs(60))
         .await
         .unwrap()
         .is_empty());
@@ -184,12 +186,24 @@ async fn retries_on_every_target<R: Runtime>(target: Target) {
         table.begin("m", "a", WINDOW).await.unwrap(),
         Begun::Duplicate
     );
+    // A zero window is refused before anything is sent: it would expire the begin at once.
+    assert_eq!(
+        table.begin("m", "a", Duration::ZERO).await.unwrap_err(),
+        Error::Config(ConfigError::DurationBelowOneMs {
+            argument: "window",
+            given: Duration::ZERO
+        })
+    );
     // Past the window (the shortest, 1 ms of server time) the earlier begin is pruned, with
     // its instance: the id is new for anyone. Until then the call changes nothing.
     eventually(Duration::from_secs(5), "the 1 ms window to pass", || {
         let table = table.clone();
         async move {
-            match table.begin("m", "a", Duration::ZERO).await.unwrap() {
+            match table
+                .begin("m", "a", Duration::from_millis(1))
+                .await
+                .unwrap()
+            {
                 Begun::First => Some(()),
                 Begun::Duplicate => None,
                 Begun::ByThisInstance => panic!("b's begin was taken for a's"),
@@ -204,7 +218,7 @@ async fn retries_on_every_target<R: Runtime>(target: Target) {
         .unwrap());
     assert_eq!(
         table
-            .claim("a", 1, Duration::from_secs(60))
+            .claim("a", Limit::ONE, Duration::from_secs(60))
             .await
             .unwrap()
             .len(),
@@ -226,7 +240,7 @@ async fn retries_on_every_target<R: Runtime>(target: Target) {
         let table = table.clone();
         async move {
             table
-                .enqueue("k", Bytes::from_static(b"p2"), Duration::ZERO)
+                .enqueue("k", Bytes::from_static(b"p2"), Duration::from_millis(1))
                 .await
                 .unwrap()
                 .then_some(())

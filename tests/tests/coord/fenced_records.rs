@@ -5,12 +5,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use botmesh_redis_core::keys::RecordKind;
 use botmesh_redis_core::Error;
-use botmesh_redis_core::Schedule;
 use botmesh_redis_core::{Leases, Released, Schedules};
+use botmesh_redis_core::{Limit, Schedule, ScheduleCursor};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::Runtime;
-use botmesh_redis_tests::coord::Target;
+use botmesh_redis_tests::coord::{key_cmd, Target};
 use botmesh_redis_tests::eventually;
 
 /// The holder of a token: one per grant, as a lease or a leadership hands them out.
@@ -50,7 +51,8 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
         schedules.get(id).await.unwrap(),
         Some(Schedule {
             token: 5,
-            data: data("v5b")
+            data: data("v5b"),
+            holder: Some(holder(5)),
         })
     );
     // A stale delete is refused too.
@@ -82,7 +84,8 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
         schedules.get(id).await.unwrap(),
         Some(Schedule {
             token: 7,
-            data: data("v7")
+            data: data("v7"),
+            holder: Some(holder(7)),
         })
     );
     // Tokens read back exactly, up to 2^53.
@@ -117,7 +120,7 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
             .await
             .unwrap();
     }
-    let listed = schedules.list(None, 1000).await.unwrap();
+    let listed = schedules.list(None, Limit::MAX).await.unwrap();
     let mut expected: Vec<(String, Schedule)> = (0..40)
         .filter(|n| n % 3 != 0)
         .map(|n| {
@@ -126,6 +129,7 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
                 Schedule {
                     token: 1,
                     data: Bytes::from(format!("d{n}")),
+                    holder: Some(holder(1)),
                 },
             )
         })
@@ -134,6 +138,7 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
             Schedule {
                 token: big,
                 data: data("big"),
+                holder: Some(holder(big)),
             },
         )])
         .collect();
@@ -142,9 +147,12 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
     assert_eq!(listed.next, None);
     // Pages of 5, each from the cursor of the one before, cover the listing exactly once.
     let mut paged = Vec::new();
-    let mut after: Option<String> = None;
+    let mut after: Option<ScheduleCursor> = None;
     loop {
-        let page = schedules.list(after.as_deref(), 5).await.unwrap();
+        let page = schedules
+            .list(after.as_ref(), Limit::of::<5>())
+            .await
+            .unwrap();
         assert!(page.items.len() <= 5);
         paged.extend(page.items);
         match page.next {
@@ -153,15 +161,58 @@ async fn stale_schedule_writers_are_refused<R: Runtime>(target: Target) {
         }
     }
     assert_eq!(paged, expected);
-    let first = schedules.list(None, 5).await.unwrap();
+    let first = schedules.list(None, Limit::of::<5>()).await.unwrap();
     assert_eq!(first.items, expected[..5].to_vec());
-    assert_eq!(first.next.as_deref(), Some(expected[4].0.as_str()));
+    assert_eq!(
+        first.next,
+        Some(ScheduleCursor::after(expected[4].0.as_str()))
+    );
     client.close().await;
 }
 
 async fn stale_schedule_writers_are_refused_all_targets<R: Runtime>() {
     for target in [Target::SingleLegacy, Target::SingleCluster, Target::Cluster] {
         stale_schedule_writers_are_refused::<R>(target).await;
+    }
+}
+
+/// A schedule record written before holders were stored (a hash without `holder`) stays
+/// readable, with no holder; the next write by a holder stores one, and reads give it back.
+async fn schedules_written_before_holders_read_without_one<R: Runtime>(target: Target) {
+    let client = target.client::<R>().await;
+    let ks = target.keyspace("coord-schedule-holder");
+    let schedules = Schedules::new(client.clone(), ks.clone()).unwrap();
+    let id = "old:{1}";
+    let record = ks.record(RecordKind::Schedule, id);
+    key_cmd(
+        &client,
+        "HSET",
+        &record,
+        &["token", "4", "data", "old", "deleted", "0"],
+    )
+    .await;
+    let old = Schedule {
+        token: 4,
+        data: Bytes::from_static(b"old"),
+        holder: None,
+    };
+    assert_eq!(schedules.get(id).await.unwrap(), Some(old));
+    schedules
+        .put(id, 4, "leader-a", Bytes::from_static(b"new"))
+        .await
+        .unwrap();
+    let new = Schedule {
+        token: 4,
+        data: Bytes::from_static(b"new"),
+        holder: Some("leader-a".into()),
+    };
+    assert_eq!(schedules.get(id).await.unwrap(), Some(new));
+    client.close().await;
+}
+
+async fn schedules_written_before_holders_read_without_one_all_targets<R: Runtime>() {
+    for target in [Target::SingleLegacy, Target::SingleCluster, Target::Cluster] {
+        schedules_written_before_holders_read_without_one::<R>(target).await;
     }
 }
 
@@ -365,6 +416,7 @@ async fn contended_lease_tokens_are_unique_all_targets<R: Runtime>() {
 
 both_drivers!(
     stale_schedule_writers_are_refused_all_targets,
+    schedules_written_before_holders_read_without_one_all_targets,
     racing_schedule_writers_keep_the_largest_token_all_targets,
     lease_tokens_never_go_backwards_all_targets,
     contended_lease_tokens_are_unique_all_targets,

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use botmesh_redis_core::Error;
+use botmesh_redis_core::{ConfigError, Error};
 use botmesh_redis_core::{Coordinator, Released};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::{driver_name, Runtime};
@@ -311,6 +311,40 @@ async fn fence_outlives_expiry_all_targets<R: Runtime>() {
     }
 }
 
+/// A zero or sub-millisecond TTL is refused before anything is sent: no fence is taken (the
+/// first real grant is fence 1) and no lock is held. It used to grant a fence for a 1 ms lock.
+async fn zero_ttl_lock_is_refused<R: Runtime>(target: Target) {
+    let ks = target.keyspace("coord-lock-zero-ttl");
+    let client = target.client::<R>().await;
+    let coord = Coordinator::new(client.clone(), ks, "r").unwrap();
+    for ttl in [Duration::ZERO, Duration::from_micros(999)] {
+        assert_eq!(
+            coord.lock("k", "a#1", ttl).await,
+            Err(Error::Config(ConfigError::DurationBelowOneMs {
+                argument: "ttl",
+                given: ttl
+            }))
+        );
+        assert_eq!(
+            coord.campaign("leader", ttl).await,
+            Err(Error::Config(ConfigError::DurationBelowOneMs {
+                argument: "ttl",
+                given: ttl
+            }))
+        );
+    }
+    let ttl = Duration::from_secs(5);
+    assert_eq!(coord.lock("k", "a#1", ttl).await.unwrap(), Some(1));
+    assert_eq!(coord.campaign("leader", ttl).await.unwrap(), Some(1));
+    client.close().await;
+}
+
+async fn zero_ttl_lock_is_refused_all_targets<R: Runtime>() {
+    for target in [Target::SingleLegacy, Target::SingleCluster, Target::Cluster] {
+        zero_ttl_lock_is_refused::<R>(target).await;
+    }
+}
+
 /// `with_wait_replicas`: on the cluster (one replica per master) a grant reaches its replica
 /// and counts; on the single node (no replica) it is given back and fails with
 /// `NotReplicated`, and the lock is free again.
@@ -382,5 +416,6 @@ both_drivers!(contended_leadership {
 
 both_drivers!(
     fence_outlives_expiry_all_targets,
+    zero_ttl_lock_is_refused_all_targets,
     replicated_grants_wait_for_replicas,
 );

@@ -17,16 +17,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::future::join_all;
 
-use botmesh_redis_core::Durability;
 use botmesh_redis_core::Error;
 use botmesh_redis_core::{Acked, Begun};
+use botmesh_redis_core::{Durability, Limit};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
 use botmesh_redis_tests::coord::{Clock, Target};
 
 const SENDS: u64 = 10_000;
 const INSTANCES: usize = 4;
-const BATCH: u32 = 25;
+const BATCH: Limit = Limit::of::<25>();
 const VISIBILITY: Duration = Duration::from_millis(1000);
 const WINDOW: Duration = Duration::from_secs(600);
 /// The killed instance stops after acking this many sends.
@@ -177,7 +177,7 @@ async fn outbox_acks_every_send_once<R: Runtime>(target: Target) {
         .collect();
     assert_eq!(duplicates, expected);
     assert!(l.sends.values().all(|&n| n <= 2));
-    assert_eq!(unacked.len(), BATCH as usize / 2);
+    assert_eq!(unacked.len(), BATCH.get() as usize / 2);
     let driver = driver_name::<R>();
     eprintln!(
         "{target:?} on {driver}: {SENDS} sends acked once each; {} duplicate sends ({} by the \
@@ -209,18 +209,18 @@ async fn recover_requeues_claims_of_a_stopped_instance<R: Runtime>(
             .unwrap());
     }
     let claimed = outbox
-        .claim("x", 10, Duration::from_secs(60))
+        .claim("x", Limit::of::<10>(), Duration::from_secs(60))
         .await
         .unwrap();
     assert_eq!(claimed.len(), 3);
     assert!(outbox
-        .claim("y", 10, Duration::from_secs(60))
+        .claim("y", Limit::of::<10>(), Duration::from_secs(60))
         .await
         .unwrap()
         .is_empty());
     assert_eq!(outbox.recover("x").await.unwrap(), 3);
     let again = outbox
-        .claim("y", 10, Duration::from_secs(60))
+        .claim("y", Limit::of::<10>(), Duration::from_secs(60))
         .await
         .unwrap();
     let mut keys: Vec<String> = again.iter().map(|c| c.key.clone()).collect();

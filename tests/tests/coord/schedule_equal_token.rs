@@ -27,10 +27,11 @@ fn stale(id: &str, token: u64, stored: u64) -> Error {
     }
 }
 
-fn schedule(token: u64, data: &'static str) -> Option<Schedule> {
+fn schedule(token: u64, holder: &str, data: &'static str) -> Option<Schedule> {
     Some(Schedule {
         token,
         data: Bytes::from_static(data.as_bytes()),
+        holder: Some(holder.to_owned()),
     })
 }
 
@@ -55,10 +56,16 @@ async fn equal_token_from_another_holder_is_refused<R: Runtime>(target: Target) 
         schedules.delete(id, 5, "leader-b").await.unwrap_err(),
         taken(id, 5)
     );
-    assert_eq!(schedules.get(id).await.unwrap(), schedule(5, "a1"));
+    assert_eq!(
+        schedules.get(id).await.unwrap(),
+        schedule(5, "leader-a", "a1")
+    );
     // The holder of the token writes again.
     schedules.put(id, 5, "leader-a", data("a2")).await.unwrap();
-    assert_eq!(schedules.get(id).await.unwrap(), schedule(5, "a2"));
+    assert_eq!(
+        schedules.get(id).await.unwrap(),
+        schedule(5, "leader-a", "a2")
+    );
     // The deleted marker keeps the token and its holder: the other holder still cannot write
     // with that token, and the holder can bring the schedule back.
     schedules.delete(id, 5, "leader-a").await.unwrap();
@@ -72,7 +79,10 @@ async fn equal_token_from_another_holder_is_refused<R: Runtime>(target: Target) 
     );
     assert_eq!(schedules.get(id).await.unwrap(), None);
     schedules.put(id, 5, "leader-a", data("a3")).await.unwrap();
-    assert_eq!(schedules.get(id).await.unwrap(), schedule(5, "a3"));
+    assert_eq!(
+        schedules.get(id).await.unwrap(),
+        schedule(5, "leader-a", "a3")
+    );
     // A higher token wins whoever holds it; then the earlier holder is stale.
     schedules.put(id, 6, "leader-b", data("b3")).await.unwrap();
     assert_eq!(
@@ -89,7 +99,10 @@ async fn equal_token_from_another_holder_is_refused<R: Runtime>(target: Target) 
             .unwrap_err(),
         stale(id, 5, 6)
     );
-    assert_eq!(schedules.get(id).await.unwrap(), schedule(6, "b3"));
+    assert_eq!(
+        schedules.get(id).await.unwrap(),
+        schedule(6, "leader-b", "b3")
+    );
     client.close().await;
 }
 
@@ -149,7 +162,10 @@ async fn tokens_compare_exactly_as_64_bit_integers<R: Runtime>(target: Target) {
             .unwrap_err(),
         stale("big", u64::MAX - 1, u64::MAX)
     );
-    assert_eq!(schedules.get("big").await.unwrap(), schedule(u64::MAX, "v"));
+    assert_eq!(
+        schedules.get("big").await.unwrap(),
+        schedule(u64::MAX, "h5", "v")
+    );
     // Shorter is smaller: 10 is below 9, compared as numbers, not as text.
     schedules.put("short", 9, "s0", data("a")).await.unwrap();
     schedules.put("short", 10, "s1", data("b")).await.unwrap();
@@ -160,7 +176,10 @@ async fn tokens_compare_exactly_as_64_bit_integers<R: Runtime>(target: Target) {
             .unwrap_err(),
         stale("short", 9, 10)
     );
-    assert_eq!(schedules.get("short").await.unwrap(), schedule(10, "b"));
+    assert_eq!(
+        schedules.get("short").await.unwrap(),
+        schedule(10, "s1", "b")
+    );
     client.close().await;
 }
 

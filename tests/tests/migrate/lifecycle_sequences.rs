@@ -287,7 +287,11 @@ async fn a_mirror_rollback_removes_what_the_cluster_deleted<R: Runtime>() {
         let sends = bots
             .durability("out")
             .unwrap()
-            .claim("after", 100, std::time::Duration::from_secs(60))
+            .claim(
+                "after",
+                botmesh_redis_core::Limit::DEFAULT,
+                std::time::Duration::from_secs(60),
+            )
             .await
             .unwrap();
         assert!(

@@ -10,8 +10,8 @@ use botmesh_redis_core::migrate::{
     RollbackOptions,
 };
 use botmesh_redis_core::{Coordinator, Schedules};
-use botmesh_redis_core::{Error, Executor, Layout, MAX_PAGE};
-use botmesh_redis_core::{MessageQuery, Store};
+use botmesh_redis_core::{Error, Executor, Layout};
+use botmesh_redis_core::{Limit, Store};
 use botmesh_redis_tests::conformance::Runtime;
 use botmesh_redis_tests::store::{store_on, Setup};
 use botmesh_redis_tests::{both_drivers, unique_prefix};
@@ -79,7 +79,7 @@ async fn write_everything<E: Executor>(store: &Store<E>) {
 /// Reads every datum back through `store` and checks it.
 async fn read_everything<E: Executor>(store: &Store<E>) {
     let page = store
-        .list_messages("chat-1", &MessageQuery::new().limit(10))
+        .list_messages("chat-1", .., None, Limit::of::<10>())
         .await
         .unwrap();
     let got: Vec<(String, i64, Vec<u8>)> = page
@@ -100,7 +100,7 @@ async fn read_everything<E: Executor>(store: &Store<E>) {
         store.get_chat("chat-1").await.unwrap().as_deref(),
         Some(&b"chat record"[..])
     );
-    let chats = store.list_chats(None, 10).await.unwrap();
+    let chats = store.list_chats(None, Limit::of::<10>()).await.unwrap();
     assert_eq!(chats.items.len(), 1);
     assert_eq!(
         store.get_contact("u1").await.unwrap().as_deref(),
@@ -120,7 +120,7 @@ async fn read_everything<E: Executor>(store: &Store<E>) {
     );
     assert_eq!(
         store
-            .list_user_data("u1", None, None, MAX_PAGE)
+            .list_user_data("u1", None, None, Limit::MAX)
             .await
             .unwrap()
             .items

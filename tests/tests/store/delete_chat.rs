@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use botmesh_redis_core::{Error, Executor};
-use botmesh_redis_core::{MessageQuery, Store, StoreOptions};
+use botmesh_redis_core::{Limit, Store, StoreOptions};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
 use botmesh_redis_tests::store::{exists, item_keys, zmembers, Setup, SignalFirstStep, StopAfter};
@@ -40,13 +40,16 @@ async fn save_many<R: Runtime>(store: &Store<Client<R>>, chat: &str, ids: Vec<St
 
 /// Every message id of the chat, by listing.
 async fn listed_ids<E: Executor>(store: &Store<E>, chat: &str) -> BTreeSet<String> {
-    let mut query = MessageQuery::new().limit(1000);
+    let mut after = None;
     let mut ids = BTreeSet::new();
     loop {
-        let page = store.list_messages(chat, &query).await.unwrap();
+        let page = store
+            .list_messages(chat, .., after.as_ref(), Limit::MAX)
+            .await
+            .unwrap();
         ids.extend(page.items.into_iter().map(|m| m.id));
         match page.next {
-            Some(next) => query = query.after(Some(next)),
+            Some(next) => after = Some(next),
             None => return ids,
         }
     }

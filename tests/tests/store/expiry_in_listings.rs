@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use botmesh_redis_core::keys::RecordKind;
 use botmesh_redis_core::Store;
-use botmesh_redis_core::{Executor, Layout, MAX_PAGE};
+use botmesh_redis_core::{Executor, Layout, Limit};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::Runtime;
 use botmesh_redis_tests::eventually;
@@ -33,7 +33,7 @@ async fn checkpoints_expire<E: Executor>(store: &Store<E>) {
         page.items.into_iter().map(|r| r.id).collect()
     };
     assert_eq!(
-        ids(store.list_checkpoints(None, 100).await.unwrap()),
+        ids(store.list_checkpoints(None, Limit::DEFAULT).await.unwrap()),
         ["forever", "long", "short:{1}"]
     );
     // The listing leaves the checkpoint out as soon as its key expired; the index member goes
@@ -46,7 +46,7 @@ async fn checkpoints_expire<E: Executor>(store: &Store<E>) {
         BOUND,
         "the expired checkpoint leaves the listing and its index",
         || async {
-            let listed = ids(store.list_checkpoints(None, 100).await.unwrap());
+            let listed = ids(store.list_checkpoints(None, Limit::DEFAULT).await.unwrap());
             let pruned = match &index {
                 Some(index) => !zmembers(store.executor(), index)
                     .await
@@ -59,7 +59,7 @@ async fn checkpoints_expire<E: Executor>(store: &Store<E>) {
     .await;
     assert_eq!(store.get_checkpoint("short:{1}").await.unwrap(), None);
     assert_eq!(
-        ids(store.list_checkpoints(None, 100).await.unwrap()),
+        ids(store.list_checkpoints(None, Limit::DEFAULT).await.unwrap()),
         ["forever", "long"]
     );
 }
@@ -88,7 +88,7 @@ async fn user_entries_expire<E: Executor>(store: &Store<E>) {
     };
     assert_eq!(
         store
-            .list_user_data(user, None, None, MAX_PAGE)
+            .list_user_data(user, None, None, Limit::MAX)
             .await
             .unwrap()
             .items
@@ -103,7 +103,7 @@ async fn user_entries_expire<E: Executor>(store: &Store<E>) {
         || async {
             let listed = keys(
                 store
-                    .list_user_data(user, None, None, MAX_PAGE)
+                    .list_user_data(user, None, None, Limit::MAX)
                     .await
                     .unwrap()
                     .items,
@@ -117,7 +117,7 @@ async fn user_entries_expire<E: Executor>(store: &Store<E>) {
     )
     .await;
     assert!(store
-        .list_user_data(user, Some("other"), None, MAX_PAGE)
+        .list_user_data(user, Some("other"), None, Limit::MAX)
         .await
         .unwrap()
         .items

@@ -12,19 +12,20 @@ use std::sync::OnceLock;
 use botmesh_redis_core::keys::bucket;
 use botmesh_redis_core::keys::RecordKind;
 use botmesh_redis_core::Store;
-use botmesh_redis_core::{ClientOptions, Layout};
+use botmesh_redis_core::{ClientOptions, Layout, Limit};
 use botmesh_redis_tests::conformance::{Client, Runtime};
 use botmesh_redis_tests::store::{store_on, NASTY};
 use botmesh_redis_tests::{both_drivers, parse_info, unique_prefix, ClusterOptions, RedisCluster};
 
 /// Every id of a listing, page by page.
 async fn listed<R: Runtime>(store: &Store<Client<R>>, kind: RecordKind) -> Vec<String> {
-    let mut after: Option<String> = None;
+    let mut after = None;
+    let seven = Limit::of::<7>();
     let mut ids = Vec::new();
     loop {
         let page = match kind {
-            RecordKind::Chat => store.list_chats(after.as_deref(), 7).await,
-            _ => store.list_checkpoints(after.as_deref(), 7).await,
+            RecordKind::Chat => store.list_chats(after.as_ref(), seven).await,
+            _ => store.list_checkpoints(after.as_ref(), seven).await,
         }
         .unwrap();
         ids.extend(page.items.into_iter().map(|r| r.id));

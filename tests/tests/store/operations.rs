@@ -3,10 +3,11 @@
 //! shared 3-master cluster, each on both drivers. Ids are hostile on purpose (`:`, braces, glob
 //! characters, `%`, spaces, emoji, the empty string) and must round-trip.
 
+use std::ops::RangeBounds;
 use std::time::Duration;
 
 use botmesh_redis_core::{Access, Error, Executor, Layout, Request};
-use botmesh_redis_core::{Message, MessageCursor, MessageQuery, Store, MAX_PAGE};
+use botmesh_redis_core::{Limit, Message, MessageCursor, RecordCursor, Store};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::Runtime;
 use botmesh_redis_tests::store::{Setup, NASTY};
@@ -78,15 +79,24 @@ async fn messages_round_trip<E: Executor>(store: &Store<E>, setup: Setup) {
 }
 
 /// Lists every page of `chat` and returns the messages.
-async fn list_all<E: Executor>(store: &Store<E>, chat: &str, query: MessageQuery) -> Vec<Message> {
-    let mut query = query;
+async fn list_all<E: Executor>(
+    store: &Store<E>,
+    chat: &str,
+    range: impl RangeBounds<i64> + Clone,
+    mut after: Option<MessageCursor>,
+    limit: u32,
+) -> Vec<Message> {
+    let limit = Limit::new(limit).unwrap();
     let mut out = Vec::new();
     for _ in 0..1000 {
-        let page = store.list_messages(chat, &query).await.unwrap();
-        assert!(page.items.len() <= query.limit.max(1));
+        let page = store
+            .list_messages(chat, range.clone(), after.as_ref(), limit)
+            .await
+            .unwrap();
+        assert!(page.items.len() <= limit.get() as usize);
         out.extend(page.items);
         match page.next {
-            Some(next) => query = query.after(Some(next)),
+            Some(next) => after = Some(next),
             None => return out,
         }
     }
@@ -115,18 +125,13 @@ async fn message_listing<E: Executor>(store: &Store<E>) {
     };
 
     for limit in [1, 3, 4, 100] {
-        let all = list_all(store, chat, MessageQuery::new().limit(limit)).await;
+        let all = list_all(store, chat, .., None, limit).await;
         assert_eq!(ids(&all), expected, "limit {limit}");
         assert!(all.iter().all(|m| m.payload == payload(chat, &m.id)));
     }
 
     // A time range, inclusive at both ends.
-    let ranged = list_all(
-        store,
-        chat,
-        MessageQuery::new().from(1010).to(1030).limit(2),
-    )
-    .await;
+    let ranged = list_all(store, chat, 1010..=1030, None, 2).await;
     let want: Vec<_> = expected
         .iter()
         .filter(|(t, _)| (1010..=1030).contains(t))
@@ -134,15 +139,19 @@ async fn message_listing<E: Executor>(store: &Store<E>) {
         .collect();
     assert_eq!(ids(&ranged), want);
     let empty = store
-        .list_messages(chat, &MessageQuery::new().from(2000))
+        .list_messages(chat, 2000.., None, Limit::DEFAULT)
         .await
         .unwrap();
     assert!(empty.items.is_empty() && empty.next.is_none());
+    // An exclusive end is the millisecond before it.
+    let before = list_all(store, chat, 1010..1030, None, 2).await;
+    let want_before: Vec<_> = want.iter().filter(|(t, _)| *t < 1030).cloned().collect();
+    assert_eq!(ids(&before), want_before);
 
     // The cursor is a position: deleting its message, or moving it to another time, neither
     // skips nor repeats anything.
     let first = store
-        .list_messages(chat, &MessageQuery::new().limit(5))
+        .list_messages(chat, .., None, Limit::of::<5>())
         .await
         .unwrap();
     let cursor = first.next.clone().unwrap();
@@ -154,29 +163,19 @@ async fn message_listing<E: Executor>(store: &Store<E>) {
         }
     );
     store.delete_message(chat, &cursor.id).await.unwrap();
-    let rest = list_all(
-        store,
-        chat,
-        MessageQuery::new().limit(3).after(Some(cursor.clone())),
-    )
-    .await;
+    let rest = list_all(store, chat, .., Some(cursor.clone()), 3).await;
     assert_eq!(ids(&rest), expected[5..].to_vec());
 
     store
         .save_message(chat, &cursor.id, 999_999, "moved".into())
         .await
         .unwrap();
-    let rest = list_all(
-        store,
-        chat,
-        MessageQuery::new().limit(3).after(Some(cursor)),
-    )
-    .await;
+    let rest = list_all(store, chat, .., Some(cursor), 3).await;
     let mut want = expected[5..].to_vec();
     want.push((999_999, expected[4].1.clone()));
     assert_eq!(ids(&rest), want);
 
-    assert!(list_all(store, "no such chat", MessageQuery::new())
+    assert!(list_all(store, "no such chat", .., None, 100)
         .await
         .is_empty());
 }
@@ -184,16 +183,18 @@ async fn message_listing<E: Executor>(store: &Store<E>) {
 // --- records -----------------------------------------------------------------------------------
 
 /// Lists every page of a kind of record, `limit` at a time.
-async fn pages<F, Fut>(limit: usize, mut list: F) -> Vec<(String, Bytes)>
+async fn pages<F, Fut>(limit: u32, mut list: F) -> Vec<(String, Bytes)>
 where
-    F: FnMut(Option<String>, usize) -> Fut,
+    F: FnMut(Option<RecordCursor>, Limit) -> Fut,
     Fut: std::future::Future<Output = Result<botmesh_redis_core::RecordPage, Error>>,
 {
     let mut after = None;
     let mut out = Vec::new();
     for _ in 0..1000 {
-        let page = list(after.clone(), limit).await.unwrap();
-        assert!(page.items.len() <= limit);
+        let page = list(after.clone(), Limit::new(limit).unwrap())
+            .await
+            .unwrap();
+        assert!(page.items.len() <= limit as usize);
         out.extend(page.items.into_iter().map(|r| (r.id, r.value)));
         match page.next {
             Some(next) => after = Some(next),
@@ -236,7 +237,7 @@ async fn chats_and_contacts<E: Executor>(store: &Store<E>) {
 
     for limit in [1, 2, 5, 1000] {
         let chats = pages(limit, |after, n| async move {
-            store.list_chats(after.as_deref(), n).await
+            store.list_chats(after.as_ref(), n).await
         })
         .await;
         let ids: Vec<String> = chats.iter().map(|(id, _)| id.clone()).collect();
@@ -255,7 +256,7 @@ async fn chats_and_contacts<E: Executor>(store: &Store<E>) {
     assert!(!store.delete_contact("😀").await.unwrap());
     assert_eq!(store.get_contact("😀").await.unwrap(), None);
     let contacts = pages(3, |after, n| async move {
-        store.list_contacts(after.as_deref(), n).await
+        store.list_contacts(after.as_ref(), n).await
     })
     .await;
     let want: Vec<String> = sorted_ids().into_iter().filter(|id| id != "😀").collect();
@@ -272,7 +273,7 @@ async fn chats_and_contacts<E: Executor>(store: &Store<E>) {
     assert!(deleted.record);
     assert_eq!(store.get_chat("}{").await.unwrap(), None);
     assert!(store.get_contact("}{").await.unwrap().is_some());
-    let chats = store.list_chats(None, 1000).await.unwrap();
+    let chats = store.list_chats(None, Limit::MAX).await.unwrap();
     assert!(chats.items.iter().all(|r| r.id != "}{"));
     assert_eq!(chats.items.len(), NASTY.len() - 1);
 }
@@ -291,7 +292,7 @@ async fn checkpoints<E: Executor>(store: &Store<E>) {
         Some(Bytes::from("cp %"))
     );
     let listed = pages(4, |after, n| async move {
-        store.list_checkpoints(after.as_deref(), n).await
+        store.list_checkpoints(after.as_ref(), n).await
     })
     .await;
     assert_eq!(
@@ -301,7 +302,7 @@ async fn checkpoints<E: Executor>(store: &Store<E>) {
     assert!(store.clear_checkpoint("").await.unwrap());
     assert!(!store.clear_checkpoint("").await.unwrap());
     assert_eq!(store.get_checkpoint("").await.unwrap(), None);
-    let listed = store.list_checkpoints(None, 1000).await.unwrap();
+    let listed = store.list_checkpoints(None, Limit::MAX).await.unwrap();
     assert_eq!(listed.items.len(), NASTY.len() - 1);
     assert!(listed.items.iter().all(|r| !r.id.is_empty()));
     // Setting again without a TTL keeps it for good (and in the listing).
@@ -342,7 +343,7 @@ async fn user_data<E: Executor>(store: &Store<E>, setup: Setup) {
     }
     expected.sort();
     let listed: Vec<_> = store
-        .list_user_data(user, None, None, MAX_PAGE)
+        .list_user_data(user, None, None, Limit::MAX)
         .await
         .unwrap()
         .into_iter()
@@ -356,7 +357,7 @@ async fn user_data<E: Executor>(store: &Store<E>, setup: Setup) {
     let mut pages = 0;
     loop {
         let page = store
-            .list_user_data(user, None, after.as_ref(), 4)
+            .list_user_data(user, None, after.as_ref(), Limit::of::<4>())
             .await
             .unwrap();
         assert!(page.items.len() <= 4, "{page:?}");
@@ -372,7 +373,7 @@ async fn user_data<E: Executor>(store: &Store<E>, setup: Setup) {
 
     let ns = namespaces[0];
     let in_ns: Vec<_> = store
-        .list_user_data(user, Some(ns), None, MAX_PAGE)
+        .list_user_data(user, Some(ns), None, Limit::MAX)
         .await
         .unwrap()
         .into_iter()
@@ -393,13 +394,13 @@ async fn user_data<E: Executor>(store: &Store<E>, setup: Setup) {
     let cleared = store.clear_user_data(user, Some(ns)).await.unwrap();
     assert_eq!(cleared, (NASTY.len() - 1) as u64);
     assert!(store
-        .list_user_data(user, Some(ns), None, MAX_PAGE)
+        .list_user_data(user, Some(ns), None, Limit::MAX)
         .await
         .unwrap()
         .items
         .is_empty());
     let left = store
-        .list_user_data(user, None, None, MAX_PAGE)
+        .list_user_data(user, None, None, Limit::MAX)
         .await
         .unwrap()
         .items;
@@ -413,14 +414,14 @@ async fn user_data<E: Executor>(store: &Store<E>, setup: Setup) {
     let cleared = store.clear_user_data(user, None).await.unwrap();
     assert_eq!(cleared, left.len() as u64);
     assert!(store
-        .list_user_data(user, None, None, MAX_PAGE)
+        .list_user_data(user, None, None, Limit::MAX)
         .await
         .unwrap()
         .items
         .is_empty());
     assert_eq!(
         store
-            .list_user_data("other", None, None, MAX_PAGE)
+            .list_user_data("other", None, None, Limit::MAX)
             .await
             .unwrap()
             .items
@@ -535,7 +536,7 @@ async fn split_ids_never_collide<E: Executor>(store: &Store<E>) {
     assert_eq!(store.get_message("a", "c").await.unwrap(), None);
     for chat in ["a:b", "a"] {
         let page = store
-            .list_messages(chat, &MessageQuery::new())
+            .list_messages(chat, .., None, Limit::DEFAULT)
             .await
             .unwrap();
         assert_eq!(page.items.len(), 1, "{chat}");
@@ -550,12 +551,12 @@ async fn split_ids_never_collide<E: Executor>(store: &Store<E>) {
         .await
         .unwrap();
     let a_b = store
-        .list_user_data("a:b", None, None, MAX_PAGE)
+        .list_user_data("a:b", None, None, Limit::MAX)
         .await
         .unwrap()
         .items;
     let a = store
-        .list_user_data("a", None, None, MAX_PAGE)
+        .list_user_data("a", None, None, Limit::MAX)
         .await
         .unwrap()
         .items;
