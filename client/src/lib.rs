@@ -27,17 +27,29 @@
 //! ## TLS
 //!
 //! With `rediss://` URLs or [`ClientOptions::tls`], every connection is TLS (rustls, on the
-//! `ring` provider). The [`TlsConnector`] (the rustls configuration) is built once when the
-//! client starts and handed to [`Runtime::connect`], which runs the handshake over its TCP
+//! `ring` provider), when the crate's default feature `tls` is on. Without it, rustls, ring and
+//! webpki-roots are not built, [`TlsConnector`] is a type without values, and a client asked
+//! for TLS refuses to start with
+//! [`ConfigError::TlsNotBuilt`](botmesh_redis_core::ConfigError::TlsNotBuilt).
+//!
+//! The [`TlsConnector`] (the rustls configuration) is built once when the client starts and
+//! handed to [`Runtime::connect`], which runs the handshake over its TCP
 //! stream. A TLS stream cannot take bytes without possibly waiting (rustls buffers what the
 //! socket does not take, and only a later poll sends it), so a TLS writer answers `WouldBlock`
 //! to [`WriteHalf::try_write`]: each batch goes through a flusher task's `write_all` and flush.
 //! Batching is unchanged (what the session writes meanwhile joins the next batch); the cost is
 //! one task hop per batch. Plain TCP keeps its direct writes.
 #![forbid(unsafe_code)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+#[cfg(not(feature = "tls"))]
+mod no_tls;
+#[cfg(feature = "tls")]
 mod tls;
 
+#[cfg(not(feature = "tls"))]
+pub use no_tls::TlsConnector;
+#[cfg(feature = "tls")]
 pub use tls::{rustls, TlsConnector};
 
 use std::collections::hash_map::RandomState;
@@ -57,6 +69,8 @@ use futures_lite::{future, StreamExt};
 
 use botmesh_redis_core::driver::session::{ConnId, Output, Session, Submission, Waiters};
 use botmesh_redis_core::driver::Plan;
+#[cfg(not(feature = "tls"))]
+use botmesh_redis_core::ConfigError;
 use botmesh_redis_core::{Access, Request};
 use botmesh_redis_core::{
     ClientOptions, Deployment, Error, Executor, NodeAddr, Store, StoreOptions,
@@ -270,16 +284,16 @@ impl<R: Runtime> Client<R> {
         }
     }
 
-    /// Starts the client without waiting for any node: the first request connects.
+    /// Starts the client without waiting for any node: the first request connects. Checks
+    /// the options only ([`Client::connect`] also checks the node); fails with
+    /// [`ConfigError::TlsNotBuilt`](botmesh_redis_core::ConfigError::TlsNotBuilt) when TLS is
+    /// asked for and the `tls` feature is off.
     pub fn start(options: ClientOptions) -> Result<Self, Error> {
         let mut seed = RandomState::new().build_hasher();
         seed.write_u64(0);
         let config = options.to_config(seed.finish())?;
         let deployment = config.endpoints.deployment();
-        let tls = match options.tls_settings()? {
-            Some(settings) => Some(TlsConnector::new(&settings)?),
-            None => None,
-        };
+        let tls = tls_connector(&options)?;
         let session = Session::new(config, Instant::now());
         let (tx, calls) = futures_channel::mpsc::unbounded();
         let (closed_tx, closed) = async_channel::bounded(1);
@@ -319,6 +333,32 @@ impl<R: Runtime> Client<R> {
         // The session task drops its end when it is done; that is the signal.
         let _ = self.shared.closed.recv().await;
     }
+}
+
+/// The TLS configuration for every connection, or `None` for plain TCP.
+#[cfg(feature = "tls")]
+fn tls_connector(options: &ClientOptions) -> Result<Option<TlsConnector>, Error> {
+    match options.tls_settings()? {
+        Some(settings) => Ok(Some(TlsConnector::new(&settings)?)),
+        None => Ok(None),
+    }
+}
+
+/// Plain TCP, or the refusal of TLS: this build has none.
+#[cfg(not(feature = "tls"))]
+fn tls_connector(options: &ClientOptions) -> Result<Option<TlsConnector>, Error> {
+    match options.tls_settings()? {
+        Some(_) => Err(ConfigError::TlsNotBuilt.into()),
+        None => Ok(None),
+    }
+}
+
+/// Says why a connect or a read failed, for [`Error::Connect`]'s reason.
+fn describe_failure(e: &io::Error) -> String {
+    #[cfg(feature = "tls")]
+    return tls::describe_failure(e);
+    #[cfg(not(feature = "tls"))]
+    return e.to_string();
 }
 
 /// Connects a client and opens a store on it ([`Store::open`]: built, then its start guard
@@ -608,7 +648,7 @@ async fn open<R: Runtime>(
     let (mut read, write) = match R::connect(&dial, tls.as_ref()).await {
         Ok(halves) => halves,
         Err(e) => {
-            let reason = tls::describe_failure(&e);
+            let reason = describe_failure(&e);
             let _ = tx.unbounded_send(event(ConnEvent::ConnectFailed(reason)));
             return;
         }
@@ -636,10 +676,48 @@ async fn open<R: Runtime>(
                 }
                 // A TLS server that refuses the client's certificate says so in an alert read
                 // after the handshake (TLS 1.3): the reason names it.
-                Err(e) => break tls::describe_failure(&e),
+                Err(e) => break describe_failure(&e),
             }
         };
         let _ = reader_tx.unbounded_send(event(ConnEvent::Closed(reason)));
     }));
     let _ = tx.unbounded_send(event(ConnEvent::Reader(reader)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_tcp_needs_no_tls() {
+        assert!(tls_connector(&ClientOptions::url("redis://h:1"))
+            .unwrap()
+            .is_none());
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_is_built_when_asked_for() {
+        assert!(tls_connector(&ClientOptions::url("rediss://h:1"))
+            .unwrap()
+            .is_some());
+    }
+
+    /// Run with `cargo test -p botmesh-redis-client --no-default-features`.
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn tls_asked_of_a_build_without_it_is_refused_at_start() {
+        for options in [
+            ClientOptions::url("rediss://h:1"),
+            ClientOptions::cluster(["rediss://h:1", "rediss://h:2"]),
+            ClientOptions::url("redis://h:1").tls(botmesh_redis_core::TlsOptions::new()),
+        ] {
+            let error = tls_connector(&options).unwrap_err();
+            assert_eq!(error, Error::Config(ConfigError::TlsNotBuilt));
+            assert!(
+                error.to_string().contains("enable the `tls` feature"),
+                "{error}"
+            );
+        }
+    }
 }

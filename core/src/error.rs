@@ -309,17 +309,14 @@ pub enum ConfigError {
         reason: String,
     },
     /// A `rediss://` URL or [`ClientOptions::tls`](crate::ClientOptions::tls) was given to a
-    /// client built without TLS: the driver crate's default feature `tls` is off. Nothing was
-    /// sent.
+    /// client built without TLS: the driver crate's default feature `tls` is off. Found when
+    /// the client starts; nothing was sent.
     #[error(
-        "TLS was asked for ({what}), but this client was built without TLS: enable the `tls` \
-         feature of the driver crate (it is on by default; `default-features = false` turns it \
-         off)"
+        "TLS was asked for (a rediss:// URL or ClientOptions::tls), but this client was built \
+         without TLS: enable the `tls` feature of the driver crate (on by default; \
+         `default-features = false` turns it off)"
     )]
-    TlsNotBuilt {
-        /// What asked for TLS: `a rediss:// URL` or `ClientOptions::tls`.
-        what: &'static str,
-    },
+    TlsNotBuilt,
     /// A single-node client ([`ClientOptions::url`](crate::ClientOptions::url)) was pointed
     /// at a Redis Cluster node (its `INFO cluster` says `cluster_enabled:1`): every key outside
     /// that node's slots would fail with `MOVED`, and legacy-layout keys would land on one
