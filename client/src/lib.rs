@@ -67,11 +67,11 @@ use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender};
 use futures_channel::oneshot;
 use futures_lite::{future, StreamExt};
 
+use botmesh_redis_core::driver::plan::connect_check;
 use botmesh_redis_core::driver::session::{ConnId, Output, Session, Submission, Waiters};
 use botmesh_redis_core::driver::Plan;
 #[cfg(not(feature = "tls"))]
 use botmesh_redis_core::ConfigError;
-use botmesh_redis_core::{Access, Request};
 use botmesh_redis_core::{
     ClientOptions, Deployment, Error, Executor, NodeAddr, Store, StoreOptions,
 };
@@ -270,13 +270,29 @@ impl<R: Runtime> std::fmt::Debug for Client<R> {
 }
 
 impl<R: Runtime> Client<R> {
-    /// Starts the client and checks that a node answers `PING` (with the credentials given), so
-    /// a wrong address or password fails here, with a typed error, within the connect timeout.
+    /// Starts the client and checks that a node answers (with the credentials given) and is
+    /// what the options name, so a mistake fails here, with a typed error, before any request
+    /// ran:
+    ///
+    /// - a wrong address or password: [`Error::Connect`] or [`Error::Auth`], within the
+    ///   connect timeout;
+    /// - a URL ([`ClientOptions::url`]) that names a Redis Cluster node (`INFO cluster` says
+    ///   `cluster_enabled:1`):
+    ///   [`ConfigError::ClusterNodeForSingleClient`](botmesh_redis_core::ConfigError::ClusterNodeForSingleClient),
+    ///   which says to use [`ClientOptions::cluster`];
+    /// - root nodes ([`ClientOptions::cluster`]) of which one is a single node and none gives
+    ///   the slot map:
+    ///   [`ConfigError::SingleNodeForClusterClient`](botmesh_redis_core::ConfigError::SingleNodeForClusterClient),
+    ///   at once, which says to use [`ClientOptions::url`];
+    /// - root nodes none of which gives the slot map within the retries
+    ///   ([`ClientOptions::cluster_retry`]): [`Error::Discovery`], with each seed's answer.
+    ///
+    /// A node that refuses `INFO` (an ACL user without it) is taken at its word.
     pub async fn connect(options: ClientOptions) -> Result<Self, Error> {
+        let check = connect_check(&options.to_config(0)?.endpoints);
         let client = Self::start(options)?;
-        let ping = Request::cmd(Access::Read, "PING").build()?;
-        match client.call(ping).await {
-            Ok(_) => Ok(client),
+        match client.run(check).await {
+            Ok(()) => Ok(client),
             Err(e) => {
                 client.close().await;
                 Err(e)
