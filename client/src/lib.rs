@@ -40,13 +40,14 @@
 //! Batching is unchanged (what the session writes meanwhile joins the next batch); the cost is
 //! one task hop per batch. Plain TCP keeps its direct writes.
 #![forbid(unsafe_code)]
-#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 #[cfg(not(feature = "tls"))]
 mod no_tls;
 #[cfg(feature = "tls")]
 mod tls;
 
+#[cfg(not(feature = "tls"))]
+use no_tls as tls;
 #[cfg(not(feature = "tls"))]
 pub use no_tls::TlsConnector;
 #[cfg(feature = "tls")]
@@ -70,8 +71,6 @@ use futures_lite::{future, StreamExt};
 use botmesh_redis_core::driver::plan::connect_check;
 use botmesh_redis_core::driver::session::{ConnId, Output, Session, Submission, Waiters};
 use botmesh_redis_core::driver::Plan;
-#[cfg(not(feature = "tls"))]
-use botmesh_redis_core::ConfigError;
 use botmesh_redis_core::{
     ClientOptions, Deployment, Error, Executor, NodeAddr, Store, StoreOptions,
 };
@@ -95,7 +94,7 @@ pub trait Runtime: Send + Sync + 'static {
     fn sleep_until(at: Instant) -> impl Future<Output = ()> + Send;
 
     /// Opens a TCP connection (with `TCP_NODELAY`), runs the TLS handshake over it when `tls`
-    /// is given (checking the certificate against [`TlsConnector::server_name`]), and splits
+    /// is given (checking the certificate against `TlsConnector::server_name`), and splits
     /// it. A handshake failure is an error whose inner error is the `rustls::Error`, as
     /// tokio-rustls and futures-rustls report it.
     fn connect(
@@ -309,7 +308,7 @@ impl<R: Runtime> Client<R> {
         seed.write_u64(0);
         let config = options.to_config(seed.finish())?;
         let deployment = config.endpoints.deployment();
-        let tls = tls_connector(&options)?;
+        let tls = tls::connector(&options)?;
         let session = Session::new(config, Instant::now());
         let (tx, calls) = futures_channel::mpsc::unbounded();
         let (closed_tx, closed) = async_channel::bounded(1);
@@ -349,32 +348,6 @@ impl<R: Runtime> Client<R> {
         // The session task drops its end when it is done; that is the signal.
         let _ = self.shared.closed.recv().await;
     }
-}
-
-/// The TLS configuration for every connection, or `None` for plain TCP.
-#[cfg(feature = "tls")]
-fn tls_connector(options: &ClientOptions) -> Result<Option<TlsConnector>, Error> {
-    match options.tls_settings()? {
-        Some(settings) => Ok(Some(TlsConnector::new(&settings)?)),
-        None => Ok(None),
-    }
-}
-
-/// Plain TCP, or the refusal of TLS: this build has none.
-#[cfg(not(feature = "tls"))]
-fn tls_connector(options: &ClientOptions) -> Result<Option<TlsConnector>, Error> {
-    match options.tls_settings()? {
-        Some(_) => Err(ConfigError::TlsNotBuilt.into()),
-        None => Ok(None),
-    }
-}
-
-/// Says why a connect or a read failed, for [`Error::Connect`]'s reason.
-fn describe_failure(e: &io::Error) -> String {
-    #[cfg(feature = "tls")]
-    return tls::describe_failure(e);
-    #[cfg(not(feature = "tls"))]
-    return e.to_string();
 }
 
 /// Connects a client and opens a store on it ([`Store::open`]: built, then its start guard
@@ -664,7 +637,7 @@ async fn open<R: Runtime>(
     let (mut read, write) = match R::connect(&dial, tls.as_ref()).await {
         Ok(halves) => halves,
         Err(e) => {
-            let reason = describe_failure(&e);
+            let reason = tls::describe_failure(&e);
             let _ = tx.unbounded_send(event(ConnEvent::ConnectFailed(reason)));
             return;
         }
@@ -692,48 +665,10 @@ async fn open<R: Runtime>(
                 }
                 // A TLS server that refuses the client's certificate says so in an alert read
                 // after the handshake (TLS 1.3): the reason names it.
-                Err(e) => break describe_failure(&e),
+                Err(e) => break tls::describe_failure(&e),
             }
         };
         let _ = reader_tx.unbounded_send(event(ConnEvent::Closed(reason)));
     }));
     let _ = tx.unbounded_send(event(ConnEvent::Reader(reader)));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn plain_tcp_needs_no_tls() {
-        assert!(tls_connector(&ClientOptions::url("redis://h:1"))
-            .unwrap()
-            .is_none());
-    }
-
-    #[cfg(feature = "tls")]
-    #[test]
-    fn tls_is_built_when_asked_for() {
-        assert!(tls_connector(&ClientOptions::url("rediss://h:1"))
-            .unwrap()
-            .is_some());
-    }
-
-    /// Run with `cargo test -p botmesh-redis-client --no-default-features`.
-    #[cfg(not(feature = "tls"))]
-    #[test]
-    fn tls_asked_of_a_build_without_it_is_refused_at_start() {
-        for options in [
-            ClientOptions::url("rediss://h:1"),
-            ClientOptions::cluster(["rediss://h:1", "rediss://h:2"]),
-            ClientOptions::url("redis://h:1").tls(botmesh_redis_core::TlsOptions::new()),
-        ] {
-            let error = tls_connector(&options).unwrap_err();
-            assert_eq!(error, Error::Config(ConfigError::TlsNotBuilt));
-            assert!(
-                error.to_string().contains("enable the `tls` feature"),
-                "{error}"
-            );
-        }
-    }
 }
