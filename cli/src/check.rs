@@ -579,8 +579,10 @@ mod tests {
             refused.lines,
             vec![
                 "verdict: start() with layout legacy would be refused: configuration error: \
-                 the legacy layout runs on a single node only: store needs the cluster layout \
-                 with a cluster client"
+                 the legacy layout runs on a single node only: on a cluster client, store needs \
+                 the cluster layout (Layout::Cluster, the default with ClientOptions::cluster); \
+                 data written in the legacy layout on a single node moves to it with the command \
+                 line `botmesh-redis migrate` (docs/migration.md)"
                     .to_owned()
             ]
         );

@@ -726,8 +726,10 @@ marker         \"cluster:v1\"
     );
     assert!(legacy.stdout.contains(
         "\nverdict: start() with layout legacy would be refused: configuration error: the legacy \
-         layout runs on a single node only: store needs the cluster layout with a cluster \
-         client\n"
+         layout runs on a single node only: on a cluster client, store needs the cluster layout \
+         (Layout::Cluster, the default with ClientOptions::cluster); data written in the legacy \
+         layout on a single node moves to it with the command line `botmesh-redis migrate` \
+         (docs/migration.md)\n"
     ));
 
     let rollback = [

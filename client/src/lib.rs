@@ -27,8 +27,13 @@
 //! ## TLS
 //!
 //! With `rediss://` URLs or [`ClientOptions::tls`], every connection is TLS (rustls, on the
-//! `ring` provider). The [`TlsConnector`] (the rustls configuration) is built once when the
-//! client starts and handed to [`Runtime::connect`], which runs the handshake over its TCP
+//! `ring` provider), when the crate's default feature `tls` is on. Without it, rustls, ring and
+//! webpki-roots are not built, [`TlsConnector`] is a type without values, and a client asked
+//! for TLS refuses to start with
+//! [`ConfigError::TlsNotBuilt`](botmesh_redis_core::ConfigError::TlsNotBuilt).
+//!
+//! The [`TlsConnector`] (the rustls configuration) is built once when the client starts and
+//! handed to [`Runtime::connect`], which runs the handshake over its TCP
 //! stream. A TLS stream cannot take bytes without possibly waiting (rustls buffers what the
 //! socket does not take, and only a later poll sends it), so a TLS writer answers `WouldBlock`
 //! to [`WriteHalf::try_write`]: each batch goes through a flusher task's `write_all` and flush.
@@ -36,8 +41,16 @@
 //! one task hop per batch. Plain TCP keeps its direct writes.
 #![forbid(unsafe_code)]
 
+#[cfg(not(feature = "tls"))]
+mod no_tls;
+#[cfg(feature = "tls")]
 mod tls;
 
+#[cfg(not(feature = "tls"))]
+use no_tls as tls;
+#[cfg(not(feature = "tls"))]
+pub use no_tls::TlsConnector;
+#[cfg(feature = "tls")]
 pub use tls::{rustls, TlsConnector};
 
 use std::collections::hash_map::RandomState;
@@ -55,9 +68,9 @@ use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender};
 use futures_channel::oneshot;
 use futures_lite::{future, StreamExt};
 
+use botmesh_redis_core::driver::plan::connect_check;
 use botmesh_redis_core::driver::session::{ConnId, Output, Session, Submission, Waiters};
 use botmesh_redis_core::driver::Plan;
-use botmesh_redis_core::{Access, Request};
 use botmesh_redis_core::{
     ClientOptions, Deployment, Error, Executor, NodeAddr, Store, StoreOptions,
 };
@@ -81,7 +94,7 @@ pub trait Runtime: Send + Sync + 'static {
     fn sleep_until(at: Instant) -> impl Future<Output = ()> + Send;
 
     /// Opens a TCP connection (with `TCP_NODELAY`), runs the TLS handshake over it when `tls`
-    /// is given (checking the certificate against [`TlsConnector::server_name`]), and splits
+    /// is given (checking the certificate against `TlsConnector::server_name`), and splits
     /// it. A handshake failure is an error whose inner error is the `rustls::Error`, as
     /// tokio-rustls and futures-rustls report it.
     fn connect(
@@ -258,13 +271,29 @@ impl<R: Runtime> std::fmt::Debug for Client<R> {
 }
 
 impl<R: Runtime> Client<R> {
-    /// Starts the client and checks that a node answers `PING` (with the credentials given), so
-    /// a wrong address or password fails here, with a typed error, within the connect timeout.
+    /// Starts the client and checks that a node answers (with the credentials given) and is
+    /// what the options name, so a mistake fails here, with a typed error, before any request
+    /// ran:
+    ///
+    /// - a wrong address or password: [`Error::Connect`] or [`Error::Auth`], within the
+    ///   connect timeout;
+    /// - a URL ([`ClientOptions::url`]) that names a Redis Cluster node (`INFO cluster` says
+    ///   `cluster_enabled:1`):
+    ///   [`ConfigError::ClusterNodeForSingleClient`](botmesh_redis_core::ConfigError::ClusterNodeForSingleClient),
+    ///   which says to use [`ClientOptions::cluster`];
+    /// - root nodes ([`ClientOptions::cluster`]) of which one is a single node and none gives
+    ///   the slot map:
+    ///   [`ConfigError::SingleNodeForClusterClient`](botmesh_redis_core::ConfigError::SingleNodeForClusterClient),
+    ///   at once, which says to use [`ClientOptions::url`];
+    /// - root nodes none of which gives the slot map within the retries
+    ///   ([`ClientOptions::cluster_retry`]): [`Error::Discovery`], with each seed's answer.
+    ///
+    /// A node that refuses `INFO` (an ACL user without it) is taken at its word.
     pub async fn connect(options: ClientOptions) -> Result<Self, Error> {
+        let check = connect_check(&options.to_config(0)?.endpoints);
         let client = Self::start(options)?;
-        let ping = Request::cmd(Access::Read, "PING").build()?;
-        match client.call(ping).await {
-            Ok(_) => Ok(client),
+        match client.run(check).await {
+            Ok(()) => Ok(client),
             Err(e) => {
                 client.close().await;
                 Err(e)
@@ -272,16 +301,16 @@ impl<R: Runtime> Client<R> {
         }
     }
 
-    /// Starts the client without waiting for any node: the first request connects.
+    /// Starts the client without waiting for any node: the first request connects. Checks
+    /// the options only ([`Client::connect`] also checks the node); fails with
+    /// [`ConfigError::TlsNotBuilt`](botmesh_redis_core::ConfigError::TlsNotBuilt) when TLS is
+    /// asked for and the `tls` feature is off.
     pub fn start(options: ClientOptions) -> Result<Self, Error> {
         let mut seed = RandomState::new().build_hasher();
         seed.write_u64(0);
         let config = options.to_config(seed.finish())?;
         let deployment = config.endpoints.deployment();
-        let tls = match options.tls_settings()? {
-            Some(settings) => Some(TlsConnector::new(&settings)?),
-            None => None,
-        };
+        let tls = tls::connector(&options)?;
         let session = Session::new(config, Instant::now());
         let (tx, calls) = futures_channel::mpsc::unbounded();
         let (closed_tx, closed) = async_channel::bounded(1);

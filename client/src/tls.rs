@@ -10,7 +10,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 
-use botmesh_redis_core::{ConfigError, Error, NodeAddr, Pem, TlsOptions};
+use botmesh_redis_core::{ClientOptions, ConfigError, Error, NodeAddr, Pem, TlsOptions};
 
 pub use rustls;
 
@@ -112,6 +112,15 @@ impl TlsConnector {
     }
 }
 
+/// The TLS configuration for every connection of a client with these options, or `None` for
+/// plain TCP.
+pub(crate) fn connector(options: &ClientOptions) -> Result<Option<TlsConnector>, Error> {
+    match options.tls_settings()? {
+        Some(settings) => Ok(Some(TlsConnector::new(&settings)?)),
+        None => Ok(None),
+    }
+}
+
 /// Says what a failed TLS connect means, for [`Error::Connect`]'s reason: rustls's own words
 /// ("invalid peer certificate: UnknownIssuer") behind a sentence an operator can act on.
 pub(crate) fn describe_failure(e: &io::Error) -> String {
@@ -156,4 +165,21 @@ fn read<'a>(pem: &'a Pem, what: &str) -> Result<std::borrow::Cow<'a, [u8]>, Erro
 /// A TLS setting that cannot be used, as a configuration error.
 fn tls_error(reason: String) -> Error {
     Error::Config(ConfigError::Tls { reason })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn tls_is_built_when_asked_for_and_only_then() {
+        assert!(connector(&ClientOptions::url("redis://h:1"))
+            .unwrap()
+            .is_none());
+        assert!(connector(&ClientOptions::url("rediss://h:1"))
+            .unwrap()
+            .is_some());
+    }
 }

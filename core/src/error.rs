@@ -217,6 +217,21 @@ pub enum Error {
         /// What the record says.
         found: String,
     },
+    /// A cluster client found no slot map: no seed (root node) it asked answered `CLUSTER
+    /// SLOTS` with one before the attempts ran out (see
+    /// [`ClientOptions::cluster_retry`](crate::ClientOptions::cluster_retry)). `tried` says what
+    /// each seed answered: a refused or timed-out connection, an error reply, a map without
+    /// slots. Nothing was sent. (A refused password is [`Error::Auth`], at once; a seed without
+    /// cluster support is [`ConfigError::SingleNodeForClusterClient`].)
+    #[error(
+        "cluster discovery failed: no seed answered CLUSTER SLOTS with a slot map; tried {}: \
+         check the seeds given to ClientOptions::cluster and that the cluster is up",
+        describe_seeds(tried)
+    )]
+    Discovery {
+        /// Each seed asked, with its last answer, in the order first asked.
+        tried: Vec<SeedAnswer>,
+    },
     /// The client was closed before the request completed.
     #[error("the client is closed")]
     Closed,
@@ -228,9 +243,12 @@ pub enum Error {
 #[non_exhaustive]
 pub enum ConfigError {
     /// The legacy layout was chosen, or is what a component was given, on a cluster client.
+    /// The message says what to do instead: the cluster layout, after migrating the data.
     #[error(
-        "the legacy layout runs on a single node only: {component} needs the cluster layout \
-         with a cluster client"
+        "the legacy layout runs on a single node only: on a cluster client, {component} needs \
+         the cluster layout (Layout::Cluster, the default with ClientOptions::cluster); data \
+         written in the legacy layout on a single node moves to it with the command line \
+         `botmesh-redis migrate` (docs/migration.md)"
     )]
     LegacyLayoutOnCluster {
         /// What was being built: `store`, `coordinator`, `schedules`, `leases`, `durability`.
@@ -331,6 +349,40 @@ pub enum ConfigError {
         /// What was refused, and why.
         reason: String,
     },
+    /// A `rediss://` URL or [`ClientOptions::tls`](crate::ClientOptions::tls) was given to a
+    /// client built without TLS: the driver crate's default feature `tls` is off. Found when
+    /// the client starts; nothing was sent.
+    #[error(
+        "TLS was asked for (a rediss:// URL or ClientOptions::tls), but this client was built \
+         without TLS: enable the `tls` feature of the driver crate (on by default; \
+         `default-features = false` turns it off)"
+    )]
+    TlsNotBuilt,
+    /// A single-node client ([`ClientOptions::url`](crate::ClientOptions::url)) was pointed
+    /// at a Redis Cluster node (its `INFO cluster` says `cluster_enabled:1`): every key outside
+    /// that node's slots would fail with `MOVED`, and legacy-layout keys would land on one
+    /// master. Found by `connect`, before any request ran.
+    #[error(
+        "{addr} is a Redis Cluster node (INFO says cluster_enabled:1), but the client was made \
+         for a single node: use ClientOptions::cluster([\"{addr}\", ...]) with the cluster's \
+         nodes as seeds"
+    )]
+    ClusterNodeForSingleClient {
+        /// The node the URL names.
+        addr: NodeAddr,
+    },
+    /// A cluster client ([`ClientOptions::cluster`](crate::ClientOptions::cluster)) was
+    /// pointed at a node without cluster support (it answered `CLUSTER SLOTS` with `ERR This
+    /// instance has cluster support disabled`). Found during discovery, at once (no retry can
+    /// change it), before any request ran.
+    #[error(
+        "{addr} is a single Redis node (cluster support disabled), but the client was made for \
+         a cluster: use ClientOptions::url(\"redis://{addr}\") for a single node"
+    )]
+    SingleNodeForClusterClient {
+        /// The seed that said so.
+        addr: NodeAddr,
+    },
     /// An operation used for records it does not write (checkpoints expire, schedules carry
     /// fencing tokens).
     #[error("{records} cannot be written here: use {instead}")]
@@ -362,6 +414,29 @@ impl Error {
             _ => None,
         }
     }
+}
+
+/// What one seed answered during cluster discovery (see [`Error::Discovery`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeedAnswer {
+    /// The seed, as given to [`ClientOptions::cluster`](crate::ClientOptions::cluster).
+    pub seed: NodeAddr,
+    /// Why it gave no map: [`Error::Connect`] (refused, timed out), [`Error::Server`] (an error
+    /// reply), [`Error::ReplyLost`], [`Error::UnexpectedReply`] (a map without slots or a reply
+    /// that does not parse).
+    pub answer: Error,
+}
+
+/// `a (why), b (why)`, for [`Error::Discovery`]'s message.
+fn describe_seeds(tried: &[SeedAnswer]) -> String {
+    if tried.is_empty() {
+        return "no seed".to_owned();
+    }
+    let each: Vec<String> = tried
+        .iter()
+        .map(|t| format!("{} ({})", t.seed, t.answer))
+        .collect();
+    each.join(", ")
 }
 
 /// An error reply (`-CODE message`), split at the first space so that decisions match the code

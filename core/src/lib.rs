@@ -84,6 +84,7 @@ pub mod migrate;
 mod options;
 mod page;
 mod plan;
+mod probe;
 mod request;
 mod retry;
 mod scan;
@@ -112,7 +113,7 @@ pub use coord::{
     TurnGrant, TurnGuard, TurnOptions,
 };
 // Errors.
-pub use error::{ConfigError, Error, ServerError};
+pub use error::{ConfigError, Error, SeedAnswer, ServerError};
 pub use keys::layout::{KeyError, ParseLayoutError};
 // Configuration and the client's side of the seam.
 pub use executor::{Deployment, Executor, IntoKeyspace};
@@ -171,12 +172,14 @@ pub mod driver {
     }
 
     pub mod plan {
-        //! One-request plans and a scripted runner for plan snapshots (`Plan`, `Step` and `Reply`
+        //! One-request plans, the connect check a client runs first ([`connect_check`]: is
+        //! the node what the options name?), and a scripted runner for plan snapshots (`Plan`, `Step` and `Reply`
         //! are [`driver`](crate::driver)'s).
 
         #[cfg(any(test, feature = "testing"))]
         pub use crate::plan::scripted;
         pub use crate::plan::{render_batch, single, Single};
+        pub use crate::probe::{connect_check, info_cluster_enabled, ConnectCheck};
     }
 
     pub mod store {
@@ -261,8 +264,8 @@ pub mod driver {
         //! `CLUSTER SLOTS` replies and `MOVED` / `ASK` redirects, parsed defensively.
 
         pub use crate::topology::{
-            parse_cluster_slots, parse_cluster_slots_with, parse_redirect, Redirect, Shard,
-            Topology, TopologyError, UnknownEndpoint,
+            cluster_support_disabled, parse_cluster_slots, parse_cluster_slots_with,
+            parse_redirect, Redirect, Shard, Topology, TopologyError, UnknownEndpoint,
         };
     }
 

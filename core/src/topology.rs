@@ -43,6 +43,17 @@ pub fn parse_redirect(err: &ServerError, fallback_host: &str) -> Option<Redirect
     }
 }
 
+/// Whether an error reply to `CLUSTER SLOTS` says the node has no cluster support (`ERR This
+/// instance has cluster support disabled`, Redis 6.2 to 7.x and Valkey): a single node, which no
+/// retry turns into a cluster, so discovery refuses it at once.
+pub fn cluster_support_disabled(reply: &ServerError) -> bool {
+    reply.code() == "ERR"
+        && reply
+            .text()
+            .to_ascii_lowercase()
+            .contains("cluster support disabled")
+}
+
 /// One master and the slot ranges it serves.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Shard {
@@ -191,6 +202,28 @@ mod tests {
 
     fn b(s: &str) -> Value {
         Value::from(s)
+    }
+
+    #[test]
+    fn only_the_lack_of_cluster_support_is_a_single_node() {
+        let cases = [
+            ("ERR This instance has cluster support disabled", true),
+            ("ERR this instance has CLUSTER SUPPORT DISABLED", true),
+            ("CLUSTERDOWN The cluster is down", false),
+            ("ERR unknown command 'CLUSTER'", false),
+            (
+                "NOPERM this user has no permissions to run the 'cluster|slots' command",
+                false,
+            ),
+            ("LOADING Redis is loading the dataset in memory", false),
+        ];
+        for (text, want) in cases {
+            assert_eq!(
+                cluster_support_disabled(&ServerError::new(text)),
+                want,
+                "{text}"
+            );
+        }
     }
 
     #[test]

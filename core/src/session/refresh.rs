@@ -4,9 +4,9 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use crate::addr::NodeAddr;
-use crate::error::{ConfigError, Error};
+use crate::error::{ConfigError, Error, SeedAnswer};
 use crate::retry::{next_attempt, NextAttempt};
-use crate::topology::{parse_cluster_slots, Topology};
+use crate::topology::{cluster_support_disabled, parse_cluster_slots, Topology};
 use crate::value::Frame;
 
 use super::conns::{Loss, Queued};
@@ -27,6 +27,44 @@ pub(super) struct Refresh {
     pub(super) not_before: Option<Instant>,
     pub(super) failures: u32,
     pub(super) last_error: Option<Error>,
+    /// Until the first map: each node asked and its last answer, in the order first asked,
+    /// for [`Error::Discovery`].
+    pub(super) answers: Vec<SeedAnswer>,
+    /// A node of this round answered that it has no cluster support: a single node.
+    pub(super) single_node: Option<NodeAddr>,
+}
+
+impl Refresh {
+    /// Records `node`'s answer during discovery (before the first map), replacing an older
+    /// one, and keeps it as the round's last error.
+    fn record(&mut self, discovering: bool, node: &NodeAddr, answer: Error) {
+        if discovering {
+            match self.answers.iter_mut().find(|a| &a.seed == node) {
+                Some(known) => known.answer = answer.clone(),
+                None => self.answers.push(SeedAnswer {
+                    seed: node.clone(),
+                    answer: answer.clone(),
+                }),
+            }
+        }
+        self.last_error = Some(answer);
+    }
+
+    /// Why requests waiting for a first map fail after a round without one, and whether the
+    /// failure is final (no later round can do better): a node without cluster support (the
+    /// options name the wrong deployment) and a refused password are final, at once; else
+    /// discovery failed, with what each node asked answered.
+    pub(super) fn discovery_failure(&self) -> (Error, bool) {
+        if let Some(addr) = &self.single_node {
+            let error = ConfigError::SingleNodeForClusterClient { addr: addr.clone() };
+            return (error.into(), true);
+        }
+        if let Some(auth @ Error::Auth { .. }) = &self.last_error {
+            return (auth.clone(), true);
+        }
+        let tried = self.answers.clone();
+        (Error::Discovery { tried }, false)
+    }
 }
 
 impl<W: Waiters> Session<W> {
@@ -121,6 +159,7 @@ impl<W: Waiters> Session<W> {
         self.refresh.again = false;
         self.refresh.best = None;
         self.refresh.last_error = None;
+        self.refresh.single_node = None;
         self.refresh.last_started = Some(now);
         self.refresh.outstanding = chosen.len();
         let round = self.refresh.round;
@@ -141,13 +180,23 @@ impl<W: Waiters> Session<W> {
             return;
         }
         self.refresh.outstanding = self.refresh.outstanding.saturating_sub(1);
-        let host = self.nodes[node].host.clone();
+        let addr = self.nodes[node].clone();
+        let host = addr.host.clone();
+        let discovering = !self.map_loaded;
         match answer {
             Ok(Ok(value)) => match parse_cluster_slots(&value, &host) {
                 Ok(topo) if topo.is_complete() => {
                     // A complete answer is the best there can be: the round is over.
                     self.refresh.best = Some(topo);
                     self.refresh.outstanding = 0;
+                }
+                Ok(topo) if topo.coverage() == 0 => {
+                    let detail = "CLUSTER SLOTS assigns no slot (is the cluster still being set \
+                                  up? CLUSTER ADDSLOTS or redis-cli --cluster create)";
+                    let answer = Error::UnexpectedReply {
+                        detail: detail.into(),
+                    };
+                    self.refresh.record(discovering, &addr, answer);
                 }
                 Ok(topo) => {
                     let better = self
@@ -160,13 +209,19 @@ impl<W: Waiters> Session<W> {
                     }
                 }
                 Err(e) => {
-                    self.refresh.last_error = Some(Error::UnexpectedReply {
+                    let answer = Error::UnexpectedReply {
                         detail: e.to_string(),
-                    })
+                    };
+                    self.refresh.record(discovering, &addr, answer);
                 }
             },
-            Ok(Err(e)) => self.refresh.last_error = Some(Error::Server(e)),
-            Err(e) => self.refresh.last_error = Some(e),
+            Ok(Err(e)) => {
+                if cluster_support_disabled(&e) {
+                    self.refresh.single_node = Some(addr.clone());
+                }
+                self.refresh.record(discovering, &addr, Error::Server(e));
+            }
+            Err(e) => self.refresh.record(discovering, &addr, e),
         }
         if self.refresh.outstanding == 0 {
             self.end_refresh(now);
@@ -194,13 +249,11 @@ impl<W: Waiters> Session<W> {
         self.refresh.failures = self.refresh.failures.saturating_add(1);
         let failures = self.refresh.failures;
         tracing::warn!(failures, "topology refresh failed");
-        // Requests waiting for a first map count the failed round as an attempt; a refused
-        // AUTH ends them at once, since no round will do better.
+        // Requests waiting for a first map count the failed round as an attempt, and end with
+        // what discovery found; a refused AUTH or a node without cluster support ends them at
+        // once, since no round will do better.
         if !self.map_loaded {
-            let cause = self.refresh.last_error.clone().unwrap_or(Error::NotSent {
-                reason: "no node answered CLUSTER SLOTS".into(),
-            });
-            let fatal = matches!(cause, Error::Auth { .. });
+            let (cause, fatal) = self.refresh.discovery_failure();
             let policy = self.config.retry;
             for r in std::mem::take(&mut self.unrouted) {
                 let Some(state) = self.req_mut(r) else {
@@ -238,6 +291,7 @@ impl<W: Waiters> Session<W> {
             }
         }
         self.map_loaded = true;
+        self.refresh.answers.clear();
         let waiting = std::mem::take(&mut self.unrouted);
         self.to_dispatch.extend(waiting);
     }

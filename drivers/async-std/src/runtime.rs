@@ -9,9 +9,12 @@ use std::time::Instant;
 
 use async_io::Async;
 use bytes::BytesMut;
+#[cfg(feature = "tls")]
 use futures_lite::io::{ReadHalf as TlsRead, WriteHalf as TlsWrite};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
+#[cfg(feature = "tls")]
 use futures_rustls::client::TlsStream;
+#[cfg(feature = "tls")]
 use futures_rustls::TlsConnector as Handshake;
 
 use botmesh_redis_client::{ReadHalf, WriteHalf};
@@ -34,6 +37,7 @@ pub struct Reader {
 #[derive(Debug)]
 enum ReadStream {
     Tcp(Arc<Async<TcpStream>>),
+    #[cfg(feature = "tls")]
     Tls(TlsRead<TlsStream<async_net::TcpStream>>),
 }
 
@@ -44,6 +48,7 @@ pub struct Writer(WriteStream);
 #[derive(Debug)]
 enum WriteStream {
     Tcp(Arc<Async<TcpStream>>),
+    #[cfg(feature = "tls")]
     Tls(TlsWrite<TlsStream<async_net::TcpStream>>),
 }
 
@@ -79,23 +84,51 @@ impl Runtime for AsyncStd {
             };
             return Ok((reader, Writer(WriteStream::Tcp(stream))));
         };
-        let name = tls.server_name(addr)?;
-        let stream = Handshake::from(tls.config().clone())
-            .connect(name, stream)
-            .await?;
-        let (read, write) = futures_lite::io::split(stream);
-        let reader = Reader {
-            stream: ReadStream::Tls(read),
-            scratch,
-        };
-        Ok((reader, Writer(WriteStream::Tls(write))))
+        handshake(addr, tls, stream, scratch).await
     }
+}
+
+/// Runs the TLS handshake over `stream`, and splits it.
+#[cfg(feature = "tls")]
+async fn handshake(
+    addr: &NodeAddr,
+    tls: &TlsConnector,
+    stream: async_net::TcpStream,
+    scratch: Box<[u8]>,
+) -> io::Result<(Reader, Writer)> {
+    let name = tls.server_name(addr)?;
+    let stream = Handshake::from(tls.config().clone())
+        .connect(name, stream)
+        .await?;
+    let (read, write) = futures_lite::io::split(stream);
+    let reader = Reader {
+        stream: ReadStream::Tls(read),
+        scratch,
+    };
+    Ok((reader, Writer(WriteStream::Tls(write))))
+}
+
+/// Without this crate's `tls` feature there is no handshake to run. The client refuses TLS
+/// when it is built without it too; this answers the one case left, a client whose `tls` was
+/// turned on by another crate of the application.
+#[cfg(not(feature = "tls"))]
+async fn handshake(
+    _addr: &NodeAddr,
+    _tls: &TlsConnector,
+    _stream: async_net::TcpStream,
+    _scratch: Box<[u8]>,
+) -> io::Result<(Reader, Writer)> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "TLS: botmesh-redis-async-std was built without its `tls` feature; enable it",
+    ))
 }
 
 impl ReadHalf for Reader {
     async fn read(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
         let n = match &mut self.stream {
             ReadStream::Tcp(stream) => (&**stream).read(&mut self.scratch).await?,
+            #[cfg(feature = "tls")]
             ReadStream::Tls(stream) => stream.read(&mut self.scratch).await?,
         };
         buf.extend_from_slice(&self.scratch[..n]);
@@ -110,6 +143,7 @@ impl WriteHalf for Writer {
             WriteStream::Tcp(stream) => stream.get_ref().write(bytes),
             // rustls may keep what the socket does not take in its buffer, to be sent only by
             // a later poll: every TLS write goes through the flusher's `write_all` instead.
+            #[cfg(feature = "tls")]
             WriteStream::Tls(_) => Err(io::ErrorKind::WouldBlock.into()),
         }
     }
@@ -117,6 +151,7 @@ impl WriteHalf for Writer {
     async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
         match &mut self.0 {
             WriteStream::Tcp(stream) => AsyncWriteExt::write_all(&mut &**stream, bytes).await,
+            #[cfg(feature = "tls")]
             WriteStream::Tls(stream) => {
                 AsyncWriteExt::write_all(stream, bytes).await?;
                 stream.flush().await
@@ -130,6 +165,7 @@ impl WriteHalf for Writer {
                 let _ = stream.get_ref().shutdown(std::net::Shutdown::Write);
             }
             // Sends close_notify, then shuts the socket's writing side.
+            #[cfg(feature = "tls")]
             WriteStream::Tls(stream) => {
                 let _ = stream.close().await;
             }

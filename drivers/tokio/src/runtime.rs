@@ -9,7 +9,9 @@ use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
+#[cfg(feature = "tls")]
 use tokio_rustls::client::TlsStream;
+#[cfg(feature = "tls")]
 use tokio_rustls::TlsConnector as Handshake;
 
 use botmesh_redis_client::{ReadHalf, WriteHalf};
@@ -37,6 +39,7 @@ pub struct Reader(ReaderInner);
 #[derive(Debug)]
 enum ReaderInner {
     Tcp(OwnedReadHalf),
+    #[cfg(feature = "tls")]
     Tls(tokio::io::ReadHalf<TlsStream<TcpStream>>),
 }
 
@@ -47,6 +50,7 @@ pub struct Writer(WriterInner);
 #[derive(Debug)]
 enum WriterInner {
     Tcp(OwnedWriteHalf),
+    #[cfg(feature = "tls")]
     Tls(tokio::io::WriteHalf<TlsStream<TcpStream>>),
 }
 
@@ -77,22 +81,48 @@ impl Runtime for Tokio {
                 Writer(WriterInner::Tcp(write)),
             ));
         };
-        let name = tls.server_name(addr)?;
-        let stream = Handshake::from(tls.config().clone())
-            .connect(name, stream)
-            .await?;
-        let (read, write) = tokio::io::split(stream);
-        Ok((
-            Reader(ReaderInner::Tls(read)),
-            Writer(WriterInner::Tls(write)),
-        ))
+        handshake(addr, tls, stream).await
     }
+}
+
+/// Runs the TLS handshake over `stream`, and splits it.
+#[cfg(feature = "tls")]
+async fn handshake(
+    addr: &NodeAddr,
+    tls: &TlsConnector,
+    stream: TcpStream,
+) -> io::Result<(Reader, Writer)> {
+    let name = tls.server_name(addr)?;
+    let stream = Handshake::from(tls.config().clone())
+        .connect(name, stream)
+        .await?;
+    let (read, write) = tokio::io::split(stream);
+    Ok((
+        Reader(ReaderInner::Tls(read)),
+        Writer(WriterInner::Tls(write)),
+    ))
+}
+
+/// Without this crate's `tls` feature there is no handshake to run. The client refuses TLS
+/// when it is built without it too; this answers the one case left, a client whose `tls` was
+/// turned on by another crate of the application.
+#[cfg(not(feature = "tls"))]
+async fn handshake(
+    _addr: &NodeAddr,
+    _tls: &TlsConnector,
+    _stream: TcpStream,
+) -> io::Result<(Reader, Writer)> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "TLS: botmesh-redis-tokio was built without its `tls` feature; enable it",
+    ))
 }
 
 impl ReadHalf for Reader {
     async fn read(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
         match &mut self.0 {
             ReaderInner::Tcp(read) => read.read_buf(buf).await,
+            #[cfg(feature = "tls")]
             ReaderInner::Tls(read) => read.read_buf(buf).await,
         }
     }
@@ -104,6 +134,7 @@ impl WriteHalf for Writer {
             WriterInner::Tcp(write) => write.try_write(bytes),
             // rustls may keep what the socket does not take in its buffer, to be sent only by
             // a later poll: every TLS write goes through the flusher's `write_all` instead.
+            #[cfg(feature = "tls")]
             WriterInner::Tls(_) => Err(io::ErrorKind::WouldBlock.into()),
         }
     }
@@ -111,6 +142,7 @@ impl WriteHalf for Writer {
     async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
         match &mut self.0 {
             WriterInner::Tcp(write) => write.write_all(bytes).await,
+            #[cfg(feature = "tls")]
             WriterInner::Tls(write) => {
                 write.write_all(bytes).await?;
                 write.flush().await
@@ -122,6 +154,7 @@ impl WriteHalf for Writer {
         // On TLS this sends close_notify first.
         let _ = match &mut self.0 {
             WriterInner::Tcp(write) => write.shutdown().await,
+            #[cfg(feature = "tls")]
             WriterInner::Tls(write) => write.shutdown().await,
         };
     }

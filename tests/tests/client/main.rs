@@ -1,6 +1,7 @@
-//! The client's suites: connecting (TLS, `AUTH`, refused and hanging handshakes), one pipelined
-//! connection per node, timers under load, the async-std driver without tokio, the examples, and
-//! the real-server harness itself; one module per behaviour.
+//! The client's suites: connecting (TLS, `AUTH`, refused and hanging handshakes, the wrong
+//! deployment refused), one pipelined connection per node, timers under load, the async-std
+//! driver without tokio, the examples, and the real-server harness itself; one module per
+//! behaviour.
 //!
 //! One test binary per family (str0m's `tests/bwe/main.rs` is the model): the suites link
 //! once, and share the family's servers (`shared_cluster`, `shared_single`).
@@ -9,6 +10,7 @@
 mod async_std_without_tokio;
 mod auth;
 mod connect_that_hangs;
+mod connect_truth;
 mod examples_run;
 mod handshake_refusals_are_retried;
 mod harness_starts_real_servers;
