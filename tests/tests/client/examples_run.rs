@@ -1,5 +1,5 @@
 //! The examples of `botmesh-redis-tokio` (`drivers/tokio/examples/`) run against real servers:
-//! `bot_loop` and `scheduler` on the shared single node and on the shared cluster, `migration`
+//! `bot_loop`, `scheduler` and `first_bot` on the shared single node and on the shared cluster, `migration`
 //! from the shared single node into the shared cluster and into another prefix on the node.
 //! Each example checks its own outcome and exits non-zero when it is wrong; here the exit status
 //! and its summary line are asserted.
@@ -145,6 +145,28 @@ fn migration_into_another_prefix_on_the_node() {
     assert!(out.contains("BOTMESH_CLUSTER unset"), "{out}");
     assert!(out.contains("marker written"), "{out}");
     assert!(out.contains("messages: 6 copied, 0 kept"), "{out}");
+}
+
+/// The bot of the issue that asked for it (README and docs alone: paging, records, user data,
+/// a typed record, turns, a fenced lock, a leadership, the outbox, a close), unchanged on both.
+#[test]
+fn first_bot_on_single_node() {
+    let _turn = botmesh_redis_tests::conformance::shared_turn_blocking();
+    let out = run("first_bot", Target::Single);
+    assert!(
+        out.contains("summary: 5 messages, 1 send, layout legacy\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn first_bot_on_cluster() {
+    let _turn = botmesh_redis_tests::conformance::shared_turn_blocking();
+    let out = run("first_bot", Target::Cluster);
+    assert!(
+        out.contains("summary: 5 messages, 1 send, layout cluster\n"),
+        "{out}"
+    );
 }
 
 #[test]
