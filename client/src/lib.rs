@@ -485,20 +485,7 @@ async fn run<R: Runtime>(
         // worker threads add theirs: on a multi-thread runtime the task would otherwise wake
         // for nearly every submit, and send one request per write.
         future::yield_now().await;
-        // One clock reading for the messages taken together: they arrived within microseconds.
-        let now = Instant::now();
-        for _ in 0..4096 {
-            match events.try_recv() {
-                Ok(msg) => closing |= task.apply(msg, now),
-                Err(_) => break,
-            }
-        }
-        for _ in 0..1024 {
-            match calls.try_recv() {
-                Ok(msg) => closing |= task.apply(msg, now),
-                Err(_) => break,
-            }
-        }
+        closing |= task.apply_queued(&mut events, &mut calls);
         if closing || task.drained(Instant::now()) {
             break;
         }
@@ -518,6 +505,22 @@ async fn run<R: Runtime>(
 }
 
 impl<R: Runtime> SessionTask<R> {
+    /// Applies what both inboxes hold already, the connections' first (a bounded number from
+    /// each, so that neither starves the loop); returns whether the client is closing.
+    fn apply_queued(&mut self, events: &mut Rx<R>, calls: &mut Rx<R>) -> bool {
+        // One clock reading for the messages taken together: they arrived within microseconds.
+        let now = Instant::now();
+        let mut closing = false;
+        for (inbox, most) in [(events, 4096), (calls, 1024)] {
+            for _ in 0..most {
+                match inbox.try_recv() {
+                    Ok(msg) => closing |= self.apply(msg, now),
+                    Err(_) => break,
+                }
+            }
+        }
+        closing
+    }
     /// Carries out the session's outputs ([`SessionTask::drain`]) and says when to wake: at
     /// the session's next timer or the end of a graceful close's grace, whichever is first.
     fn next_deadline(&mut self) -> Option<Instant> {
