@@ -105,18 +105,9 @@ impl FrameScan {
                     b'*' => match length(line) {
                         Some(-1 | 0) => {}
                         Some(n) if n > 0 => {
-                            if self.open.len() >= MAX_DEPTH {
-                                return Scanned::Invalid(format!(
-                                    "a reply nested deeper than {MAX_DEPTH} arrays"
-                                ));
+                            if let Err(invalid) = self.open_array(n.unsigned_abs(), max_elements) {
+                                return invalid;
                             }
-                            self.elements = self.elements.saturating_add(n.unsigned_abs());
-                            if self.elements > max_elements {
-                                return Scanned::Invalid(format!(
-                                    "a reply of more than {max_elements} elements"
-                                ));
-                            }
-                            self.open.push(n.unsigned_abs());
                             continue;
                         }
                         _ => return Scanned::Invalid("a bad array length".into()),
@@ -145,6 +136,25 @@ impl FrameScan {
                 }
             }
         }
+    }
+}
+
+impl FrameScan {
+    /// An array of `len` elements opens: refused past [`MAX_DEPTH`] or `max_elements`.
+    fn open_array(&mut self, len: u64, max_elements: u64) -> Result<(), Scanned> {
+        if self.open.len() >= MAX_DEPTH {
+            return Err(Scanned::Invalid(format!(
+                "a reply nested deeper than {MAX_DEPTH} arrays"
+            )));
+        }
+        self.elements = self.elements.saturating_add(len);
+        if self.elements > max_elements {
+            return Err(Scanned::Invalid(format!(
+                "a reply of more than {max_elements} elements"
+            )));
+        }
+        self.open.push(len);
+        Ok(())
     }
 }
 
