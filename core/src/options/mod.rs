@@ -18,16 +18,19 @@ use crate::session::{Auth, Config};
 
 #[cfg(feature = "serde")]
 mod file;
+mod sentinel;
 mod tls;
 mod url;
 
 #[cfg(feature = "serde")]
-pub use file::{ClientConfig, StoreConfig, TlsConfig, TurnConfig};
+pub use file::{ClientConfig, SentinelConfig, StoreConfig, TlsConfig, TurnConfig};
+pub use sentinel::{parse_sentinel_url, ParsedSentinelUrl, SENTINEL_PORT};
 pub use tls::{Pem, TlsOptions};
 pub use url::{parse_url, ParsedUrl};
 
-/// Client options: exactly one of [`ClientOptions::url`] (one node) or
-/// [`ClientOptions::cluster`] (root nodes of a cluster), then any of the setters.
+/// Client options: exactly one of [`ClientOptions::url`] (one node),
+/// [`ClientOptions::cluster`] (root nodes of a cluster) or [`ClientOptions::sentinel`] (the
+/// master of a Redis Sentinel deployment), then any of the setters.
 ///
 /// The options hold the session's configuration and write into it; a mistake in the URLs is
 /// kept and reported by [`ClientOptions::to_config`] (which a driver calls when the client
@@ -102,9 +105,16 @@ impl ClientOptions {
     }
 
     /// One node: `redis://[user[:password]@]host:port`, or `rediss://...` for TLS (with the
-    /// default [`TlsOptions`] unless [`ClientOptions::tls`] gives others).
+    /// default [`TlsOptions`] unless [`ClientOptions::tls`] gives others). A
+    /// `redis+sentinel://[user:password@]host:port[,host:port...]/<master name>` URL names a
+    /// Redis Sentinel deployment instead ([`ClientOptions::sentinel`]; the URL's credentials
+    /// are the data nodes').
     pub fn url(url: impl Into<String>) -> Self {
-        match parse_url(&url.into()) {
+        let url = url.into();
+        if let Some(parsed) = parse_sentinel_url(&url) {
+            return parsed.map_or_else(ClientOptions::unusable, ClientOptions::sentinel_url);
+        }
+        match parse_url(&url) {
             Ok(parsed) => {
                 let mut options =
                     ClientOptions::with(Config::single(parsed.addr), Some(parsed.tls));

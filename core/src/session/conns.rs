@@ -15,7 +15,7 @@ use crate::value::Value;
 use super::ids::{ConnId, NodeId, ReqRef};
 use super::nodes::Down;
 use super::timers::Timer;
-use super::{after, Output, Session, Waiters};
+use super::{after, Endpoints, Output, Session, Waiters};
 
 /// Something written on a connection that awaits its reply; replies come in this order.
 #[derive(Debug)]
@@ -32,7 +32,14 @@ pub(super) enum Pending {
     /// `AUTH`, or `PING` without credentials: the connection is usable only once a node
     /// answered, so a listener that never answers fails within the connect timeout.
     Handshake,
+    /// `ROLE`, after the handshake of a data node of a Sentinel deployment: the connection is
+    /// ready once the node says it is the master.
+    Role,
+    /// `SUBSCRIBE +switch-master`, after the handshake of a sentinel's subscriber connection.
+    Subscribe,
     Topology(u64),
+    /// `SENTINEL get-master-addr-by-name` of a round.
+    Sentinel(u64),
 }
 
 /// Something routed to a connection and not yet handed to the driver.
@@ -51,6 +58,7 @@ pub(super) enum Queued {
         req: ReqRef,
     },
     Topology(u64),
+    Sentinel(u64),
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -73,6 +81,8 @@ pub(super) struct Conn {
     /// Routed here and not yet written: written at the next drain once the connection is ready.
     pub(super) outbox: Vec<Queued>,
     pub(super) check_at: Option<Instant>,
+    /// Subscribed to `+switch-master` on a sentinel: what arrives unasked is a message.
+    pub(super) subscriber: bool,
 }
 
 /// Why a connection is dropped; decides what its requests become.
@@ -154,6 +164,21 @@ impl<W: Waiters> Session<W> {
                     );
                     c.in_flight.push_back((Pending::Topology(round), now));
                 }
+                Queued::Sentinel(round) => {
+                    let Endpoints::Sentinel(s) = &self.config.endpoints else {
+                        continue;
+                    };
+                    if round != self.refresh.round || !self.refresh.running {
+                        continue;
+                    }
+                    let ask = vec![
+                        Bytes::from_static(b"SENTINEL"),
+                        Bytes::from_static(b"get-master-addr-by-name"),
+                        Bytes::from(s.master_name.clone()),
+                    ];
+                    encode_args(ask, buf);
+                    c.in_flight.push_back((Pending::Sentinel(round), now));
+                }
             }
         }
         if buf.is_empty() {
@@ -161,7 +186,7 @@ impl<W: Waiters> Session<W> {
         }
         let bytes = buf.split().freeze();
         if was_idle {
-            let first = match self.is_cluster() {
+            let first = match self.follows_failovers() {
                 true => self.config.response_timeout.min(self.config.stall_refresh),
                 false => self.config.response_timeout,
             };
@@ -189,6 +214,7 @@ impl<W: Waiters> Session<W> {
                 in_flight: VecDeque::new(),
                 outbox: Vec::new(),
                 check_at: None,
+                subscriber: false,
             },
         );
         self.nodes.bind_conn(node, conn);
@@ -265,6 +291,9 @@ impl<W: Waiters> Session<W> {
         // and its socket would otherwise outlive it.
         self.outputs.push_back(Output::Close { conn });
         self.nodes.unbind_conn(c.node, conn);
+        if self.sentinels.subscriber == Some(conn) {
+            self.sentinels.subscriber = None;
+        }
         self.dirty.remove(&conn);
         if c.check_at.is_some() {
             self.timers.disarm(Timer::Conn(conn));
@@ -299,7 +328,7 @@ impl<W: Waiters> Session<W> {
             }
         };
         let lost = Error::ReplyLost { addr, reason };
-        let give_up = fatal || (!self.is_cluster() && !connected && !passing);
+        let give_up = fatal || (!self.follows_failovers() && !connected && !passing);
         for (pending, _) in c.in_flight {
             match pending {
                 Pending::Request { req, .. } => {
@@ -310,9 +339,12 @@ impl<W: Waiters> Session<W> {
                     }
                 }
                 Pending::Topology(round) => self.on_topology(now, round, c.node, Err(lost.clone())),
+                Pending::Sentinel(round) => {
+                    self.on_sentinel_answer(now, round, c.node, Err(lost.clone()))
+                }
                 // The request was answered, its WAIT was not: replication unknown.
                 Pending::Wait { req } => self.finish_granted(req, Value::Nil),
-                Pending::Asking | Pending::Handshake => {}
+                Pending::Asking | Pending::Handshake | Pending::Role | Pending::Subscribe => {}
             }
         }
         for queued in c.outbox {
@@ -324,6 +356,9 @@ impl<W: Waiters> Session<W> {
                 Queued::Topology(round) => {
                     self.on_topology(now, round, c.node, Err(not_sent.clone()))
                 }
+                Queued::Sentinel(round) => {
+                    self.on_sentinel_answer(now, round, c.node, Err(not_sent.clone()))
+                }
             }
         }
         // A node that went away may have been failed over: the map is suspect.
@@ -334,7 +369,7 @@ impl<W: Waiters> Session<W> {
         let (connect_timeout, response_timeout) =
             (self.config.connect_timeout, self.config.response_timeout);
         let stall_refresh = self.config.stall_refresh;
-        let cluster = self.is_cluster();
+        let cluster = self.follows_failovers();
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
