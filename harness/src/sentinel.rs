@@ -111,7 +111,8 @@ impl SentinelDeployment {
                 .map(|p| (None, p.clone()))
                 .collect(),
         };
-        let mut common = Vec::new();
+        // A replica's first sync starts at once (7.0 waits 5 s for more replicas by default).
+        let mut common = vec!["repl-diskless-sync-delay 0".to_owned()];
         if let Some(password) = &options.data_password {
             common.push(format!("requirepass {password}"));
             common.push(format!("masterauth {password}"));
@@ -278,14 +279,27 @@ impl SentinelDeployment {
                 .ok_or_else(|| format!("the sentinels name {master}, not a data node"))?;
             let info = node.connect()?.cmd(&["INFO", "replication"])?;
             let info = parse_info(info.as_str().unwrap_or_default());
-            let live_replicas = self.data.iter().filter(|s| s.is_alive()).count() - 1;
-            let connected = info.get("connected_slaves").map(String::as_str);
-            if info.get("role").map(String::as_str) != Some("master")
-                || connected != Some(&live_replicas.to_string())
-            {
-                return Err(format!(
-                    "{master} is not a master with its replicas: {info:?}"
-                ));
+            if info.get("role").map(String::as_str) != Some("master") {
+                return Err(format!("{master} is not a master: {info:?}"));
+            }
+            // Every other live data node replicates it, its link up (the first sync done).
+            let replicas: Vec<&RedisServer> = self
+                .data
+                .iter()
+                .filter(|s| s.is_alive() && s.addr() != master)
+                .collect();
+            let live_replicas = replicas.len();
+            for replica in &replicas {
+                let info = replica.connect()?.cmd(&["INFO", "replication"])?;
+                let info = parse_info(info.as_str().unwrap_or_default());
+                let following = info.get("master_port") == Some(&master.port().to_string());
+                let up = info.get("master_link_status").is_some_and(|s| s == "up");
+                if !(following && up) {
+                    return Err(format!(
+                        "{} does not replicate {master} yet",
+                        replica.addr()
+                    ));
+                }
             }
             let live: Vec<&RedisServer> = self.sentinels.iter().filter(|s| s.is_alive()).collect();
             for sentinel in &live {
