@@ -8,6 +8,9 @@
 //!   after the promotion and before the client heard `+switch-master` may be missing (the
 //!   demoted master's data is replaced by the new master's), and only those; fences, terms
 //!   and tickets go backwards only inside that window.
+//! - `SENTINEL FAILOVER` with `WAIT 1` on grants: a grant the old master makes in that window
+//!   is not acknowledged (its replica is gone), so no acknowledged grant is lost and no
+//!   number goes backwards; saves, which do not wait, are lost as above.
 //! - `kill -9` of the master (two replicas, `min-replicas-to-write 1`, `WAIT 1` on grants): a
 //!   replica is promoted once the sentinels agree the master is down. No grant acknowledged
 //!   through `WAIT` is lost (the promoted master's counters are at least every acknowledged
@@ -36,6 +39,8 @@ static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 enum Failover {
     /// `SENTINEL FAILOVER`: promoted and demoted while both run.
     Forced,
+    /// `SENTINEL FAILOVER` with `WAIT 1` on grants.
+    ForcedWithWait,
     /// `kill -9`, promoted by the sentinels' agreement, with `min-replicas-to-write 1` and
     /// `WAIT 1` on grants.
     Killed,
@@ -84,7 +89,7 @@ async fn sentinel_failover<R: Runtime>(failover: Failover) {
             wait_timeout: Duration::from_secs(20),
             ..turn_options()
         });
-    if failover == Failover::Killed {
+    if failover != Failover::Forced {
         workload.wait_replicas = Some((1, Duration::from_millis(200)));
         workload.mix = vec![
             Op::Lock,
@@ -110,7 +115,7 @@ async fn sentinel_failover<R: Runtime>(failover: Failover) {
     let at = clock.now();
     let d2 = Arc::clone(&d);
     let new = blocking(move || match failover {
-        Failover::Forced => d2.failover(Duration::from_secs(20)),
+        Failover::Forced | Failover::ForcedWithWait => d2.failover(Duration::from_secs(20)),
         Failover::Killed => {
             d2.kill_master()?;
             d2.wait_master_change(old, Duration::from_secs(20))
@@ -133,12 +138,14 @@ async fn sentinel_failover<R: Runtime>(failover: Failover) {
     }];
     let losses = tokio::task::block_in_place(|| {
         check_acknowledged_writes(&ks, &ranges, &outcomes, |o| match failover {
-            Failover::Forced => (o.ended >= at && o.ended <= healed + SWITCH_SLACK).then(|| {
-                format!(
-                    "acknowledged {} ms after SENTINEL FAILOVER, before the switch",
-                    (o.ended - at).as_millis()
-                )
-            }),
+            Failover::Forced | Failover::ForcedWithWait => {
+                (o.ended >= at && o.ended <= healed + SWITCH_SLACK).then(|| {
+                    format!(
+                        "acknowledged {} ms after SENTINEL FAILOVER, before the switch",
+                        (o.ended - at).as_millis()
+                    )
+                })
+            }
             Failover::Killed => (o.ended <= at).then(|| {
                 format!(
                     "acknowledged by the killed master {} ms before the kill",
@@ -150,7 +157,9 @@ async fn sentinel_failover<R: Runtime>(failover: Failover) {
     .unwrap();
     let fault = Fault {
         what: match failover {
-            Failover::Forced => format!("SENTINEL FAILOVER: {old} demoted, {new} promoted"),
+            Failover::Forced | Failover::ForcedWithWait => {
+                format!("SENTINEL FAILOVER: {old} demoted, {new} promoted")
+            }
             Failover::Killed => format!("kill -9 {old}, {new} promoted"),
         },
         at,
@@ -161,6 +170,7 @@ async fn sentinel_failover<R: Runtime>(failover: Failover) {
         "Sentinel, {}, {}",
         match failover {
             Failover::Forced => "SENTINEL FAILOVER, asynchronous replication",
+            Failover::ForcedWithWait => "SENTINEL FAILOVER, WAIT 1 on grants",
             Failover::Killed =>
                 "killed master, min-replicas-to-write 1 and WAIT 1 on grants, two replicas",
         },
@@ -198,9 +208,9 @@ async fn sentinel_failover<R: Runtime>(failover: Failover) {
             (Kind::NotHolder, _) => o.sent >= at,
             // The promoted master had no replica yet: it refused writes before running them.
             (Kind::Server, Failover::Killed) => o.detail == "NOREPLICAS" && o.ended >= at,
-            // WAIT could not reach a replica of a grant made around the kill: given back.
-            (Kind::NotReplicated, Failover::Killed) => o.ended >= at,
-            (Kind::ReplicationUnknown, Failover::Killed) => during(o),
+            // WAIT could not reach a replica of a grant made around the failover: given back.
+            (Kind::NotReplicated, Failover::Killed | Failover::ForcedWithWait) => o.ended >= at,
+            (Kind::ReplicationUnknown, Failover::Killed | Failover::ForcedWithWait) => during(o),
             _ => false,
         };
         if !fine {
@@ -227,17 +237,17 @@ async fn sentinel_failover<R: Runtime>(failover: Failover) {
     );
     failures.extend(bad.into_iter().map(|b| format!("went backwards: {b}")));
 
-    if failover == Failover::Killed {
-        // Every grant acknowledged through WAIT survived the kill: the promoted master's
+    if failover != Failover::Forced {
+        // Every grant acknowledged through WAIT survived the failover: the promoted master's
         // counters are at least the largest number acknowledged for each name.
         let mut largest: BTreeMap<(&str, String), u64> = BTreeMap::new();
-        for o in outcomes.iter().filter(|o| o.ok() && o.ended <= at) {
+        for o in outcomes.iter().filter(|o| o.ok() && o.ended <= healed) {
             if let (Some(v), "lock" | "campaign") = (o.value, o.op) {
                 let e = largest.entry((o.op, o.target.clone())).or_default();
                 *e = (*e).max(v);
             }
         }
-        assert!(!largest.is_empty(), "grants were made before the kill");
+        assert!(!largest.is_empty(), "grants were made before the failover");
         for ((op, name), acked) in largest {
             let key = if op == "lock" {
                 ks.lock_fence(&name)
@@ -267,5 +277,6 @@ async fn sentinel_failover<R: Runtime>(failover: Failover) {
 
 both_drivers!(sentinel_failover {
     sentinel_failover_under_load_loses_only_the_switch_window => Failover::Forced,
+    sentinel_failover_with_wait_loses_no_grant => Failover::ForcedWithWait,
     sentinel_killed_master_with_min_replicas_and_wait_loses_no_grant => Failover::Killed,
 });
