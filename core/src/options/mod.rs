@@ -216,15 +216,17 @@ impl ClientOptions {
         self
     }
 
-    /// A cluster connection whose oldest request has had no reply this long asks for a
-    /// topology refresh, again after each such wait, without closing (default 1 s): a
-    /// replaced master's late answers to writes are then reported as outcome unknown.
+    /// A cluster connection (or a Sentinel deployment's master connection) whose oldest
+    /// request has had no reply this long asks for a topology refresh (or the sentinels), again
+    /// after each such wait, without closing (default 1 s): a replaced master's late answers
+    /// to writes are then reported as outcome unknown.
     pub fn stall_refresh(mut self, d: Duration) -> Self {
         self.config.stall_refresh = d;
         self
     }
 
-    /// Periodic topology refresh (default 5 s).
+    /// Periodic topology refresh, or question to the sentinels of a Sentinel deployment
+    /// (default 5 s).
     pub fn refresh_interval(mut self, d: Duration) -> Self {
         self.config.refresh_interval = d;
         self

@@ -83,12 +83,14 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// A connection whose oldest request waits this long for a reply is closed (default 5 s).
     pub response_timeout: Duration,
-    /// A cluster connection whose oldest request waits this long asks for a topology refresh,
-    /// and again after each such wait, without closing (default 1 s): a master stopped past
-    /// the node timeout is replaced meanwhile, and once the map names its successor, its late
-    /// answers to writes are not taken as successes.
+    /// A cluster connection whose oldest request waits this long asks for a topology refresh
+    /// (a Sentinel deployment's master connection: a question to the sentinels), and again
+    /// after each such wait, without closing (default 1 s): a master stopped past the node
+    /// timeout is replaced meanwhile, and once the map names its successor, its late answers
+    /// to writes are not taken as successes.
     pub stall_refresh: Duration,
-    /// Periodic topology refresh, so a failover without `MOVED` is noticed (default 5 s).
+    /// Periodic topology refresh (a Sentinel deployment: the question to the sentinels), so a
+    /// failover without `MOVED` or `+switch-master` is noticed (default 5 s).
     pub refresh_interval: Duration,
     /// At most one refresh starts per this interval (default 100 ms).
     pub refresh_min_interval: Duration,

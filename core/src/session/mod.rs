@@ -178,6 +178,7 @@
 //! | `conns.rs` | one `Conn` per connection: state, outbox, replies in flight, read buffer, deadlines, and what a lost connection means for its requests |
 //! | `replies.rs` | a reply matched to its dispatch; a value (a grant's `WAIT`, a stale master's answer) and an error (redirections, retries, the end) |
 //! | `refresh.rs` | `Refresh`: the topology rounds, their backoff, applying a map, forgetting departed nodes |
+//! | `sentinel.rs` | `Sentinels`: a Redis Sentinel deployment's sentinels and the master they named; the questions to them, the `ROLE` check, `+switch-master` |
 //! | `timers.rs` | `Timers`, by kind (batch deadlines in a queue in firing order, the rest in a table by instant), and what firing one does |
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
