@@ -14,6 +14,7 @@ use crate::value::Value;
 
 use super::ids::{ConnId, NodeId, ReqRef};
 use super::nodes::Down;
+use super::refresh::Refresh;
 use super::timers::Timer;
 use super::{after, Endpoints, Output, Session, Waiters};
 
@@ -100,6 +101,40 @@ pub(super) enum Loss {
     Lost(String),
 }
 
+/// Encodes a refresh round's question (`CLUSTER SLOTS`, or `SENTINEL get-master-addr-by-name`
+/// of a Sentinel deployment) and returns what awaits its answer; `None` when its round ended
+/// while it waited (it needs no answer then).
+fn encode_question(
+    question: Queued,
+    refresh: &Refresh,
+    endpoints: &Endpoints,
+    buf: &mut BytesMut,
+) -> Option<Pending> {
+    let (Queued::Topology(round) | Queued::Sentinel(round)) = question else {
+        return None;
+    };
+    if round != refresh.round || !refresh.running {
+        return None;
+    }
+    match (question, endpoints) {
+        (Queued::Sentinel(_), Endpoints::Sentinel(s)) => {
+            let ask = vec![
+                Bytes::from_static(b"SENTINEL"),
+                Bytes::from_static(b"get-master-addr-by-name"),
+                Bytes::from(s.master_name.clone()),
+            ];
+            encode_args(ask, buf);
+            Some(Pending::Sentinel(round))
+        }
+        (Queued::Topology(_), _) => {
+            let ask = vec![Bytes::from_static(b"CLUSTER"), Bytes::from_static(b"SLOTS")];
+            encode_args(ask, buf);
+            Some(Pending::Topology(round))
+        }
+        _ => None,
+    }
+}
+
 impl<W: Waiters> Session<W> {
     /// Encodes a ready connection's outbox into one write; `None` when nothing is left to
     /// write (every queued request ended meanwhile).
@@ -153,31 +188,12 @@ impl<W: Waiters> Session<W> {
                     encode_args(wait, buf);
                     c.in_flight.push_back((Pending::Wait { req }, now));
                 }
-                Queued::Topology(round) => {
-                    // A round that ended while this query waited needs no answer.
-                    if round != self.refresh.round || !self.refresh.running {
-                        continue;
+                question @ (Queued::Topology(_) | Queued::Sentinel(_)) => {
+                    let endpoints = &self.config.endpoints;
+                    if let Some(pending) = encode_question(question, &self.refresh, endpoints, buf)
+                    {
+                        c.in_flight.push_back((pending, now));
                     }
-                    encode_args(
-                        vec![Bytes::from_static(b"CLUSTER"), Bytes::from_static(b"SLOTS")],
-                        buf,
-                    );
-                    c.in_flight.push_back((Pending::Topology(round), now));
-                }
-                Queued::Sentinel(round) => {
-                    let Endpoints::Sentinel(s) = &self.config.endpoints else {
-                        continue;
-                    };
-                    if round != self.refresh.round || !self.refresh.running {
-                        continue;
-                    }
-                    let ask = vec![
-                        Bytes::from_static(b"SENTINEL"),
-                        Bytes::from_static(b"get-master-addr-by-name"),
-                        Bytes::from(s.master_name.clone()),
-                    ];
-                    encode_args(ask, buf);
-                    c.in_flight.push_back((Pending::Sentinel(round), now));
                 }
             }
         }
@@ -291,9 +307,7 @@ impl<W: Waiters> Session<W> {
         // and its socket would otherwise outlive it.
         self.outputs.push_back(Output::Close { conn });
         self.nodes.unbind_conn(c.node, conn);
-        if self.sentinels.subscriber == Some(conn) {
-            self.sentinels.subscriber = None;
-        }
+        self.sentinels.forget_conn(conn);
         self.dirty.remove(&conn);
         if c.check_at.is_some() {
             self.timers.disarm(Timer::Conn(conn));

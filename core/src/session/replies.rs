@@ -105,24 +105,6 @@ impl<W: Waiters> Session<W> {
         node: NodeId,
         asking: bool,
     ) -> Option<Error> {
-        if let Some(master) = self.sentinels.master.filter(|_| !asking) {
-            let map_gen = self.map_gen;
-            let state = self.req_mut(r)?;
-            if state.map_gen == map_gen || state.request.access() != Access::Write {
-                return None;
-            }
-            if master == node {
-                return None;
-            }
-            return Some(Error::ReplyLost {
-                addr: self.nodes[node].clone(),
-                reason: format!(
-                    "answered after the sentinels named {} master: a demoted master may \
-                     discard what it answered",
-                    self.nodes[master]
-                ),
-            });
-        }
         if !self.is_cluster() || asking {
             return None;
         }

@@ -66,6 +66,13 @@ impl Sentinels {
         }
     }
 
+    /// `conn` is gone: if it was the subscriber, there is none now.
+    pub(super) fn forget_conn(&mut self, conn: ConnId) {
+        if self.subscriber == Some(conn) {
+            self.subscriber = None;
+        }
+    }
+
     /// Whether `node` is one of the sentinels.
     pub(super) fn is_sentinel(&self, node: NodeId) -> bool {
         self.nodes.contains(&node)
