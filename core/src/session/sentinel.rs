@@ -32,6 +32,7 @@ use super::config::{Auth, Endpoints, SentinelEndpoints};
 use super::conns::{Conn, ConnState, Loss, Queued};
 use super::ids::{ConnId, NodeId};
 use super::nodes::Nodes;
+use super::timers::Timer;
 use super::{after, Output, Session, Waiters};
 
 /// The channel on which sentinels announce a completed failover.
@@ -204,19 +205,14 @@ impl<W: Waiters> Session<W> {
         let nodes = &self.nodes;
         let avoid = |n: NodeId| nodes.backoff_until(n, now).is_some();
         let Some(sentinel) = self.sentinels.next_to_ask(avoid) else {
-            let error = Error::SentinelDiscovery {
-                master: self
-                    .sentinel_endpoints()
-                    .map(|s| s.master_name.clone())
-                    .unwrap_or_default(),
-                tried: Vec::new(),
-            };
+            // No sentinel to ask: no round can ever name a master.
+            let error = self.sentinel_discovery_failure();
             for r in std::mem::take(&mut self.unrouted) {
                 self.finish(r, Err(error.clone()));
             }
             return;
         };
-        self.timers.disarm(super::timers::Timer::Refresh);
+        self.timers.disarm(Timer::Refresh);
         self.refresh.round += 1;
         self.refresh.running = true;
         self.refresh.again = false;

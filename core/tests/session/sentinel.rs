@@ -472,3 +472,28 @@ fn the_sentinels_are_asked_again_every_refresh_interval() {
     assert_eq!(net.run_set("k2"), OK);
     assert_eq!(net.received("a"), ["PING", "ROLE", "SET k1 v"]);
 }
+
+#[test]
+fn no_sentinel_at_all_fails_at_once() {
+    let now = start();
+    let mut session = Session::<Tickets>::new(Config::sentinel(Vec::new(), "m"), now);
+    let ticket = Ticket::new(Token(1));
+    session.submit(now, ticket.clone(), Batch::new(vec![set("k", "v")]));
+    loop {
+        match session.poll() {
+            Output::Complete(completion) => {
+                completion.deliver();
+            }
+            Output::Wait { .. } => break,
+            other => panic!("nothing to connect to, yet {other:?}"),
+        }
+    }
+    let replies = ticket.take().unwrap().unwrap();
+    assert_eq!(
+        replies[0].clone().unwrap_err(),
+        Error::SentinelDiscovery {
+            master: "m".into(),
+            tried: Vec::new()
+        }
+    );
+}
