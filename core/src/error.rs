@@ -328,6 +328,12 @@ pub enum ConfigError {
         /// The largest limit that is honoured (larger ones are capped to it).
         max: u32,
     },
+    /// A bound of zero elements per reply: even `+OK` is one.
+    #[error("max_reply_elements of 0: a reply is at least 1 element (the default is {default})")]
+    ZeroReplyElements {
+        /// The default bound.
+        default: u64,
+    },
     /// A time to live longer than Redis accepts.
     #[error("a time to live of {ttl:?} is longer than the {max:?} accepted")]
     TtlTooLong {

@@ -117,6 +117,7 @@ pub use error::{ConfigError, Error, SeedAnswer, ServerError};
 pub use keys::layout::{KeyError, ParseLayoutError};
 // Configuration and the client's side of the seam.
 pub use executor::{Deployment, Executor, IntoKeyspace};
+pub use framing::DEFAULT_MAX_REPLY_ELEMENTS;
 pub use keys::layout::{Keyspace, Layout};
 #[cfg(feature = "serde")]
 pub use options::{ClientConfig, SentinelConfig, StoreConfig, TlsConfig, TurnConfig};

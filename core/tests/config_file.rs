@@ -286,3 +286,29 @@ password = "watch"
         "{debug}"
     );
 }
+
+#[test]
+fn the_reply_element_bound_is_set_by_name_and_zero_is_refused() {
+    let config: ClientConfig = serde_json::from_str(
+        r#"{ "url": "redis://127.0.0.1:6379", "max_reply_elements": 100000 }"#,
+    )
+    .unwrap();
+    let session = config.into_options().unwrap().to_config(7).unwrap();
+    assert_eq!(session.max_reply_elements, 100_000);
+    let default: ClientConfig = serde_json::from_str(r#"{ "url": "127.0.0.1:6379" }"#).unwrap();
+    assert_eq!(
+        default
+            .into_options()
+            .unwrap()
+            .to_config(7)
+            .unwrap()
+            .max_reply_elements,
+        botmesh_redis_core::DEFAULT_MAX_REPLY_ELEMENTS
+    );
+    let zero: ClientConfig =
+        serde_json::from_str(r#"{ "url": "127.0.0.1:6379", "max_reply_elements": 0 }"#).unwrap();
+    assert_eq!(
+        zero.into_options().unwrap_err(),
+        Error::Config(ConfigError::ZeroReplyElements { default: 4 << 20 })
+    );
+}

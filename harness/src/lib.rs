@@ -57,7 +57,7 @@ pub use admin::{AdminConn, Value};
 pub use cluster::{parse_cluster_slots, ClusterOptions, Migration, RedisCluster, SlotRange};
 pub use external::{external_mode, EXTERNAL_CLUSTER_VAR, EXTERNAL_SINGLE_VAR};
 pub use sentinel::{SentinelDeployment, SentinelOptions};
-pub use server::{parse_info, RedisServer, ServerOptions, SingleNode};
+pub use server::{parse_info, RedisServer, ServerOptions, SingleNode, WITHOUT_TLS};
 pub use tls::TlsFiles;
 pub use version::{redis_server_path, server_version, Product, ServerVersion, MISSING_SERVER};
 

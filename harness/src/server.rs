@@ -429,6 +429,16 @@ impl RedisServer {
                         tail(&self.dir.join("stdio.log"), 20),
                         tail(&self.log_path(), 20)
                     );
+                    if self.tls_port.is_some() && built_without_tls(&log) {
+                        return Err(StartFailure::Fatal(format!(
+                            "{WITHOUT_TLS} ({}, {}); the TLS suites need a server built \
+                             with TLS (BUILD_TLS=yes). Its log:\n{log}",
+                            redis_server_path()
+                                .map(|p| p.display().to_string())
+                                .unwrap_or_default(),
+                            server_version().map(|v| v.to_string()).unwrap_or_default(),
+                        )));
+                    }
                     let why = format!(
                         "redis-server on {} exited during startup ({status}):\n{log}",
                         self.addr
@@ -906,5 +916,38 @@ mod tests {
         }
         let (port, none) = pick_ports(None).unwrap();
         assert!(none.is_none() && !(lo..=hi).contains(&port));
+    }
+}
+
+/// The first words of the error a TLS test gets from a server built without TLS; the tests and
+/// `scripts/servers` look for them.
+pub const WITHOUT_TLS: &str =
+    "this redis-server was built without TLS: it does not know `tls-port`";
+
+/// Whether a server's startup log says it refused the `tls-port` line of its config as a
+/// directive it does not know, as a build without TLS does (`>>> 'tls-port N'` then `Bad
+/// directive or wrong number of arguments`).
+fn built_without_tls(log: &str) -> bool {
+    log.contains(">>> 'tls-port") && log.contains("Bad directive")
+}
+
+#[cfg(test)]
+mod tls_build_tests {
+    use super::built_without_tls;
+
+    #[test]
+    fn a_server_built_without_tls_is_told_from_other_startup_failures() {
+        // What Redis 6.2.14 built without TLS prints for a config with `tls-port`.
+        let without = "*** FATAL CONFIG FILE ERROR (Redis 6.2.14) ***\n\
+                       Reading the configuration file, at line 9\n\
+                       >>> 'tls-port 24001'\n\
+                       Bad directive or wrong number of arguments";
+        assert!(built_without_tls(without));
+        let port_taken = "# Could not create server TCP listening socket 127.0.0.1:24001: \
+                          bind: Address already in use";
+        assert!(!built_without_tls(port_taken));
+        let other_directive =
+            ">>> 'cluster-port 14001'\nBad directive or wrong number of arguments";
+        assert!(!built_without_tls(other_directive));
     }
 }

@@ -71,6 +71,8 @@ pub struct ClientConfig {
     pub stall_refresh_ms: Option<u64>,
     /// [`ClientOptions::refresh_interval`] in ms.
     pub refresh_interval_ms: Option<u64>,
+    /// [`ClientOptions::max_reply_elements`].
+    pub max_reply_elements: Option<u64>,
     /// TLS to every node ([`ClientOptions::tls`]), with these settings; left out, TLS
     /// follows the URLs' scheme (`rediss://`) with the default settings.
     pub tls: Option<TlsConfig>,
@@ -285,6 +287,10 @@ impl ClientConfig {
         }
         if let Some(d) = millis("refresh_interval_ms", self.refresh_interval_ms)? {
             options = options.refresh_interval(d);
+        }
+        if let Some(n) = self.max_reply_elements {
+            options = options.max_reply_elements(n);
+            options.check()?;
         }
         if let Some(tls) = self.tls {
             options = options.tls(tls.into_options()?);

@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::addr::NodeAddr;
 use crate::error::{ConfigError, Error};
 use crate::executor::Deployment;
+use crate::framing::DEFAULT_MAX_REPLY_ELEMENTS;
 use crate::retry::RetryPolicy;
 use crate::session::{Auth, Config};
 
@@ -229,6 +230,25 @@ impl ClientOptions {
     /// (default 5 s).
     pub fn refresh_interval(mut self, d: Duration) -> Self {
         self.config.refresh_interval = d;
+        self
+    }
+
+    /// The most elements one reply may hold, at every depth (default
+    /// [`DEFAULT_MAX_REPLY_ELEMENTS`], 4 Mi): a reply that announces more closes its
+    /// connection before it is decoded, and the call fails as a protocol error. Four bytes on
+    /// the wire (`:0\r\n`) decode into dozens, so the 512 MiB byte cap alone would let one
+    /// reply take gigabytes. Raise it for raw commands that read huge collections whole;
+    /// 0 is refused ([`ConfigError::ZeroReplyElements`]).
+    pub fn max_reply_elements(mut self, n: u64) -> Self {
+        if n == 0 {
+            return self.invalid(
+                ConfigError::ZeroReplyElements {
+                    default: DEFAULT_MAX_REPLY_ELEMENTS,
+                }
+                .into(),
+            );
+        }
+        self.config.max_reply_elements = n;
         self
     }
 

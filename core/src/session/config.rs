@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::addr::NodeAddr;
 use crate::executor::Deployment;
+use crate::framing::DEFAULT_MAX_REPLY_ELEMENTS;
 use crate::retry::RetryPolicy;
 
 /// Credentials sent with `AUTH` when a connection opens.
@@ -96,6 +97,10 @@ pub struct Config {
     pub refresh_min_interval: Duration,
     /// A reply larger than this closes the connection (default 512 MiB, Redis' own bulk cap).
     pub max_read_buffer: usize,
+    /// A reply of more elements than this (at every depth, itself included) closes the
+    /// connection before it is decoded, since a few wire bytes decode into dozens (default
+    /// [`DEFAULT_MAX_REPLY_ELEMENTS`]).
+    pub max_reply_elements: u64,
     /// Seed of the backoff jitter.
     pub seed: u64,
     /// Remaps announced addresses when dialling.
@@ -133,6 +138,7 @@ impl Config {
             refresh_interval: Duration::from_secs(5),
             refresh_min_interval: Duration::from_millis(100),
             max_read_buffer: 512 << 20,
+            max_reply_elements: DEFAULT_MAX_REPLY_ELEMENTS,
             seed: 0x5eed,
             address_map: None,
         }

@@ -529,7 +529,7 @@ impl<W: Waiters> Session<W> {
         while let Some(c) = self.conns.get_mut(&conn) {
             let cap = self.config.max_read_buffer;
             let too_big = || format!("a reply exceeds the {cap} byte read buffer cap");
-            let len = match c.scan.scan(&c.read_buf) {
+            let len = match c.scan.scan(&c.read_buf, self.config.max_reply_elements) {
                 // The cap holds however the bytes were cut: a reply that arrived whole in one
                 // read is refused like one that grew past the cap.
                 Scanned::Complete(len) if len > cap => {

@@ -11,6 +11,7 @@ use crate::value::Frame;
 
 use super::conns::{Loss, Queued};
 use super::ids::NodeId;
+use super::slots::SlotRange;
 use super::timers::Timer;
 use super::{after, Endpoints, Session, Waiters};
 
@@ -298,12 +299,16 @@ impl<W: Waiters> Session<W> {
         if topo.is_complete() {
             self.slots.clear();
         }
+        let mut given = Vec::new();
         for shard in &topo.shards {
-            let node = self.nodes.intern(shard.master.clone());
-            for &(start, end) in &shard.ranges {
-                self.slots.set_range(start, end, node);
-            }
+            let owner = self.nodes.intern(shard.master.clone());
+            given.extend(shard.ranges.iter().map(|&(first, last)| SlotRange {
+                first,
+                last,
+                owner,
+            }));
         }
+        self.slots.set_ranges(given);
         self.map_loaded = true;
         self.refresh.answers.clear();
         let waiting = std::mem::take(&mut self.unrouted);
