@@ -112,17 +112,24 @@ async fn sentinel_failover<R: Runtime>(failover: Failover) {
 
     let d2 = Arc::clone(&d);
     let old = blocking(move || d2.master_addr()).await.unwrap();
-    let at = clock.now();
+    // The fault begins when the command is sent; for the kill, its figures count from when
+    // the killed master is reaped (`at`), its errors from when the kill began.
+    let began = clock.now();
     let d2 = Arc::clone(&d);
-    let new = blocking(move || match failover {
-        Failover::Forced | Failover::ForcedWithWait => d2.failover(Duration::from_secs(20)),
-        Failover::Killed => {
-            d2.kill_master()?;
-            d2.wait_master_change(old, Duration::from_secs(20))
+    let (at, new) = match failover {
+        Failover::Forced | Failover::ForcedWithWait => {
+            let at = began;
+            let new = blocking(move || d2.failover(Duration::from_secs(20))).await;
+            (at, new.unwrap())
         }
-    })
-    .await
-    .unwrap();
+        Failover::Killed => {
+            blocking(move || d2.kill_master()).await.unwrap();
+            let at = clock.now();
+            let d2 = Arc::clone(&d);
+            let new = blocking(move || d2.wait_master_change(old, Duration::from_secs(20))).await;
+            (at, new.unwrap())
+        }
+    };
     let healed = clock.now();
     tokio::time::sleep(scale.settle * 2).await;
     let summary = load.stop().await;
@@ -195,7 +202,7 @@ async fn sentinel_failover<R: Runtime>(failover: Failover) {
     );
 
     let mut failures: Vec<String> = Vec::new();
-    let during = |o: &Outcome| o.ended >= at && o.sent <= healed + SWITCH_SLACK;
+    let during = |o: &Outcome| o.ended >= began && o.sent <= healed + SWITCH_SLACK;
     for o in &outcomes {
         let fine = match (o.kind, failover) {
             (Kind::Ok, _) => true,
@@ -205,11 +212,11 @@ async fn sentinel_failover<R: Runtime>(failover: Failover) {
             // A turn whose wait spanned the failover.
             (Kind::TimeoutNotRun, _) => o.op == "turn" && during(o),
             // A lock, turn or leadership the failover lost: its release finds it gone.
-            (Kind::NotHolder, _) => o.sent >= at,
+            (Kind::NotHolder, _) => o.sent >= began,
             // The promoted master had no replica yet: it refused writes before running them.
-            (Kind::Server, Failover::Killed) => o.detail == "NOREPLICAS" && o.ended >= at,
+            (Kind::Server, Failover::Killed) => o.detail == "NOREPLICAS" && o.ended >= began,
             // WAIT could not reach a replica of a grant made around the failover: given back.
-            (Kind::NotReplicated, Failover::Killed | Failover::ForcedWithWait) => o.ended >= at,
+            (Kind::NotReplicated, Failover::Killed | Failover::ForcedWithWait) => o.ended >= began,
             (Kind::ReplicationUnknown, Failover::Killed | Failover::ForcedWithWait) => during(o),
             _ => false,
         };
