@@ -286,7 +286,9 @@ impl<R: Runtime> Client<R> {
     ///   [`ConfigError::SingleNodeForClusterClient`](botmesh_redis_core::ConfigError::SingleNodeForClusterClient),
     ///   at once, which says to use [`ClientOptions::url`];
     /// - root nodes none of which gives the slot map within the retries
-    ///   ([`ClientOptions::cluster_retry`]): [`Error::Discovery`], with each seed's answer.
+    ///   ([`ClientOptions::cluster_retry`]): [`Error::Discovery`], with each seed's answer;
+    /// - sentinels ([`ClientOptions::sentinel`]) none of which names a master within the
+    ///   retries: [`Error::SentinelDiscovery`], with each sentinel's answer.
     ///
     /// A node that refuses `INFO` (an ACL user without it) is taken at its word.
     pub async fn connect(options: ClientOptions) -> Result<Self, Error> {

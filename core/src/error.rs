@@ -232,6 +232,24 @@ pub enum Error {
         /// Each seed asked, with its last answer, in the order first asked.
         tried: Vec<SeedAnswer>,
     },
+    /// A client of a Redis Sentinel deployment knows no master: no sentinel it asked named
+    /// one for `master` (`SENTINEL get-master-addr-by-name`) before the attempts ran out (see
+    /// [`ClientOptions::cluster_retry`](crate::ClientOptions::cluster_retry)). `tried` says
+    /// what each sentinel answered: a refused or timed-out connection, an error reply, no
+    /// master of that name. Nothing was sent; the client keeps asking with backoff, so a
+    /// later call succeeds once a sentinel answers.
+    #[error(
+        "sentinel discovery failed: no sentinel named a master for {master:?}; tried {}: \
+         check the sentinels and the master name given to ClientOptions::sentinel, and that \
+         the sentinels are up",
+        describe_seeds(tried)
+    )]
+    SentinelDiscovery {
+        /// The master name asked for.
+        master: String,
+        /// Each sentinel asked, with its last answer, in the order first asked.
+        tried: Vec<SeedAnswer>,
+    },
     /// The client was closed before the request completed.
     #[error("the client is closed")]
     Closed,
@@ -257,9 +275,18 @@ pub enum ConfigError {
     /// Neither a URL (one node) nor root nodes (a cluster) were given.
     #[error("neither a URL (one node) nor root nodes (a cluster) are given")]
     NoEndpoint,
-    /// Both a URL and root nodes were given.
+    /// Both a URL and root nodes were given (or sentinels with either).
     #[error("give either a URL (one node) or root nodes (a cluster), not both")]
     BothEndpoints,
+    /// A Redis Sentinel deployment without a sentinel or without a master name.
+    #[error(
+        "a Sentinel deployment needs at least one sentinel (host:port) and the master name \
+         the sentinels monitor: {reason}"
+    )]
+    BadSentinel {
+        /// What is missing.
+        reason: String,
+    },
     /// A cluster client without any root node.
     #[error("a cluster needs at least one root node")]
     NoRootNodes,

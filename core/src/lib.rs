@@ -120,7 +120,7 @@ pub use executor::{Deployment, Executor, IntoKeyspace};
 pub use framing::DEFAULT_MAX_REPLY_ELEMENTS;
 pub use keys::layout::{Keyspace, Layout};
 #[cfg(feature = "serde")]
-pub use options::{ClientConfig, StoreConfig, TlsConfig, TurnConfig};
+pub use options::{ClientConfig, SentinelConfig, StoreConfig, TlsConfig, TurnConfig};
 pub use options::{ClientOptions, Pem, TlsOptions};
 // Raw commands, for what the typed API does not cover (`Executor::call`).
 pub use addr::NodeAddr;
@@ -167,8 +167,8 @@ pub mod driver {
         //! outputs, the drain rule) is written on [`Session`].
 
         pub use crate::session::{
-            AddressMap, Auth, Completion, Config, ConnId, Endpoints, Output, Session, Submission,
-            TimerReason, Waiters, FORGET_AFTER,
+            AddressMap, Auth, Completion, Config, ConnId, Endpoints, Output, SentinelEndpoints,
+            Session, Submission, TimerReason, Waiters, FORGET_AFTER,
         };
     }
 
@@ -300,6 +300,7 @@ pub mod driver {
     pub mod options {
         //! URL parsing ([`ClientOptions`](crate::ClientOptions) is at the crate root).
 
+        pub use crate::options::{parse_sentinel_url, ParsedSentinelUrl, SENTINEL_PORT};
         pub use crate::options::{parse_url, ParsedUrl};
     }
 }

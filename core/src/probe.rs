@@ -60,7 +60,7 @@ pub fn connect_check(endpoints: &Endpoints) -> ConnectCheck {
     ConnectCheck {
         single: match endpoints {
             Endpoints::Single(addr) => Some(addr.clone()),
-            Endpoints::Cluster(_) => None,
+            Endpoints::Cluster(_) | Endpoints::Sentinel(_) => None,
         },
         started: false,
     }

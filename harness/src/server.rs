@@ -289,11 +289,49 @@ impl RedisServer {
         ))
     }
 
+    /// Starts a sentinel (`redis-server <conf> --sentinel`) with `config` lines (its
+    /// `sentinel monitor ...`), retrying on other ports when it loses a port race.
+    pub(crate) fn spawn_sentinel(
+        config: &[String],
+        auth: AdminAuth,
+    ) -> Result<RedisServer, String> {
+        refuse_in_external_mode()?;
+        let binary = redis_server_path()?;
+        let mut last = String::new();
+        for _ in 0..START_ATTEMPTS {
+            let ports = Ports {
+                port: pick_ports(None)?.0,
+                cluster_port: None,
+                tls_port: None,
+            };
+            let args = ["--sentinel"];
+            match RedisServer::spawn_with_args(&binary, ports, config, auth.clone(), &args) {
+                Ok(server) => return Ok(server),
+                Err(StartFailure::PortTaken(why)) => last = why,
+                Err(StartFailure::Fatal(why)) => return Err(why),
+            }
+        }
+        Err(format!(
+            "a sentinel could not get a free port after {START_ATTEMPTS} attempts: {last}"
+        ))
+    }
+
     fn spawn_on(
         binary: &Path,
         ports: Ports,
         config: &[String],
         auth: AdminAuth,
+    ) -> Result<RedisServer, StartFailure> {
+        RedisServer::spawn_with_args(binary, ports, config, auth, &[])
+    }
+
+    /// [`RedisServer::spawn_on`], with `args` after the config file (`--sentinel`).
+    fn spawn_with_args(
+        binary: &Path,
+        ports: Ports,
+        config: &[String],
+        auth: AdminAuth,
+        args: &[&str],
     ) -> Result<RedisServer, StartFailure> {
         let Ports {
             port,
@@ -343,6 +381,7 @@ impl RedisServer {
             .map_err(|e| fatal(format!("dup stdio log: {e}")))?;
         let server = Command::new(binary)
             .arg(&conf)
+            .args(args)
             .current_dir(&dir)
             .stdin(Stdio::null())
             .stdout(stdio)

@@ -19,16 +19,19 @@ use crate::session::{Auth, Config};
 
 #[cfg(feature = "serde")]
 mod file;
+mod sentinel;
 mod tls;
 mod url;
 
 #[cfg(feature = "serde")]
-pub use file::{ClientConfig, StoreConfig, TlsConfig, TurnConfig};
+pub use file::{ClientConfig, SentinelConfig, StoreConfig, TlsConfig, TurnConfig};
+pub use sentinel::{parse_sentinel_url, ParsedSentinelUrl, SENTINEL_PORT};
 pub use tls::{Pem, TlsOptions};
 pub use url::{parse_url, ParsedUrl};
 
-/// Client options: exactly one of [`ClientOptions::url`] (one node) or
-/// [`ClientOptions::cluster`] (root nodes of a cluster), then any of the setters.
+/// Client options: exactly one of [`ClientOptions::url`] (one node),
+/// [`ClientOptions::cluster`] (root nodes of a cluster) or [`ClientOptions::sentinel`] (the
+/// master of a Redis Sentinel deployment), then any of the setters.
 ///
 /// The options hold the session's configuration and write into it; a mistake in the URLs is
 /// kept and reported by [`ClientOptions::to_config`] (which a driver calls when the client
@@ -103,9 +106,16 @@ impl ClientOptions {
     }
 
     /// One node: `redis://[user[:password]@]host:port`, or `rediss://...` for TLS (with the
-    /// default [`TlsOptions`] unless [`ClientOptions::tls`] gives others).
+    /// default [`TlsOptions`] unless [`ClientOptions::tls`] gives others). A
+    /// `redis+sentinel://[user:password@]host:port[,host:port...]/<master name>` URL names a
+    /// Redis Sentinel deployment instead ([`ClientOptions::sentinel`]; the URL's credentials
+    /// are the data nodes').
     pub fn url(url: impl Into<String>) -> Self {
-        match parse_url(&url.into()) {
+        let url = url.into();
+        if let Some(parsed) = parse_sentinel_url(&url) {
+            return parsed.map_or_else(ClientOptions::unusable, ClientOptions::sentinel_url);
+        }
+        match parse_url(&url) {
             Ok(parsed) => {
                 let mut options =
                     ClientOptions::with(Config::single(parsed.addr), Some(parsed.tls));
@@ -207,15 +217,17 @@ impl ClientOptions {
         self
     }
 
-    /// A cluster connection whose oldest request has had no reply this long asks for a
-    /// topology refresh, again after each such wait, without closing (default 1 s): a
-    /// replaced master's late answers to writes are then reported as outcome unknown.
+    /// A cluster connection (or a Sentinel deployment's master connection) whose oldest
+    /// request has had no reply this long asks for a topology refresh (or the sentinels), again
+    /// after each such wait, without closing (default 1 s): a replaced master's late answers
+    /// to writes are then reported as outcome unknown.
     pub fn stall_refresh(mut self, d: Duration) -> Self {
         self.config.stall_refresh = d;
         self
     }
 
-    /// Periodic topology refresh (default 5 s).
+    /// Periodic topology refresh, or question to the sentinels of a Sentinel deployment
+    /// (default 5 s).
     pub fn refresh_interval(mut self, d: Duration) -> Self {
         self.config.refresh_interval = d;
         self

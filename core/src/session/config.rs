@@ -37,6 +37,21 @@ pub enum Endpoints {
     Single(NodeAddr),
     /// A cluster, discovered from these root nodes.
     Cluster(Vec<NodeAddr>),
+    /// One node, the master these sentinels name: a single node for the store, whose address
+    /// the session asks the sentinels for and follows through failovers.
+    Sentinel(SentinelEndpoints),
+}
+
+/// Where a Redis Sentinel deployment is asked for its master.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SentinelEndpoints {
+    /// The sentinels, asked in turn.
+    pub sentinels: Vec<NodeAddr>,
+    /// The name the sentinels monitor the master under (`sentinel monitor <name> ...`).
+    pub master_name: String,
+    /// Credentials for the sentinels, often not the data nodes' ([`Config::auth`]); `None`
+    /// sends no `AUTH` to them.
+    pub auth: Option<Auth>,
 }
 
 impl Endpoints {
@@ -44,7 +59,7 @@ impl Endpoints {
     /// over it learn whether they talk to a cluster.
     pub fn deployment(&self) -> Deployment {
         match self {
-            Endpoints::Single(_) => Deployment::Single,
+            Endpoints::Single(_) | Endpoints::Sentinel(_) => Deployment::Single,
             Endpoints::Cluster(_) => Deployment::Cluster,
         }
     }
@@ -57,7 +72,7 @@ impl Endpoints {
 pub struct Config {
     /// What to connect to.
     pub endpoints: Endpoints,
-    /// Credentials for every connection.
+    /// Credentials for every connection to a data node (the sentinels have their own).
     pub auth: Option<Auth>,
     /// `MOVED`/`ASK` redirections one request may follow (default 16).
     pub max_redirections: u32,
@@ -69,12 +84,14 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// A connection whose oldest request waits this long for a reply is closed (default 5 s).
     pub response_timeout: Duration,
-    /// A cluster connection whose oldest request waits this long asks for a topology refresh,
-    /// and again after each such wait, without closing (default 1 s): a master stopped past
-    /// the node timeout is replaced meanwhile, and once the map names its successor, its late
-    /// answers to writes are not taken as successes.
+    /// A cluster connection whose oldest request waits this long asks for a topology refresh
+    /// (a Sentinel deployment's master connection: a question to the sentinels), and again
+    /// after each such wait, without closing (default 1 s): a master stopped past the node
+    /// timeout is replaced meanwhile, and once the map names its successor, its late answers
+    /// to writes are not taken as successes.
     pub stall_refresh: Duration,
-    /// Periodic topology refresh, so a failover without `MOVED` is noticed (default 5 s).
+    /// Periodic topology refresh (a Sentinel deployment: the question to the sentinels), so a
+    /// failover without `MOVED` or `+switch-master` is noticed (default 5 s).
     pub refresh_interval: Duration,
     /// At most one refresh starts per this interval (default 100 ms).
     pub refresh_min_interval: Duration,
@@ -135,5 +152,14 @@ impl Config {
     /// A cluster from its root nodes, defaults elsewhere.
     pub fn cluster(root_nodes: Vec<NodeAddr>) -> Self {
         Config::with(Endpoints::Cluster(root_nodes))
+    }
+
+    /// The master that `sentinels` name `master_name`, defaults elsewhere.
+    pub fn sentinel(sentinels: Vec<NodeAddr>, master_name: impl Into<String>) -> Self {
+        Config::with(Endpoints::Sentinel(SentinelEndpoints {
+            sentinels,
+            master_name: master_name.into(),
+            auth: None,
+        }))
     }
 }

@@ -178,6 +178,7 @@
 //! | `conns.rs` | one `Conn` per connection: state, outbox, replies in flight, read buffer, deadlines, and what a lost connection means for its requests |
 //! | `replies.rs` | a reply matched to its dispatch; a value (a grant's `WAIT`, a stale master's answer) and an error (redirections, retries, the end) |
 //! | `refresh.rs` | `Refresh`: the topology rounds, their backoff, applying a map, forgetting departed nodes |
+//! | `sentinel.rs` | `Sentinels`: a Redis Sentinel deployment's sentinels and the master they named; the questions to them, the `ROLE` check, `+switch-master` |
 //! | `timers.rs` | `Timers`, by kind (batch deadlines in a queue in firing order, the rest in a table by instant), and what firing one does |
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -204,19 +205,21 @@ mod plans;
 mod refresh;
 mod replies;
 mod routing;
+mod sentinel;
 mod slots;
 mod timers;
 
-pub use config::{AddressMap, Auth, Config, Endpoints};
+pub use config::{AddressMap, Auth, Config, Endpoints, SentinelEndpoints};
 pub use ids::ConnId;
 pub use plans::{Completion, Submission, Waiters};
 pub use timers::TimerReason;
 
 use conns::{Conn, ConnState, Loss, Pending};
-use ids::{OpId, ReqRef};
+use ids::{NodeId, OpId, ReqRef};
 use nodes::Nodes;
 use ops::{Op, Ops};
 use refresh::Refresh;
+use sentinel::Sentinels;
 use slots::SlotTable;
 use timers::Timers;
 
@@ -297,6 +300,8 @@ pub struct Session<W: Waiters> {
     /// dropped them, the next ones reuse the allocation.
     write_buf: BytesMut,
     refresh: Refresh,
+    /// The sentinels and the master they named, when the endpoints are a Sentinel deployment.
+    sentinels: Sentinels,
     jitter: Jitter,
     /// [`Session::stop_accepting`] was called: new plans are refused, those in progress go on.
     stopping: bool,
@@ -338,6 +343,7 @@ impl<W: Waiters> Session<W> {
             dirty: BTreeSet::new(),
             write_buf: BytesMut::new(),
             refresh: Refresh::default(),
+            sentinels: Sentinels::default(),
             stopping: false,
             closed: false,
         };
@@ -349,6 +355,10 @@ impl<W: Waiters> Session<W> {
                 for addr in roots {
                     session.nodes.intern(addr);
                 }
+                session.start_refresh(now);
+            }
+            Endpoints::Sentinel(_) => {
+                session.sentinels = Sentinels::new(&session.config.endpoints, &mut session.nodes);
                 session.start_refresh(now);
             }
         }
@@ -367,7 +377,7 @@ impl<W: Waiters> Session<W> {
         if self.is_cluster() {
             self.slots.get(slot).and_then(|n| self.nodes.get(n))
         } else {
-            self.nodes.first()
+            self.single_node().and_then(|n| self.nodes.get(n))
         }
     }
 
@@ -392,6 +402,22 @@ impl<W: Waiters> Session<W> {
     /// Whether the session talks to a Redis Cluster: its configuration's endpoints say.
     fn is_cluster(&self) -> bool {
         self.config.endpoints.deployment() == Deployment::Cluster
+    }
+
+    /// Whether the node in use may change under the session, so that news of a change (a lost
+    /// connection, `READONLY`, a stall) asks where it went: a cluster's slot map, a Sentinel
+    /// deployment's master.
+    fn follows_failovers(&self) -> bool {
+        !matches!(self.config.endpoints, Endpoints::Single(_))
+    }
+
+    /// Where every request of a session without a slot map goes: the one node, or the master
+    /// the sentinels named (none before they answered).
+    fn single_node(&self) -> Option<NodeId> {
+        match self.config.endpoints {
+            Endpoints::Sentinel(_) => self.sentinels.master,
+            _ => Some(0),
+        }
     }
 
     // --- inputs -----------------------------------------------------------------------------
@@ -425,13 +451,17 @@ impl<W: Waiters> Session<W> {
     /// The TCP connection `conn` is open.
     pub fn handle_connected(&mut self, now: Instant, conn: ConnId) {
         self.now = now;
-        let auth = self.config.auth.clone();
-        let Some(c) = self.conns.get_mut(&conn) else {
+        let Some(c) = self.conns.get(&conn) else {
             return;
         };
         if c.state != ConnState::Connecting {
             return;
         }
+        let auth = self.auth_for(c.node);
+        let extra = self.handshake_extra(c);
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
         let args = match auth {
             Some(auth) => {
                 let mut args = vec![Bytes::from_static(b"AUTH")];
@@ -446,6 +476,14 @@ impl<W: Waiters> Session<W> {
         let mut buf = BytesMut::new();
         encode_args(args, &mut buf);
         c.in_flight.push_back((Pending::Handshake, now));
+        if let Some(extra) = extra {
+            let pending = match c.subscriber {
+                true => Pending::Subscribe,
+                false => Pending::Role,
+            };
+            encode_args(extra, &mut buf);
+            c.in_flight.push_back((pending, now));
+        }
         c.state = ConnState::Handshaking;
         // Nothing else is written on a connection before it is ready, so the handshake can
         // skip the outbox. The connect deadline also covers its reply.

@@ -75,11 +75,6 @@ impl Nodes {
         self.addrs.get(node)
     }
 
-    /// The first node interned: a single-node session's one node.
-    pub(super) fn first(&self) -> Option<&NodeAddr> {
-        self.addrs.first()
-    }
-
     /// How many nodes are known now.
     pub(super) fn len(&self) -> usize {
         self.ids.len()

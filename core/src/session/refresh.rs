@@ -38,7 +38,7 @@ pub(super) struct Refresh {
 impl Refresh {
     /// Records `node`'s answer during discovery (before the first map), replacing an older
     /// one, and keeps it as the round's last error.
-    fn record(&mut self, discovering: bool, node: &NodeAddr, answer: Error) {
+    pub(super) fn record(&mut self, discovering: bool, node: &NodeAddr, answer: Error) {
         if discovering {
             match self.answers.iter_mut().find(|a| &a.seed == node) {
                 Some(known) => known.answer = answer.clone(),
@@ -81,7 +81,7 @@ impl<W: Waiters> Session<W> {
 
     /// Starts a refresh now if none started within `refresh_min_interval`, else arms the timer.
     pub(super) fn refresh_when_allowed(&mut self, now: Instant) {
-        if !self.is_cluster() || self.closed {
+        if !self.follows_failovers() || self.closed {
             return;
         }
         let earliest = self
@@ -108,8 +108,11 @@ impl<W: Waiters> Session<W> {
     }
 
     pub(super) fn start_refresh(&mut self, now: Instant) {
-        if !self.is_cluster() || self.closed || self.refresh.running {
+        if !self.follows_failovers() || self.closed || self.refresh.running {
             return;
+        }
+        if self.sentinel_endpoints().is_some() {
+            return self.start_sentinel_round(now);
         }
         self.timers.disarm(Timer::Refresh);
         // Ask two nodes: masters with a live connection first, then other masters, then the
@@ -118,7 +121,7 @@ impl<W: Waiters> Session<W> {
         let masters = self.masters();
         let roots: Vec<NodeId> = match &self.config.endpoints {
             Endpoints::Cluster(roots) => roots.iter().filter_map(|r| self.nodes.id(r)).collect(),
-            Endpoints::Single(_) => Vec::new(),
+            Endpoints::Single(_) | Endpoints::Sentinel(_) => Vec::new(),
         };
         let ready = masters.iter().copied().filter(|&n| self.is_ready(n));
         let idle = masters.iter().copied().filter(|&n| !self.is_ready(n));
@@ -247,6 +250,12 @@ impl<W: Waiters> Session<W> {
             }
             return;
         }
+        self.round_failed(now);
+    }
+
+    /// A round (of `CLUSTER SLOTS` or of a question to the sentinels) gave nothing: requests
+    /// waiting for a first answer count an attempt, and the next round backs off.
+    pub(super) fn round_failed(&mut self, now: Instant) {
         self.refresh.failures = self.refresh.failures.saturating_add(1);
         let failures = self.refresh.failures;
         tracing::warn!(failures, "topology refresh failed");
@@ -254,7 +263,12 @@ impl<W: Waiters> Session<W> {
         // what discovery found; a refused AUTH or a node without cluster support ends them at
         // once, since no round will do better.
         if !self.map_loaded {
-            let (cause, fatal) = self.refresh.discovery_failure();
+            let (cause, fatal) = match self.refresh.discovery_failure() {
+                (Error::Discovery { .. }, fatal) if self.sentinel_endpoints().is_some() => {
+                    (self.sentinel_discovery_failure(), fatal)
+                }
+                failure => failure,
+            };
             let policy = self.config.retry;
             for r in std::mem::take(&mut self.unrouted) {
                 let Some(state) = self.req_mut(r) else {
@@ -314,6 +328,7 @@ impl<W: Waiters> Session<W> {
         let roots: Vec<NodeAddr> = match &self.config.endpoints {
             Endpoints::Cluster(roots) => roots.clone(),
             Endpoints::Single(addr) => vec![addr.clone()],
+            Endpoints::Sentinel(s) => s.sentinels.clone(),
         };
         for node in self.nodes.departed(now, &present, &roots) {
             let bound = self.ops.iter().any(|op| {

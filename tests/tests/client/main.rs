@@ -15,6 +15,8 @@ mod examples_run;
 mod handshake_refusals_are_retried;
 mod harness_starts_real_servers;
 mod many_requests_one_connection;
+mod sentinel_discovery;
+mod sentinel_failover_followed;
 mod smoke;
 mod timers_fire_under_load;
 mod tls;
