@@ -12,7 +12,8 @@ use clap::Args;
 #[derive(Args, Clone, Debug, Default)]
 pub(crate) struct Connection {
     /// One node: redis://USER:PASSWORD@HOST:PORT, where only the host is required (credentials
-    /// are percent-decoded).
+    /// are percent-decoded), or a Unix socket, unix:///PATH (also redis+unix://, with
+    /// credentials as USER:PASSWORD@ before the path or ?user=USER&pass=PASSWORD).
     #[arg(long, value_name = "URL", conflicts_with = "cluster")]
     pub(crate) url: Option<String>,
 
@@ -156,10 +157,10 @@ impl Connection {
     }
 }
 
-/// The `host:port` of a URL; a URL that does not parse is shown as `<bad url>`, since it may
+/// The `host:port` of a URL (a Unix socket's path); a URL that does not parse is shown as `<bad url>`, since it may
 /// still hold a password (the connection reports the parse error itself).
 pub(crate) fn describe_url(url: &str) -> String {
-    parse_url(url).map_or_else(|_| "<bad url>".to_owned(), |p| p.addr.to_string())
+    parse_url(url).map_or_else(|_| "<bad url>".to_owned(), |p| p.target.to_string())
 }
 
 /// Parses `ANNOUNCED=DIAL`, each side `host:port`.

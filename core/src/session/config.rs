@@ -1,10 +1,11 @@
 //! What a session is configured with: the endpoints, credentials, timeouts and retry policy.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::addr::NodeAddr;
+use crate::addr::{DialTarget, NodeAddr};
 use crate::executor::Deployment;
 use crate::retry::RetryPolicy;
 
@@ -36,6 +37,10 @@ pub enum Endpoints {
     Single(NodeAddr),
     /// A cluster, discovered from these root nodes.
     Cluster(Vec<NodeAddr>),
+    /// One node, no cluster, on the Unix socket at this path (`unixsocket` in `redis.conf`).
+    /// Its identity in errors and logs is [`NodeAddr::unix_socket`]; the address map does not
+    /// apply.
+    UnixSocket(PathBuf),
 }
 
 impl Endpoints {
@@ -43,8 +48,29 @@ impl Endpoints {
     /// over it learn whether they talk to a cluster.
     pub fn deployment(&self) -> Deployment {
         match self {
-            Endpoints::Single(_) => Deployment::Single,
+            Endpoints::Single(_) | Endpoints::UnixSocket(_) => Deployment::Single,
             Endpoints::Cluster(_) => Deployment::Cluster,
+        }
+    }
+
+    /// The one node of a single-node deployment, as errors and logs name it; `None` on a
+    /// cluster.
+    pub fn single_node(&self) -> Option<NodeAddr> {
+        match self {
+            Endpoints::Single(addr) => Some(addr.clone()),
+            Endpoints::UnixSocket(path) => Some(NodeAddr::unix_socket(path)),
+            Endpoints::Cluster(_) => None,
+        }
+    }
+
+    /// Where to open a connection to `node`, whose announced address is `addr`: the socket's
+    /// path on a Unix-socket endpoint (its one node), else `addr` over TCP, through the
+    /// address map when there is one.
+    pub(crate) fn dial_target(&self, addr: &NodeAddr, map: Option<&AddressMap>) -> DialTarget {
+        match (self, map) {
+            (Endpoints::UnixSocket(path), _) => DialTarget::Unix(path.clone()),
+            (_, Some(map)) => DialTarget::Tcp(map(addr)),
+            (_, None) => DialTarget::Tcp(addr.clone()),
         }
     }
 }
@@ -124,6 +150,11 @@ impl Config {
     /// One node, defaults elsewhere.
     pub fn single(addr: NodeAddr) -> Self {
         Config::with(Endpoints::Single(addr))
+    }
+
+    /// One node on the Unix socket at `path`, defaults elsewhere.
+    pub fn unix_socket(path: impl Into<PathBuf>) -> Self {
+        Config::with(Endpoints::UnixSocket(path.into()))
     }
 
     /// A cluster from its root nodes, defaults elsewhere.

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::addr::NodeAddr;
+use crate::addr::{DialTarget, NodeAddr};
 use crate::error::Error;
 use crate::framing::FrameScan;
 use crate::request::{encode_args, Access};
@@ -196,7 +196,7 @@ impl<W: Waiters> Session<W> {
         self.outputs.push_back(Output::Connect {
             conn,
             node: self.nodes[node].clone(),
-            dial: self.dial_addr(node),
+            dial: self.dial_target(node),
         });
         if let Some(at) = after(now, self.config.connect_timeout) {
             self.schedule_check(conn, at);
@@ -404,12 +404,18 @@ impl<W: Waiters> Session<W> {
             .is_some_and(|c| !c.in_flight.is_empty() || !c.outbox.is_empty())
     }
 
-    /// The address to dial for `node`: its announced address through the address map.
+    /// Where to open a connection to `node`: see [`Endpoints::dial_target`].
+    pub(super) fn dial_target(&self, node: NodeId) -> DialTarget {
+        let endpoints = &self.config.endpoints;
+        endpoints.dial_target(&self.nodes[node], self.config.address_map.as_ref())
+    }
+
+    /// `node` as dialled, for the errors of its connects: the TCP address after the address
+    /// map, or (a Unix socket) the node's identity, which names the socket's path.
     pub(super) fn dial_addr(&self, node: NodeId) -> NodeAddr {
-        let addr = &self.nodes[node];
-        match &self.config.address_map {
-            Some(map) => map(addr),
-            None => addr.clone(),
+        match self.dial_target(node) {
+            DialTarget::Tcp(addr) => addr,
+            DialTarget::Unix(_) => self.nodes[node].clone(),
         }
     }
 }

@@ -117,7 +117,7 @@ impl<W: Waiters> Session<W> {
         let masters = self.masters();
         let roots: Vec<NodeId> = match &self.config.endpoints {
             Endpoints::Cluster(roots) => roots.iter().filter_map(|r| self.nodes.id(r)).collect(),
-            Endpoints::Single(_) => Vec::new(),
+            Endpoints::Single(_) | Endpoints::UnixSocket(_) => Vec::new(),
         };
         let ready = masters.iter().copied().filter(|&n| self.is_ready(n));
         let idle = masters.iter().copied().filter(|&n| !self.is_ready(n));
@@ -308,7 +308,7 @@ impl<W: Waiters> Session<W> {
             .collect();
         let roots: Vec<NodeAddr> = match &self.config.endpoints {
             Endpoints::Cluster(roots) => roots.clone(),
-            Endpoints::Single(addr) => vec![addr.clone()],
+            single => single.single_node().into_iter().collect(),
         };
         for node in self.nodes.departed(now, &present, &roots) {
             let bound = self.ops.iter().any(|op| {

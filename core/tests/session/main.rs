@@ -25,4 +25,5 @@ mod reply_lost;
 mod retry_table;
 mod timeouts;
 mod tryagain;
+mod unix_socket;
 mod wait;
