@@ -73,9 +73,7 @@ use botmesh_redis_core::driver::session::{
     ConnId, DialTarget, Output, Session, Submission, Waiters,
 };
 use botmesh_redis_core::driver::Plan;
-use botmesh_redis_core::{
-    ClientOptions, Deployment, Error, Executor, Store, StoreOptions,
-};
+use botmesh_redis_core::{ClientOptions, Deployment, Error, Executor, Store, StoreOptions};
 
 /// What a runtime supplies: tasks, a timer, and TCP and Unix-socket connections.
 pub trait Runtime: Send + Sync + 'static {

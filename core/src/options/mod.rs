@@ -492,9 +492,15 @@ mod tests {
                 ClientOptions::url("redis+unix:///run/r.sock?user=bot&pass=secret")
             ),
             format!("{:?}", ClientOptions::url("unix://:secret@/run/r.sock")),
-            format!("{:?}", ClientOptions::cluster(["redis://bot:secret@h:99999"])),
+            format!(
+                "{:?}",
+                ClientOptions::cluster(["redis://bot:secret@h:99999"])
+            ),
             format!("{:?}", ClientOptions::url("redis://bot:secret@h:1/9")),
-            format!("{:?}", ClientOptions::url("unix:///r.sock?db=2&pass=secret")),
+            format!(
+                "{:?}",
+                ClientOptions::url("unix:///r.sock?db=2&pass=secret")
+            ),
             format!("{:?}", ClientOptions::url("nope://bot:secret@h:1")),
             format!(
                 "{}",

@@ -51,7 +51,10 @@ pub fn parse_url(url: &str) -> Result<ParsedUrl, Error> {
         Some((u, h)) => (Some(u), h),
         None => (None, authority),
     };
-    let auth = userinfo.map(user_info).transpose().map_err(|why| bad(&why))?;
+    let auth = userinfo
+        .map(user_info)
+        .transpose()
+        .map_err(|why| bad(&why))?;
     // The port is optional; a bracketed IPv6 host has colons of its own.
     let has_port = match hostport.strip_prefix('[') {
         Some(v6) => v6.contains("]:"),
@@ -77,7 +80,9 @@ fn parse_unix(rest: &str) -> Result<ParsedUrl, String> {
         Some((l, q)) => (l, Some(q)),
         None => (rest, None),
     };
-    let slash = location.find('/').ok_or("no socket path (unix:///path/to/redis.sock)")?;
+    let slash = location
+        .find('/')
+        .ok_or("no socket path (unix:///path/to/redis.sock)")?;
     let (authority, path) = location.split_at(slash);
     let (userinfo, host) = match authority.rsplit_once('@') {
         Some((u, h)) => (Some(u), h),
@@ -95,7 +100,11 @@ fn parse_unix(rest: &str) -> Result<ParsedUrl, String> {
     }
     let mut auth = userinfo.map(user_info).transpose()?;
     let (mut user, mut pass) = (None, None);
-    for pair in query.into_iter().flat_map(|q| q.split('&')).filter(|p| !p.is_empty()) {
+    for pair in query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter(|p| !p.is_empty())
+    {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         // The query is form-encoded, as redis-rs reads it: `+` is a space.
         let value = decode(&value.replace('+', " "), key)?;
@@ -239,10 +248,7 @@ mod tests {
     fn rediss_urls_mean_tls() {
         let p = parse_url("rediss://bot:pw@cache.example.com:6380").unwrap();
         assert!(p.tls);
-        assert_eq!(
-            p.target,
-            tcp("cache.example.com", 6380)
-        );
+        assert_eq!(p.target, tcp("cache.example.com", 6380));
         assert_eq!(p.auth.unwrap().password, "pw");
         assert_eq!(parse_url("rediss://h").unwrap().target, tcp("h", 6379));
         assert!(!parse_url("redis://h:1").unwrap().tls);
@@ -256,10 +262,26 @@ mod tests {
     fn unix_socket_urls_in_redis_rs_forms() {
         let cases: &[(&str, DialTarget, Option<Auth>)] = &[
             ("unix:///run/redis.sock", unix("/run/redis.sock"), None),
-            ("redis+unix:///run/redis.sock", unix("/run/redis.sock"), None),
-            ("unix://localhost/run/redis.sock", unix("/run/redis.sock"), None),
-            ("redis+unix:///run/redis.sock?db=0", unix("/run/redis.sock"), None),
-            ("unix:///tmp/my%20dir/r.sock", unix("/tmp/my dir/r.sock"), None),
+            (
+                "redis+unix:///run/redis.sock",
+                unix("/run/redis.sock"),
+                None,
+            ),
+            (
+                "unix://localhost/run/redis.sock",
+                unix("/run/redis.sock"),
+                None,
+            ),
+            (
+                "redis+unix:///run/redis.sock?db=0",
+                unix("/run/redis.sock"),
+                None,
+            ),
+            (
+                "unix:///tmp/my%20dir/r.sock",
+                unix("/tmp/my dir/r.sock"),
+                None,
+            ),
             (
                 "redis+unix://bot:p%40ss@/run/redis.sock",
                 unix("/run/redis.sock"),
@@ -294,11 +316,23 @@ mod tests {
         let cases: &[(&str, &str)] = &[
             ("unix://", "no socket path"),
             ("unix:///", "no socket path"),
-            ("redis+unix://redis.example.com/run/redis.sock", "on this machine"),
+            (
+                "redis+unix://redis.example.com/run/redis.sock",
+                "on this machine",
+            ),
             ("unix:///run/redis.sock?db=3&pass=secret", "only database 0"),
-            ("unix:///run/redis.sock?user=bot", "`user` is given without `pass`"),
-            ("unix://u:secret@/run/redis.sock?pass=secret", "credentials are given twice"),
-            ("unix:///run/redis.sock?password=secret", "unknown query parameter"),
+            (
+                "unix:///run/redis.sock?user=bot",
+                "`user` is given without `pass`",
+            ),
+            (
+                "unix://u:secret@/run/redis.sock?pass=secret",
+                "credentials are given twice",
+            ),
+            (
+                "unix:///run/redis.sock?password=secret",
+                "unknown query parameter",
+            ),
             ("unix:///run/%ff.sock", "not UTF-8"),
         ];
         for (url, why) in cases {
@@ -319,17 +353,29 @@ mod tests {
             ("redis://h:1", "redis://h:1"),
             ("redis://h:1/3", "redis://h:1/3"),
             ("unix:///run/r.sock", "unix:///run/r.sock"),
-            ("redis+unix://bot:secret@/run/r.sock", "redis+unix://<credentials>@/run/r.sock"),
+            (
+                "redis+unix://bot:secret@/run/r.sock",
+                "redis+unix://<credentials>@/run/r.sock",
+            ),
             (
                 "redis+unix:///run/r.sock?db=0&user=bot&pass=secret",
                 "redis+unix:///run/r.sock?db=0&user=bot&pass=<redacted>",
             ),
-            ("unix:///r.sock?passwd=secret&secret", "unix:///r.sock?passwd=<redacted>&<redacted>"),
+            (
+                "unix:///r.sock?passwd=secret&secret",
+                "unix:///r.sock?passwd=<redacted>&<redacted>",
+            ),
             // A password with an unencoded `@` or `?`: everything before the last `@` goes.
             ("redis://u:secr@et@h:1", "redis://<credentials>@h:1"),
             ("redis://u:se?cr@et@h:1", "redis://<credentials>@<redacted>"),
-            ("unix:///r.sock?pass=se@cret", "unix://<credentials>@<redacted>"),
-            ("unix:///r.sock?pass=se@cret&db=0", "unix://<credentials>@<redacted>&db=0"),
+            (
+                "unix:///r.sock?pass=se@cret",
+                "unix://<credentials>@<redacted>",
+            ),
+            (
+                "unix:///r.sock?pass=se@cret&db=0",
+                "unix://<credentials>@<redacted>&db=0",
+            ),
             // Text before `://` that is not a scheme of ours is not echoed.
             ("secret://u:p@h:1", "redis://<credentials>@h:1"),
         ];

@@ -48,7 +48,9 @@ fn announced_addresses_are_identities_and_dial_addresses_are_mapped() {
     let to_c = h
         .wires()
         .values()
-        .find(|w| w.commands().contains(&format!("GET {key}")) && w.dial == DialTarget::Tcp(c.clone()))
+        .find(|w| {
+            w.commands().contains(&format!("GET {key}")) && w.dial == DialTarget::Tcp(c.clone())
+        })
         .unwrap();
     assert_eq!(to_c.node, announced(&c));
 }

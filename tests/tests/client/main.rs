@@ -18,3 +18,4 @@ mod many_requests_one_connection;
 mod smoke;
 mod timers_fire_under_load;
 mod tls;
+mod unix_socket;
