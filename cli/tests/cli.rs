@@ -1011,7 +1011,10 @@ fn a_unix_socket_url_reaches_the_node_and_never_shows_its_password() {
     }
     // A URL that does not parse, and a password the node refuses: errors without it.
     for (url, says) in [
-        (format!("unix://{path}?db=2&pass=sock-secret"), "only database 0"),
+        (
+            format!("unix://{path}?db=2&pass=sock-secret"),
+            "only database 0",
+        ),
         (format!("unix://bot:wrong-secret@{path}"), "WRONGPASS"),
     ] {
         let r = run_expect(1, &["inspect", "-q", "--url", &url, "--prefix", &prefix]);

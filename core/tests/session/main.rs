@@ -16,6 +16,7 @@ mod decoding;
 mod failover;
 mod handshake;
 mod moved;
+mod no_credentials_in_logs;
 mod node_churn;
 mod node_route_without_host;
 mod noscript;
