@@ -362,9 +362,10 @@ fn usage(problem: &str) -> ! {
 /// The servers of the run, started by the harness and stopped when dropped.
 enum Servers {
     Cluster(RedisCluster),
-    /// One node; the clients connect over its Unix socket when `over_socket`.
+    /// One node (boxed: it is twice the cluster's handle); the clients connect over its Unix
+    /// socket when `over_socket`.
     Standalone {
-        node: SingleNode,
+        node: Box<SingleNode>,
         over_socket: bool,
     },
 }
@@ -376,11 +377,11 @@ impl Servers {
                 ClusterOptions::new().masters(3).replicas_per_master(0),
             )),
             Deployment::Standalone => Servers::Standalone {
-                node: SingleNode::start(ServerOptions::new()),
+                node: Box::new(SingleNode::start(ServerOptions::new())),
                 over_socket: false,
             },
             Deployment::StandaloneUnix => Servers::Standalone {
-                node: SingleNode::start(ServerOptions::new().unix_socket()),
+                node: Box::new(SingleNode::start(ServerOptions::new().unix_socket())),
                 over_socket: true,
             },
         }

@@ -3,13 +3,14 @@
 //! operations run on it, the default user's password and an ACL user authenticate in the
 //! user-info and in redis-rs's `?user=..&pass=..` form, a wrong password is `Error::Auth`, and
 //! a path where no server listens is `Error::Connect` naming the path, within the connect
-//! timeout.
+//! timeout, and TLS over the socket is refused when the client starts.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use botmesh_redis_core::{
-    Access, ClientOptions, Error, Executor, Limit, Request, Store, StoreOptions, Value,
+    Access, ClientOptions, ConfigError, Error, Executor, Limit, Request, Store, StoreOptions,
+    TlsOptions, Value,
 };
 use botmesh_redis_tests::conformance::{set_get, Client, Runtime};
 use botmesh_redis_tests::{both_drivers, unique_prefix, ServerOptions, SingleNode};
@@ -178,8 +179,19 @@ async fn a_path_without_a_server_is_a_connect_error_naming_it<R: Runtime>() {
     assert!(shown.contains(&missing), "{shown}");
 }
 
+async fn tls_over_the_socket_is_refused_when_the_client_starts<R: Runtime>() {
+    let path = socket_path();
+    let options = ClientOptions::url(format!("unix://{path}")).tls(TlsOptions::new());
+    let error = Client::<R>::start(options).unwrap_err();
+    assert_eq!(
+        error,
+        Error::Config(ConfigError::TlsOverUnixSocket { path: path.into() })
+    );
+}
+
 both_drivers!(
     both_url_forms_reach_the_node_over_its_socket,
+    tls_over_the_socket_is_refused_when_the_client_starts,
     store_operations_run_over_the_socket,
     an_acl_user_authenticates_in_both_credential_forms,
     a_wrong_password_is_an_auth_error_naming_the_socket,
