@@ -214,3 +214,26 @@ fn debug_hides_the_password() {
     assert!(!shown.contains("hunter2"), "{shown}");
     assert!(shown.contains("<redacted>"), "{shown}");
 }
+
+#[test]
+fn a_unix_socket_in_a_file_with_its_password_hidden() {
+    let config: ClientConfig =
+        toml::from_str("url = \"redis+unix:///run/redis.sock?user=bot&pass=hunter2\"\n").unwrap();
+    let shown = format!("{config:?}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(shown.contains("/run/redis.sock"), "{shown}");
+    let options = config.into_options().unwrap();
+    assert!(!format!("{options:?}").contains("hunter2"));
+    let config = options.to_config(1).unwrap();
+    assert_eq!(
+        config.endpoints,
+        Endpoints::UnixSocket("/run/redis.sock".into())
+    );
+    assert_eq!(
+        config.auth,
+        Some(Auth {
+            username: Some("bot".into()),
+            password: "hunter2".into()
+        })
+    );
+}
