@@ -12,9 +12,10 @@ use clap::Args;
 #[derive(Args, Clone, Debug, Default)]
 pub(crate) struct Connection {
     /// One node: redis://USER:PASSWORD@HOST:PORT, where only the host is required (credentials
-    /// are percent-decoded); or the master of a Redis Sentinel deployment:
-    /// redis+sentinel://USER:PASSWORD@HOST:PORT,HOST:PORT/MASTER_NAME (the credentials are the
-    /// data nodes'; the sentinels' are --sentinel-password).
+    /// are percent-decoded); a Unix socket, unix:///PATH (also redis+unix://, with credentials
+    /// as USER:PASSWORD@ before the path or ?user=USER&pass=PASSWORD); or the master of a Redis
+    /// Sentinel deployment: redis+sentinel://USER:PASSWORD@HOST:PORT,HOST:PORT/MASTER_NAME (the
+    /// credentials are the data nodes'; the sentinels' are --sentinel-password).
     #[arg(long, value_name = "URL", conflicts_with = "cluster")]
     pub(crate) url: Option<String>,
 
@@ -175,7 +176,7 @@ impl Connection {
     }
 }
 
-/// The `host:port` of a URL; a URL that does not parse is shown as `<bad url>`, since it may
+/// The `host:port` of a URL (a Unix socket's path); a URL that does not parse is shown as `<bad url>`, since it may
 /// still hold a password (the connection reports the parse error itself).
 pub(crate) fn describe_url(url: &str) -> String {
     if let Some(parsed) = parse_sentinel_url(url) {
@@ -191,7 +192,7 @@ pub(crate) fn describe_url(url: &str) -> String {
             },
         );
     }
-    parse_url(url).map_or_else(|_| "<bad url>".to_owned(), |p| p.addr.to_string())
+    parse_url(url).map_or_else(|_| "<bad url>".to_owned(), |p| p.target.to_string())
 }
 
 /// Parses `ANNOUNCED=DIAL`, each side `host:port`.

@@ -992,6 +992,45 @@ fn credentials_and_the_address_map_reach_a_protected_node() {
 }
 
 #[test]
+fn a_unix_socket_url_reaches_the_node_and_never_shows_its_password() {
+    let node = SingleNode::try_start(
+        ServerOptions::new()
+            .unix_socket()
+            .acl_user("bot", "sock-secret"),
+    )
+    .unwrap();
+    let path = node.server().unix_socket().unwrap().display().to_string();
+    let prefix = unique_prefix("cli-unix");
+    let empty = "\n  (no key of either layout under the prefix)\n";
+    for url in [
+        format!("unix://bot:sock-secret@{path}"),
+        format!("redis+unix://{path}?db=0&user=bot&pass=sock-secret"),
+    ] {
+        let r = run_expect(0, &["inspect", "-q", "--url", &url, "--prefix", &prefix]);
+        assert_eq!(
+            r.stdout.lines().next(),
+            Some(format!("inspect: prefix {prefix:?} on {path}").as_str())
+        );
+        assert!(r.stdout.contains(empty), "{}", r.stdout);
+        assert!(!r.stdout.contains("sock-secret"), "{}", r.stdout);
+    }
+    // A URL that does not parse, and a password the node refuses: errors without it.
+    for (url, says) in [
+        (
+            format!("unix://{path}?db=2&pass=sock-secret"),
+            "only database 0",
+        ),
+        (format!("unix://bot:wrong-secret@{path}"), "WRONGPASS"),
+    ] {
+        let r = run_expect(1, &["inspect", "-q", "--url", &url, "--prefix", &prefix]);
+        assert!(r.stderr.starts_with("error: "), "{}", r.stderr);
+        assert!(r.stderr.contains(says), "{}", r.stderr);
+        assert!(!r.stderr.contains("secret"), "{}", r.stderr);
+        assert!(!r.stdout.contains("secret"), "{}", r.stdout);
+    }
+}
+
+#[test]
 fn demo_runs_against_an_existing_cluster() {
     let prefix = unique_prefix("cli-demo");
     let seed = shared_cluster().seeds()[0].clone();

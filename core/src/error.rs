@@ -391,6 +391,16 @@ pub enum ConfigError {
          `default-features = false` turns it off)"
     )]
     TlsNotBuilt,
+    /// TLS was asked for (`ClientOptions::tls`) on a Unix socket: Redis serves its Unix
+    /// socket without TLS (`tls-port` is TCP only), and the socket never leaves the machine.
+    #[error(
+        "TLS was asked for on the Unix socket {path:?}, which Redis serves without TLS: drop \
+         ClientOptions::tls, or connect over TCP with a rediss:// URL"
+    )]
+    TlsOverUnixSocket {
+        /// The socket's path.
+        path: std::path::PathBuf,
+    },
     /// A single-node client ([`ClientOptions::url`](crate::ClientOptions::url)) was pointed
     /// at a Redis Cluster node (its `INFO cluster` says `cluster_enabled:1`): every key outside
     /// that node's slots would fail with `MOVED`, and legacy-layout keys would land on one

@@ -166,6 +166,7 @@ pub mod driver {
         //! The routing session: the one state machine a driver talks to. Its contract (inputs,
         //! outputs, the drain rule) is written on [`Session`].
 
+        pub use crate::addr::DialTarget;
         pub use crate::session::{
             AddressMap, Auth, Completion, Config, ConnId, Endpoints, Output, SentinelEndpoints,
             Session, Submission, TimerReason, Waiters, FORGET_AFTER,
@@ -301,6 +302,6 @@ pub mod driver {
         //! URL parsing ([`ClientOptions`](crate::ClientOptions) is at the crate root).
 
         pub use crate::options::{parse_sentinel_url, ParsedSentinelUrl, SENTINEL_PORT};
-        pub use crate::options::{parse_url, ParsedUrl};
+        pub use crate::options::{parse_url, redact_url, ParsedUrl};
     }
 }

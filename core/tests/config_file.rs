@@ -312,3 +312,26 @@ fn the_reply_element_bound_is_set_by_name_and_zero_is_refused() {
         Error::Config(ConfigError::ZeroReplyElements { default: 4 << 20 })
     );
 }
+
+#[test]
+fn a_unix_socket_in_a_file_with_its_password_hidden() {
+    let config: ClientConfig =
+        toml::from_str("url = \"redis+unix:///run/redis.sock?user=bot&pass=hunter2\"\n").unwrap();
+    let shown = format!("{config:?}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(shown.contains("/run/redis.sock"), "{shown}");
+    let options = config.into_options().unwrap();
+    assert!(!format!("{options:?}").contains("hunter2"));
+    let config = options.to_config(1).unwrap();
+    assert_eq!(
+        config.endpoints,
+        Endpoints::UnixSocket("/run/redis.sock".into())
+    );
+    assert_eq!(
+        config.auth,
+        Some(Auth {
+            username: Some("bot".into()),
+            password: "hunter2".into()
+        })
+    );
+}

@@ -45,7 +45,8 @@ use crate::store::StoreOptions;
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ClientConfig {
-    /// One node: `redis://[user[:password]@]host:port` ([`ClientOptions::url`]).
+    /// One node: `redis://[user[:password]@]host:port`, or its Unix socket, `unix:///path`
+    /// ([`ClientOptions::url`]).
     pub url: Option<String>,
     /// The root nodes of a cluster, `host:port` or `redis://...` ([`ClientOptions::cluster`]).
     pub nodes: Vec<String>,

@@ -4,9 +4,9 @@
 
 use percent_encoding::percent_decode_str;
 
-use super::url::{parse_url, redact_url};
+use super::url::{parse_url, redact_url, ParsedUrl};
 use super::ClientOptions;
-use crate::addr::NodeAddr;
+use crate::addr::{DialTarget, NodeAddr};
 use crate::error::{ConfigError, Error};
 use crate::session::{Auth, Config, Endpoints};
 
@@ -71,7 +71,10 @@ pub fn parse_sentinel_url(url: &str) -> Option<Result<ParsedSentinelUrl, Error>>
             if i == 0 {
                 auth = parsed.auth;
             }
-            sentinels.push(parsed.addr);
+            let DialTarget::Tcp(addr) = parsed.target else {
+                return Err(bad("a sentinel is not host:port"));
+            };
+            sentinels.push(addr);
         }
         Ok(ParsedSentinelUrl {
             sentinels,
@@ -118,15 +121,33 @@ impl ClientOptions {
                 None => with_sentinel_port(&text),
             };
             match parse_url(&text) {
-                Ok(parsed) => {
-                    addrs.push(parsed.addr);
+                Ok(ParsedUrl {
+                    target: DialTarget::Tcp(addr),
+                    auth: url_auth,
+                    tls,
+                }) => {
+                    addrs.push(addr);
                     if auth.is_none() {
-                        auth = parsed.auth;
+                        auth = url_auth;
                     }
                     url_tls = Some(match url_tls {
-                        None => Some(parsed.tls),
-                        Some(all) => all.filter(|&tls| tls == parsed.tls),
+                        None => Some(tls),
+                        Some(all) => all.filter(|&t| t == tls),
                     });
+                }
+                Ok(ParsedUrl {
+                    target: DialTarget::Unix(path),
+                    ..
+                }) => {
+                    invalid.get_or_insert(
+                        ConfigError::BadSentinel {
+                            reason: format!(
+                                "a sentinel is reached over TCP, not the Unix socket {}",
+                                path.display()
+                            ),
+                        }
+                        .into(),
+                    );
                 }
                 Err(e) => {
                     invalid.get_or_insert(e);

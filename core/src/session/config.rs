@@ -1,10 +1,11 @@
 //! What a session is configured with: the endpoints, credentials, timeouts and retry policy.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::addr::NodeAddr;
+use crate::addr::{DialTarget, NodeAddr};
 use crate::executor::Deployment;
 use crate::framing::DEFAULT_MAX_REPLY_ELEMENTS;
 use crate::retry::RetryPolicy;
@@ -37,6 +38,10 @@ pub enum Endpoints {
     Single(NodeAddr),
     /// A cluster, discovered from these root nodes.
     Cluster(Vec<NodeAddr>),
+    /// One node, no cluster, on the Unix socket at this path (`unixsocket` in `redis.conf`).
+    /// Its identity in errors and logs is [`NodeAddr::unix_socket`]; the address map does not
+    /// apply.
+    UnixSocket(PathBuf),
     /// One node, the master these sentinels name: a single node for the store, whose address
     /// the session asks the sentinels for and follows through failovers.
     Sentinel(SentinelEndpoints),
@@ -59,8 +64,31 @@ impl Endpoints {
     /// over it learn whether they talk to a cluster.
     pub fn deployment(&self) -> Deployment {
         match self {
-            Endpoints::Single(_) | Endpoints::Sentinel(_) => Deployment::Single,
+            Endpoints::Single(_) | Endpoints::Sentinel(_) | Endpoints::UnixSocket(_) => {
+                Deployment::Single
+            }
             Endpoints::Cluster(_) => Deployment::Cluster,
+        }
+    }
+
+    /// The one node of a single-node deployment, as errors and logs name it; `None` on a
+    /// cluster, and under Sentinel, whose master is whichever node the sentinels name now.
+    pub fn single_node(&self) -> Option<NodeAddr> {
+        match self {
+            Endpoints::Single(addr) => Some(addr.clone()),
+            Endpoints::UnixSocket(path) => Some(NodeAddr::unix_socket(path)),
+            Endpoints::Cluster(_) | Endpoints::Sentinel(_) => None,
+        }
+    }
+
+    /// Where to open a connection to `node`, whose announced address is `addr`: the socket's
+    /// path on a Unix-socket endpoint (its one node), else `addr` over TCP, through the
+    /// address map when there is one.
+    pub(crate) fn dial_target(&self, addr: &NodeAddr, map: Option<&AddressMap>) -> DialTarget {
+        match (self, map) {
+            (Endpoints::UnixSocket(path), _) => DialTarget::Unix(path.clone()),
+            (_, Some(map)) => DialTarget::Tcp(map(addr)),
+            (_, None) => DialTarget::Tcp(addr.clone()),
         }
     }
 }
@@ -147,6 +175,11 @@ impl Config {
     /// One node, defaults elsewhere.
     pub fn single(addr: NodeAddr) -> Self {
         Config::with(Endpoints::Single(addr))
+    }
+
+    /// One node on the Unix socket at `path`, defaults elsewhere.
+    pub fn unix_socket(path: impl Into<PathBuf>) -> Self {
+        Config::with(Endpoints::UnixSocket(path.into()))
     }
 
     /// A cluster from its root nodes, defaults elsewhere.

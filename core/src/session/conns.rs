@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::addr::NodeAddr;
+use crate::addr::{DialTarget, NodeAddr};
 use crate::error::Error;
 use crate::framing::FrameScan;
 use crate::request::{encode_args, Access};
@@ -14,7 +14,6 @@ use crate::value::Value;
 
 use super::ids::{ConnId, NodeId, ReqRef};
 use super::nodes::Down;
-use super::refresh::Refresh;
 use super::timers::Timer;
 use super::{after, Endpoints, Output, Session, Waiters};
 
@@ -102,18 +101,18 @@ pub(super) enum Loss {
 }
 
 /// Encodes a refresh round's question (`CLUSTER SLOTS`, or `SENTINEL get-master-addr-by-name`
-/// of a Sentinel deployment) and returns what awaits its answer; `None` when its round ended
-/// while it waited (it needs no answer then).
+/// of a Sentinel deployment) and returns what awaits its answer; `None` when its round is no
+/// longer `running_round` (the round ended while it waited and needs no answer).
 fn encode_question(
     question: Queued,
-    refresh: &Refresh,
+    running_round: Option<u64>,
     endpoints: &Endpoints,
     buf: &mut BytesMut,
 ) -> Option<Pending> {
     let (Queued::Topology(round) | Queued::Sentinel(round)) = question else {
         return None;
     };
-    if round != refresh.round || !refresh.running {
+    if Some(round) != running_round {
         return None;
     }
     match (question, endpoints) {
@@ -190,8 +189,8 @@ impl<W: Waiters> Session<W> {
                 }
                 question @ (Queued::Topology(_) | Queued::Sentinel(_)) => {
                     let endpoints = &self.config.endpoints;
-                    if let Some(pending) = encode_question(question, &self.refresh, endpoints, buf)
-                    {
+                    let running = self.refresh.running.then_some(self.refresh.round);
+                    if let Some(pending) = encode_question(question, running, endpoints, buf) {
                         c.in_flight.push_back((pending, now));
                     }
                 }
@@ -238,7 +237,7 @@ impl<W: Waiters> Session<W> {
         self.outputs.push_back(Output::Connect {
             conn,
             node: self.nodes[node].clone(),
-            dial: self.dial_addr(node),
+            dial: self.dial_target(node),
         });
         if let Some(at) = after(now, self.config.connect_timeout) {
             self.schedule_check(conn, at);
@@ -453,12 +452,18 @@ impl<W: Waiters> Session<W> {
             .is_some_and(|c| !c.in_flight.is_empty() || !c.outbox.is_empty())
     }
 
-    /// The address to dial for `node`: its announced address through the address map.
+    /// Where to open a connection to `node`: see [`Endpoints::dial_target`].
+    pub(super) fn dial_target(&self, node: NodeId) -> DialTarget {
+        let endpoints = &self.config.endpoints;
+        endpoints.dial_target(&self.nodes[node], self.config.address_map.as_ref())
+    }
+
+    /// `node` as dialled, for the errors of its connects: the TCP address after the address
+    /// map, or (a Unix socket) the node's identity, which names the socket's path.
     pub(super) fn dial_addr(&self, node: NodeId) -> NodeAddr {
-        let addr = &self.nodes[node];
-        match &self.config.address_map {
-            Some(map) => map(addr),
-            None => addr.clone(),
+        match self.dial_target(node) {
+            DialTarget::Tcp(addr) => addr,
+            DialTarget::Unix(_) => self.nodes[node].clone(),
         }
     }
 }

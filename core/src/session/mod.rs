@@ -55,7 +55,7 @@
 //!
 //! use std::sync::mpsc;
 //!
-//! use botmesh_redis_core::driver::session::{Config, Output, Session, Waiters};
+//! use botmesh_redis_core::driver::session::{Config, DialTarget, Output, Session, Waiters};
 //! use botmesh_redis_core::driver::plan;
 //! use botmesh_redis_core::{Access, Error, NodeAddr, Request};
 //!
@@ -80,7 +80,11 @@
 //! let mut sockets: BTreeMap<_, TcpStream> = BTreeMap::new();
 //! loop {
 //!     match session.poll() {
-//!         Output::Connect { conn, dial, .. } => {
+//!         // This driver speaks TCP only (`DialTarget::Unix` is a Unix socket's path).
+//!         Output::Connect { conn, dial: DialTarget::Unix(_), .. } => {
+//!             session.handle_connect_failed(Instant::now(), conn, "no Unix sockets here");
+//!         }
+//!         Output::Connect { conn, dial: DialTarget::Tcp(dial), .. } => {
 //!             match TcpStream::connect((dial.host.as_str(), dial.port)) {
 //!                 Ok(socket) => {
 //!                     sockets.insert(conn, socket);
@@ -187,7 +191,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
-use crate::addr::NodeAddr;
+use crate::addr::{DialTarget, NodeAddr};
 use crate::error::Error;
 use crate::executor::Deployment;
 use crate::framing::Scanned;
@@ -226,15 +230,15 @@ use timers::Timers;
 /// What the driver must do next.
 #[derive(Debug)]
 pub enum Output<W: Waiters> {
-    /// Open a TCP connection to `dial`; report with `handle_connected` or
+    /// Open a connection to `dial` (TCP, or a Unix socket); report with `handle_connected` or
     /// `handle_connect_failed`. `node` is the cluster's name for it.
     Connect {
         /// The new connection.
         conn: ConnId,
-        /// The node's announced address.
+        /// The node's announced address ([`NodeAddr::unix_socket`] for a Unix socket).
         node: NodeAddr,
-        /// The address to dial (after the address map).
-        dial: NodeAddr,
+        /// Where to connect: the address after the address map, or the socket's path.
+        dial: DialTarget,
     },
     /// Write these bytes to the connection, after any earlier transmit of it.
     Transmit {
@@ -348,9 +352,6 @@ impl<W: Waiters> Session<W> {
             closed: false,
         };
         match session.config.endpoints.clone() {
-            Endpoints::Single(addr) => {
-                session.nodes.intern(addr);
-            }
             Endpoints::Cluster(roots) => {
                 for addr in roots {
                     session.nodes.intern(addr);
@@ -360,6 +361,11 @@ impl<W: Waiters> Session<W> {
             Endpoints::Sentinel(_) => {
                 session.sentinels = Sentinels::new(&session.config.endpoints, &mut session.nodes);
                 session.start_refresh(now);
+            }
+            single => {
+                if let Some(node) = single.single_node() {
+                    session.nodes.intern(node);
+                }
             }
         }
         session
@@ -408,7 +414,10 @@ impl<W: Waiters> Session<W> {
     /// connection, `READONLY`, a stall) asks where it went: a cluster's slot map, a Sentinel
     /// deployment's master.
     fn follows_failovers(&self) -> bool {
-        !matches!(self.config.endpoints, Endpoints::Single(_))
+        matches!(
+            self.config.endpoints,
+            Endpoints::Cluster(_) | Endpoints::Sentinel(_)
+        )
     }
 
     /// Where every request of a session without a slot map goes: the one node, or the master

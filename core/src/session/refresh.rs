@@ -121,7 +121,7 @@ impl<W: Waiters> Session<W> {
         let masters = self.masters();
         let roots: Vec<NodeId> = match &self.config.endpoints {
             Endpoints::Cluster(roots) => roots.iter().filter_map(|r| self.nodes.id(r)).collect(),
-            Endpoints::Single(_) | Endpoints::Sentinel(_) => Vec::new(),
+            Endpoints::Single(_) | Endpoints::Sentinel(_) | Endpoints::UnixSocket(_) => Vec::new(),
         };
         let ready = masters.iter().copied().filter(|&n| self.is_ready(n));
         let idle = masters.iter().copied().filter(|&n| !self.is_ready(n));
@@ -327,8 +327,8 @@ impl<W: Waiters> Session<W> {
             .collect();
         let roots: Vec<NodeAddr> = match &self.config.endpoints {
             Endpoints::Cluster(roots) => roots.clone(),
-            Endpoints::Single(addr) => vec![addr.clone()],
             Endpoints::Sentinel(s) => s.sentinels.clone(),
+            single => single.single_node().into_iter().collect(),
         };
         for node in self.nodes.departed(now, &present, &roots) {
             let bound = self.ops.iter().any(|op| {

@@ -320,7 +320,7 @@ impl<W: Waiters> Session<W> {
         self.outputs.push_back(Output::Connect {
             conn,
             node: self.nodes[sentinel].clone(),
-            dial: self.dial_addr(sentinel),
+            dial: self.dial_target(sentinel),
         });
         if let Some(at) = after(now, self.config.connect_timeout) {
             self.schedule_check(conn, at);

@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use botmesh_redis_core::driver::session::{Auth, Config, ConnId, Endpoints, Output, Session};
+use botmesh_redis_core::driver::session::{
+    Auth, Config, ConnId, DialTarget, Endpoints, Output, Session,
+};
 use botmesh_redis_core::driver::Reply;
 use botmesh_redis_core::testing::sim::encode_reply;
 use botmesh_redis_core::testing::{set, start, Batch, Ticket, Tickets, Token};
@@ -138,6 +140,9 @@ impl Net {
         loop {
             match self.session.poll() {
                 Output::Connect { conn, dial, .. } => {
+                    let DialTarget::Tcp(dial) = dial else {
+                        panic!("a sentinel deployment dials over TCP: {dial}");
+                    };
                     if self.nodes.get(&dial) == Some(&Node::Down) {
                         self.session
                             .handle_connect_failed(now, conn, "connection refused");

@@ -20,3 +20,4 @@ mod sentinel_failover_followed;
 mod smoke;
 mod timers_fire_under_load;
 mod tls;
+mod unix_socket;
