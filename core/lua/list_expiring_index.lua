@@ -7,6 +7,11 @@ if redis.replicate_commands then
 end
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local now_text = string.format('%.0f', ms)
 -- A key expires once the clock is past its expiry, so a member scored exactly now is live.
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%.0f', ms))
-return redis.call('ZRANGE', KEYS[1], 0, -1)
+-- The live members are read before the others are dropped: dropping them all empties the
+-- index, which Redis deletes, and while its slot is migrating the source refuses any later
+-- command on a missing key of the slot (it counts as moved), halfway through the script.
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], now_text, '+inf')
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now_text)
+return live
