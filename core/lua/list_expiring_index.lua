@@ -1,5 +1,5 @@
 -- list_expiring_index: drops the members of an expiry-scored index whose values have expired,
--- by server time, then lists the others.
+-- by server time, and lists the others.
 -- KEYS[1] the index (sorted set: score = expiry in ms of server time, +inf for none)
 -- Returns every live member, in score order.
 if redis.replicate_commands then

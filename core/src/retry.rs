@@ -56,8 +56,8 @@ pub fn classify(err: &ServerError, fallback_host: &str) -> Decision {
 
 /// The error a [`Decision::Final`] reply ends its request with. A script the server stopped
 /// part-way (a command it called refused as touching a "non local key": Redis 6.2 says `Lua
-/// script attempted to access a non local key in a cluster node`, 7.0 and later `Script
-/// attempted to ...`) is no redirect and not safe to resend: it may have written part of its
+/// script attempted to access a non local key in a cluster node`, 7.0 and Valkey 8.1 `Script
+/// attempted to ...`, Valkey 9.1 `Attempted to ...`) is no redirect and not safe to resend: it may have written part of its
 /// work, so it is [`Error::ScriptStoppedPartWay`], whose outcome is unknown.
 pub fn final_error(reply: ServerError) -> Error {
     if reply.code() == "ERR" && reply.text().contains("non local key in a cluster node") {
@@ -293,6 +293,8 @@ mod tests {
              script attempted to access a non local key in a cluster node",
             "ERR Script attempted to access a non local key in a cluster node script: \
              9f1c0e, on @user_script:1.",
+            "ERR Attempted to access a non local key in a cluster node script: on \
+             @user_script:1.",
         ] {
             assert_eq!(c(text), Decision::Final, "{text}");
             let error = final_error(ServerError::new(text));
