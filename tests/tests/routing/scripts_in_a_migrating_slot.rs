@@ -10,19 +10,25 @@
 //! finishes the migration.
 
 use std::future::Future;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::sync::Notify;
 
+use botmesh_redis_core::driver::store::delete_chat::delete_chat;
+use botmesh_redis_core::driver::store::messages::save_message;
+use botmesh_redis_core::driver::{Plan, Reply, Step};
 use botmesh_redis_core::keys::{RecordKind, TurnPart};
 use botmesh_redis_core::{
-    Acked, Begun, ClientOptions, Coordinator, Durability, Key, Keyspace, Layout, Leases, Limit,
-    Released, Schedules, Store, StoreOptions,
+    Acked, Begun, ClientOptions, Coordinator, DeletedChat, Durability, Executor, Key, Keyspace,
+    Layout, Leases, Limit, Released, Request, Schedules, Store, StoreOptions,
 };
 use botmesh_redis_tests::conformance::{Client, Runtime};
 use botmesh_redis_tests::coord::server_ms;
 use botmesh_redis_tests::counters::errorstat;
+use botmesh_redis_tests::store::StopAfter;
 use botmesh_redis_tests::{both_drivers, unique_prefix, ClusterOptions, RedisCluster};
 
 /// Slot migrations change the topology: this file owns its cluster. Its tests, on both
@@ -61,6 +67,7 @@ async fn while_migrating<T>(key: &Key, op: impl Future<Output = T>) -> T {
     let before = redirects(&mut on_source);
     let migration = cluster.begin_migration(slot, target).unwrap();
     let result = op.await;
+
     assert_eq!(
         redirects(&mut on_source),
         before,
@@ -278,8 +285,126 @@ async fn releasing_locks_leases_and_schedules<R: Runtime>() {
     client.close().await;
 }
 
+/// Runs a plan, and sends `extra` right after its first batch was answered; then holds the
+/// plan until `go` is set, polling it each millisecond: a message saved while a `delete_chat`
+/// runs, between its begin and its first chunk, and a slot migration begun there.
+struct PauseAfterFirstStep<P> {
+    plan: P,
+    extra: Option<Vec<Request>>,
+    held: Option<Vec<Reply>>,
+    paused: Arc<Notify>,
+    go: Arc<AtomicBool>,
+}
+
+impl<P: Plan> Plan for PauseAfterFirstStep<P> {
+    type Output = P::Output;
+
+    fn start(&mut self) -> Step<P::Output> {
+        self.plan.start()
+    }
+
+    fn resume(&mut self, replies: Vec<Reply>) -> Step<P::Output> {
+        if let Some(extra) = self.extra.take() {
+            self.held = Some(replies);
+            return Step::Send(extra);
+        }
+        if self.held.is_some() {
+            if let Some(Err(e)) = replies.into_iter().find(Result::is_err) {
+                return Step::Done(Err(e));
+            }
+            if !self.go.load(Ordering::SeqCst) {
+                self.paused.notify_one();
+                return Step::Wait(Duration::from_millis(1));
+            }
+            let held = self.held.take().unwrap_or_default();
+            return self.plan.resume(held);
+        }
+        self.plan.resume(replies)
+    }
+}
+
+async fn deleting_messages_and_a_chat<R: Runtime>() {
+    let _turn = TURN.lock().await;
+    let client = client::<R>().await;
+    let prefix = unique_prefix("mig-chat");
+    let ks = Keyspace::new(Layout::Cluster, prefix.as_str()).unwrap();
+    let store = Store::new(
+        client.clone(),
+        StoreOptions::new(prefix.as_str()).layout(Layout::Cluster),
+    )
+    .unwrap();
+    store.start().await.unwrap();
+    let payload = |id: &str| Bytes::from(format!("payload {id}"));
+    let save = |id: &'static str, time: i64| store.save_message("chat", id, time, payload(id));
+    assert_eq!(save("m1", 1).await, Ok(true));
+    assert_eq!(save("m2", 2).await, Ok(true));
+    // An interrupted delete (its begin ran, no chunk): m1 and m2 are in the drain.
+    let interrupted = StopAfter {
+        inner: client.clone(),
+        sends: 1,
+    };
+    assert!(interrupted.run(delete_chat(&ks, "chat")).await.is_err());
+    assert_eq!(save("m3", 3).await, Ok(true));
+    assert_eq!(save("m5", 5).await, Ok(true));
+
+    // Log, drain and item exist: each loses one member or goes, once.
+    let log = ks.message_log("chat");
+
+    let deleted = while_migrating(&log, store.delete_message("chat", "m5")).await;
+    assert_eq!(deleted, Ok(true));
+
+    // The delete merges the log (m3) into the drain; m4 is saved into a fresh log before the
+    // first chunk, and the migration begins there. The chunk removes m1, m2 and m3, which
+    // empties the drain, then asks it for the next chunk.
+    let m4 = match save_message(&ks, "chat", "m4", 4, payload("m4"))
+        .unwrap()
+        .start()
+    {
+        Step::Send(requests) => requests,
+        other => panic!("save_message starts with {other:?}"),
+    };
+    let (paused, go) = (Arc::new(Notify::new()), Arc::new(AtomicBool::new(false)));
+    let plan = PauseAfterFirstStep {
+        plan: delete_chat(&ks, "chat"),
+        extra: Some(m4),
+        held: None,
+        paused: paused.clone(),
+        go: go.clone(),
+    };
+    let deleting = tokio::spawn({
+        let client = client.clone();
+        async move { client.run(plan).await }
+    });
+    paused.notified().await;
+    let done = while_migrating(&log, async {
+        go.store(true, Ordering::SeqCst);
+        deleting.await.unwrap()
+    })
+    .await;
+    assert_eq!(
+        done,
+        Ok(DeletedChat {
+            messages: 3,
+            chunks: 1,
+            record: false
+        })
+    );
+    let left = store
+        .list_messages("chat", .., None, Limit::DEFAULT)
+        .await
+        .unwrap();
+    let ids: Vec<&str> = left.items.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["m4"],
+        "the message saved after the delete began survives"
+    );
+    client.close().await;
+}
+
 both_drivers!(
     releasing_the_only_ticket_of_a_turn_queue,
+    deleting_messages_and_a_chat,
     durable_calls_that_prune_or_requeue,
     listing_checkpoints_that_all_expired,
     releasing_locks_leases_and_schedules,
