@@ -8,13 +8,23 @@
 -- ARGV[2..] the message ids of this chunk
 -- Returns {removed, next}: how many ids left the drain, and the next ARGV[1] ids of the drain.
 local drain, log = KEYS[1], KEYS[2]
+-- The last removal may empty the drain, which Redis then deletes; while the chat's slot is
+-- migrating, the source refuses any later command on it (a missing key counts as moved),
+-- halfway through the script. So the drain's size is counted down, and an empty drain is not
+-- touched again: it has nothing to remove or list.
+local left = redis.call('ZCARD', drain)
 local removed = 0
 for i = 2, #ARGV do
-  if redis.call('ZREM', drain, ARGV[i]) == 1 then
+  if left > 0 and redis.call('ZREM', drain, ARGV[i]) == 1 then
+    left = left - 1
     removed = removed + 1
     if not redis.call('ZSCORE', log, ARGV[i]) then
       redis.call('DEL', KEYS[i + 1])
     end
   end
 end
-return {removed, redis.call('ZRANGE', drain, 0, tonumber(ARGV[1]) - 1)}
+local next_ids = {}
+if left > 0 then
+  next_ids = redis.call('ZRANGE', drain, 0, tonumber(ARGV[1]) - 1)
+end
+return {removed, next_ids}

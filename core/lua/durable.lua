@@ -34,31 +34,55 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local op = ARGV[1]
 
--- Puts claims whose visibility deadline passed back at the head of the queue.
-local function requeue_expired()
-  local expired = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)
-  for _, key in ipairs(expired) do
-    redis.call('ZREM', KEYS[5], key)
-    redis.call('HDEL', KEYS[6], key)
-    redis.call('ZADD', KEYS[3], 0, key)
+-- While the table's slot is migrating, the source refuses any command on a key of the slot
+-- that does not exist (it counts as moved), halfway through the script; and Redis deletes a
+-- hash or sorted set that a removal empties. So no key is touched after a removal may have
+-- emptied it: every call reads first, writes next, and removes last, and the removals count
+-- down what each key holds (read once, just before the first removal) and stop once it is gone:
+-- a removal from a missing key would have been a no-op anyway.
+local left = {}
+
+-- Removes from KEYS[i] with `remove` (ZREM or HDEL) through `count` (ZCARD or HLEN), unless a
+-- removal of this call already emptied it.
+local function removal(i, count, remove)
+  return function(member)
+    if left[i] == nil then
+      left[i] = count()
+    end
+    if left[i] > 0 then
+      left[i] = left[i] - remove(member)
+    end
   end
+end
+local unbegin = removal(8, function() return redis.call('HLEN', KEYS[8]) end,
+  function(id) return redis.call('HDEL', KEYS[8], id) end)
+local unack = removal(9, function() return redis.call('HLEN', KEYS[9]) end,
+  function(key) return redis.call('HDEL', KEYS[9], key) end)
+local unclaim = removal(5, function() return redis.call('ZCARD', KEYS[5]) end,
+  function(key) return redis.call('ZREM', KEYS[5], key) end)
+local unown = removal(6, function() return redis.call('HLEN', KEYS[6]) end,
+  function(key) return redis.call('HDEL', KEYS[6], key) end)
+
+-- Whether a sorted set holds a member scored after the cutoff: what it holds once pruned.
+local function in_window(score, cutoff)
+  return score and tonumber(score) > cutoff
 end
 
 if op == 'begin' then
+  -- Pruning the journal may empty it and begun: the id is looked up, and written, first.
   local cutoff = now - tonumber(ARGV[3])
+  local result = 1
+  if in_window(redis.call('ZSCORE', KEYS[1], ARGV[2]), cutoff) then
+    result = redis.call('HGET', KEYS[8], ARGV[2]) == ARGV[4] and 2 or 0
+  else
+    redis.call('ZADD', KEYS[1], now, ARGV[2])
+    redis.call('HSET', KEYS[8], ARGV[2], ARGV[4])
+  end
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff)) do
-    redis.call('HDEL', KEYS[8], id)
+    unbegin(id)
   end
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff)
-  if redis.call('ZSCORE', KEYS[1], ARGV[2]) then
-    if redis.call('HGET', KEYS[8], ARGV[2]) == ARGV[4] then
-      return 2
-    end
-    return 0
-  end
-  redis.call('ZADD', KEYS[1], now, ARGV[2])
-  redis.call('HSET', KEYS[8], ARGV[2], ARGV[4])
-  return 1
+  return result
 end
 
 if op == 'forget' then
@@ -67,22 +91,32 @@ if op == 'forget' then
 end
 
 if op == 'enqueue' then
+  -- Pruning done may empty it and acked: done is read, and the send queued, first.
   local cutoff = now - tonumber(ARGV[3])
+  local result = 0
+  if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 0
+      and not in_window(redis.call('ZSCORE', KEYS[7], ARGV[2]), cutoff) then
+    redis.call('HSET', KEYS[2], ARGV[2], ARGV[4])
+    redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[4]), ARGV[2])
+    result = 1
+  end
   for _, key in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', cutoff)) do
-    redis.call('HDEL', KEYS[9], key)
+    unack(key)
   end
   redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', cutoff)
-  if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1 or redis.call('ZSCORE', KEYS[7], ARGV[2]) then
-    return 0
-  end
-  redis.call('HSET', KEYS[2], ARGV[2], ARGV[4])
-  redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[4]), ARGV[2])
-  return 1
+  return result
 end
 
 if op == 'claim' then
-  requeue_expired()
+  -- Claims whose visibility deadline passed go back to the head of the queue. They leave
+  -- claims and owners only after the new claims are written (which may empty both); a lapsed
+  -- claim claimed again now is simply overwritten.
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)
+  for _, key in ipairs(expired) do
+    redis.call('ZADD', KEYS[3], 0, key)
+  end
   local out = {}
+  local claimed = {}
   local popped = redis.call('ZPOPMIN', KEYS[3], tonumber(ARGV[4]))
   for i = 1, #popped, 2 do
     local key = popped[i]
@@ -90,8 +124,15 @@ if op == 'claim' then
     if payload then
       redis.call('ZADD', KEYS[5], now + tonumber(ARGV[3]), key)
       redis.call('HSET', KEYS[6], key, ARGV[2])
+      claimed[key] = true
       out[#out + 1] = key
       out[#out + 1] = payload
+    end
+  end
+  for _, key in ipairs(expired) do
+    if not claimed[key] then
+      unclaim(key)
+      unown(key)
     end
   end
   return out
@@ -122,9 +163,9 @@ if op == 'recover' then
   local moved = 0
   for i = 1, #owners, 2 do
     if owners[i + 1] == ARGV[2] then
-      redis.call('ZREM', KEYS[5], owners[i])
-      redis.call('HDEL', KEYS[6], owners[i])
       redis.call('ZADD', KEYS[3], 0, owners[i])
+      unclaim(owners[i])
+      unown(owners[i])
       moved = moved + 1
     end
   end

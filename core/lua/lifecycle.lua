@@ -28,13 +28,31 @@ if op == 'put' then
   if (fields[1] or '') ~= ARGV[2] or (fields[2] or '') ~= ARGV[3] then
     return 0
   end
-  redis.call('DEL', KEYS[1])
+  -- The record is replaced in place: written over, then stripped of the fields the new one
+  -- lacks. Deleting it first and writing it again would touch a key this script deleted, and
+  -- while the {meta} slot is migrating the source refuses a command on a missing key of the
+  -- slot (it counts as moved), halfway through the script.
   local record = {}
+  local wanted = {}
   for i = 6, #ARGV do
     record[#record + 1] = ARGV[i]
+    if (i - 6) % 2 == 0 then
+      wanted[ARGV[i]] = true
+    end
   end
   if #record > 0 then
+    local stale = {}
+    for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+      if not wanted[field] then
+        stale[#stale + 1] = field
+      end
+    end
     redis.call('HSET', KEYS[1], unpack(record))
+    if #stale > 0 then
+      redis.call('HDEL', KEYS[1], unpack(stale))
+    end
+  else
+    redis.call('DEL', KEYS[1])
   end
   if ARGV[4] == 'set' then
     redis.call('SET', KEYS[2], ARGV[5])

@@ -1,5 +1,5 @@
 -- list_expiring_index: drops the members of an expiry-scored index whose values have expired,
--- by server time, then lists the others.
+-- by server time, and lists the others.
 -- KEYS[1] the index (sorted set: score = expiry in ms of server time, +inf for none)
 -- Returns every live member, in score order.
 if redis.replicate_commands then
@@ -7,6 +7,11 @@ if redis.replicate_commands then
 end
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local now_text = string.format('%.0f', ms)
 -- A key expires once the clock is past its expiry, so a member scored exactly now is live.
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%.0f', ms))
-return redis.call('ZRANGE', KEYS[1], 0, -1)
+-- The live members are read before the others are dropped: dropping them all empties the
+-- index, which Redis deletes, and while its slot is migrating the source refuses any later
+-- command on a missing key of the slot (it counts as moved), halfway through the script.
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], now_text, '+inf')
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now_text)
+return live

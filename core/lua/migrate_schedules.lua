@@ -39,6 +39,12 @@ end
 
 local first = indexed and 2 or 1
 local codes = {}
+-- The index member each written record ends with: true (in the index) or false (a deleted
+-- marker is not). Applied after the records, additions first: a removal may empty the index,
+-- which Redis deletes, and while the slot is migrating the source refuses any later command
+-- on a missing key of the slot (it counts as moved), halfway through the script.
+local members = {}
+local ids = {}
 local n = (#ARGV - 3) / 5
 for i = 1, n do
   local key = KEYS[first + i - 1]
@@ -79,20 +85,49 @@ for i = 1, n do
   end
   codes[i] = code
   if write and not dry then
-    redis.call('DEL', key)
-    redis.call('HSET', key, 'token', token, 'deleted', deleted)
+    -- The record is replaced in place, never deleted and written again (the same reason as
+    -- for the index): written over, then stripped of the fields the new record lacks.
+    local fields = {'token', token, 'deleted', deleted}
+    local wanted = {token = true, deleted = true}
     if holder ~= '' then
-      redis.call('HSET', key, 'holder', holder)
+      fields[#fields + 1], fields[#fields + 2] = 'holder', holder
+      wanted.holder = true
     end
-    if deleted == '1' then
-      if indexed then
-        redis.call('ZREM', KEYS[1], id)
+    if deleted ~= '1' then
+      fields[#fields + 1], fields[#fields + 2] = 'data', data
+      wanted.data = true
+    end
+    local stale = {}
+    if kind == 'hash' then
+      for _, field in ipairs(redis.call('HKEYS', key)) do
+        if not wanted[field] then
+          stale[#stale + 1] = field
+        end
       end
-    else
-      redis.call('HSET', key, 'data', data)
-      if indexed then
-        redis.call('ZADD', KEYS[1], 0, id)
+    end
+    redis.call('HSET', key, unpack(fields))
+    if #stale > 0 then
+      redis.call('HDEL', key, unpack(stale))
+    end
+    if indexed then
+      if members[id] == nil then
+        ids[#ids + 1] = id
       end
+      members[id] = deleted ~= '1'
+    end
+  end
+end
+for _, id in ipairs(ids) do
+  if members[id] then
+    redis.call('ZADD', KEYS[1], 0, id)
+  end
+end
+local left
+for _, id in ipairs(ids) do
+  if not members[id] then
+    left = left or redis.call('ZCARD', KEYS[1])
+    if left > 0 then
+      left = left - redis.call('ZREM', KEYS[1], id)
     end
   end
 end

@@ -80,16 +80,37 @@ local function split(owner)
   return tonumber(string.sub(owner, 1, bar - 1)), string.sub(owner, bar + 1)
 end
 
+-- Whether this call emptied tix: Redis deletes an empty sorted set, and while the chat's slot
+-- is migrating the source refuses any later command on a key of the slot that does not exist
+-- (it counts as moved), halfway through the script. So once tix may be gone, nothing touches
+-- it again: every later touch would be a no-op on a missing key anyway.
+local tix_gone = false
+
+-- Withdraws a member's ticket. Whether that empties tix is read before the removal.
+local function withdraw(m)
+  local queued = redis.call('ZCARD', KEYS[2])
+  if queued - redis.call('ZREM', KEYS[2], m) == 0 then
+    tix_gone = true
+  end
+end
+
 -- Ends every ticket up to `done` and serves the first ticket after it: the oldest queued one,
 -- or, with an empty queue, the counter's next ticket (a take into an empty queue serves its
--- own ticket anyway). The claim clock of the new served ticket starts now.
+-- own ticket anyway). The claim clock of the new served ticket starts now. The next ticket is
+-- read before the older ones are removed: with none left, the removal empties tix.
 local function advance(done)
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', fmt(done))
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   local next_ticket
-  if #head > 0 then
-    next_ticket = tonumber(head[2])
-  else
+  if not tix_gone then
+    local head = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. fmt(done), '+inf', 'WITHSCORES',
+      'LIMIT', 0, 1)
+    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', fmt(done))
+    if #head > 0 then
+      next_ticket = tonumber(head[2])
+    else
+      tix_gone = true
+    end
+  end
+  if not next_ticket then
     next_ticket = tonumber(redis.call('GET', KEYS[1]) or '0') + 1
   end
   redis.call('HSET', KEYS[3], 'ticket', fmt(next_ticket), 'since', fmt(now))
@@ -150,7 +171,7 @@ local function release()
   else
     return 0
   end
-  redis.call('ZREM', KEYS[2], member)
+  withdraw(member)
   if serving_ticket() == ticket then
     advance(ticket)
   end
@@ -201,7 +222,7 @@ local function poll()
     return {'wait', now, holder, serving}
   end
   if ticket < serving then
-    redis.call('ZREM', KEYS[2], member)
+    withdraw(member)
     return {'skipped', now, '', ticket}
   end
   -- Waiting. Only the next ticket in line probes the served one, so a queue of N waiters costs
@@ -244,9 +265,12 @@ end
 local result = run()
 -- Every call, a waiter's poll as much as a holder's extend, keeps the queue alive: the keys
 -- expire together, the idle lifetime after the last call. (PEXPIRE skips a key that does not
--- exist; the owner key keeps its own, shorter TTL.)
+-- exist, but tix, once this call emptied it, is not touched at all: see tix_gone. The owner
+-- key keeps its own, shorter TTL.)
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
-redis.call('PEXPIRE', KEYS[2], ARGV[6])
+if not tix_gone then
+  redis.call('PEXPIRE', KEYS[2], ARGV[6])
+end
 redis.call('PEXPIRE', KEYS[3], ARGV[6])
 redis.call('PEXPIRE', KEYS[5], ARGV[6])
 return result

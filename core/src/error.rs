@@ -31,6 +31,22 @@ pub enum Error {
     /// Redis answered with an error reply. The request ran (and failed) or was refused.
     #[error("server error: {0}")]
     Server(ServerError),
+    /// The server stopped a script part-way: it refused a command the script called on a key
+    /// this node does not hold (`ERR ... non local key in a cluster node`). While a slot is
+    /// migrating, its source counts a missing key of the slot as moved, so a script that
+    /// touches a key after deleting it (or emptying it, or expiring it) stops there, as does one
+    /// that touches an undeclared key. What the script wrote before that command stays: the
+    /// outcome is unknown. Read the state back before acting on it again, and write scripts that
+    /// touch only their declared keys, never after they may have deleted them (the library's
+    /// own scripts do; `docs/architecture.md`, "Scripts").
+    #[error(
+        "script stopped part-way: {reply}; what it wrote before stays, the outcome is unknown (a \
+         script must touch only its declared keys, and none after it may have deleted it)"
+    )]
+    ScriptStoppedPartWay {
+        /// The server's reply.
+        reply: ServerError,
+    },
     /// The request was written but the connection died or timed out before its reply: it may
     /// or may not have run. Writes are never re-sent after this.
     #[error(
@@ -444,6 +460,7 @@ impl Error {
         matches!(
             self,
             Error::ReplyLost { .. }
+                | Error::ScriptStoppedPartWay { .. }
                 | Error::Timeout {
                     outcome_unknown: true
                 }

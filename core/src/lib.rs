@@ -275,8 +275,8 @@ pub mod driver {
         //! What a reply means for routing, and the backoff.
 
         pub use crate::retry::{
-            classify, handshake, next_attempt, Decision, Handshake, Jitter, NextAttempt,
-            RetryPolicy,
+            classify, final_error, handshake, next_attempt, Decision, Handshake, Jitter,
+            NextAttempt, RetryPolicy,
         };
     }
 

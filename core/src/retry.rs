@@ -54,6 +54,19 @@ pub fn classify(err: &ServerError, fallback_host: &str) -> Decision {
     }
 }
 
+/// The error a [`Decision::Final`] reply ends its request with. A script the server stopped
+/// part-way (a command it called refused as touching a "non local key": Redis 6.2 says `Lua
+/// script attempted to access a non local key in a cluster node`, 7.0 and Valkey 8.1 `Script
+/// attempted to ...`, Valkey 9.1 `Attempted to ...`) is no redirect and not safe to resend: it may have written part of its
+/// work, so it is [`Error::ScriptStoppedPartWay`], whose outcome is unknown.
+pub fn final_error(reply: ServerError) -> Error {
+    if reply.code() == "ERR" && reply.text().contains("non local key in a cluster node") {
+        Error::ScriptStoppedPartWay { reply }
+    } else {
+        Error::Server(reply)
+    }
+}
+
 /// What an error reply to the connection handshake (`AUTH`, or `PING` without credentials)
 /// means for the connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -274,6 +287,31 @@ mod tests {
         assert_eq!(c("ERR wrong number of arguments"), Decision::Final);
         assert_eq!(c("CROSSSLOT Keys in request"), Decision::Final);
         assert_eq!(c("MOVED nonsense"), Decision::Final);
+        // A script stopped part-way on a migrating slot: final, and typed as such.
+        for text in [
+            "ERR Error running script (call to f_9f1c): @user_script:1: @user_script: 1: Lua \
+             script attempted to access a non local key in a cluster node",
+            "ERR Script attempted to access a non local key in a cluster node script: \
+             9f1c0e, on @user_script:1.",
+            "ERR Attempted to access a non local key in a cluster node script: on \
+             @user_script:1.",
+        ] {
+            assert_eq!(c(text), Decision::Final, "{text}");
+            let error = final_error(ServerError::new(text));
+            assert_eq!(
+                error,
+                Error::ScriptStoppedPartWay {
+                    reply: ServerError::new(text)
+                }
+            );
+            assert!(error.outcome_unknown(), "{text}");
+        }
+        let other = final_error(ServerError::new("ERR wrong number of arguments"));
+        assert_eq!(
+            other,
+            Error::Server(ServerError::new("ERR wrong number of arguments"))
+        );
+        assert!(!other.outcome_unknown());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use crate::error::{Error, ServerError};
 use crate::request::{Access, Route};
-use crate::retry::{classify, handshake, Decision, Handshake};
+use crate::retry::{classify, final_error, handshake, Decision, Handshake};
 use crate::value::{Frame, Value};
 
 use super::conns::{ConnState, Loss, Pending, Queued};
@@ -186,7 +186,7 @@ impl<W: Waiters> Session<W> {
             d => d,
         };
         match decision {
-            Decision::Final => self.finish(r, Err(Error::Server(error))),
+            Decision::Final => self.finish(r, Err(final_error(error))),
             Decision::Moved { .. } | Decision::Ask { .. }
                 if state.redirects >= max_redirections =>
             {

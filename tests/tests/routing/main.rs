@@ -12,4 +12,5 @@ mod noscript_fallback;
 mod reply_lost_after_write;
 mod scan_unknown_endpoints;
 mod script_routed_to_owner;
+mod scripts_in_a_migrating_slot;
 mod slot_function_agrees_with_server;
