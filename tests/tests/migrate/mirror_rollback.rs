@@ -16,7 +16,8 @@ use botmesh_redis_core::{Keyspace, Layout};
 use botmesh_redis_core::{Store, StoreOptions};
 use botmesh_redis_tests::conformance::Runtime;
 use botmesh_redis_tests::keyspace::{
-    assert_same_data, digest, seeds, write_generated, Blob, Cmd, Digest, Msg, Node, Sched, Timed,
+    assert_same_data, digest_since, seeds, write_generated, Blob, Cmd, Digest, Msg, Node, Sched,
+    Timed,
 };
 use botmesh_redis_tests::{both_drivers, unique_prefix};
 
@@ -124,9 +125,10 @@ async fn mirror<R: Runtime>(host: Node<'static>, mirror: bool) {
     for seed in seeds(SEEDS) {
         let prefix = unique_prefix("mig-mirror");
         let ks = Keyspace::new(Layout::Legacy, prefix.as_str()).unwrap();
+        let written = single.now_ms();
         let generated = write_generated(single, &prefix, seed, 1);
         single.run(&known_data(&ks));
-        let original = digest(single, Layout::Legacy, &prefix);
+        let original = digest_since(single, Layout::Legacy, &prefix, written);
         let options = MigrateOptions::new(prefix.as_str());
         migrate_to_cluster_layout(&legacy, &cluster, &options, &mut |_| {})
             .await
@@ -139,7 +141,7 @@ async fn mirror<R: Runtime>(host: Node<'static>, mirror: bool) {
         .unwrap();
         store.start().await.unwrap();
         change(&store, host).await;
-        let changed = digest(host, Layout::Cluster, &prefix);
+        let changed = digest_since(host, Layout::Cluster, &prefix, written);
 
         let mut rollback = RollbackOptions::new(prefix.as_str());
         rollback.mirror = mirror;
@@ -155,7 +157,7 @@ async fn mirror<R: Runtime>(host: Node<'static>, mirror: bool) {
                 MarkerOutcome::Absent
             }
         );
-        let back = digest(single, Layout::Legacy, &prefix);
+        let back = digest_since(single, Layout::Legacy, &prefix, written);
         let pruned: BTreeMap<Namespace, u64> = report
             .namespaces
             .iter()

@@ -12,8 +12,8 @@ use botmesh_redis_core::migrate::{
 use botmesh_redis_core::Layout;
 use botmesh_redis_tests::conformance::Runtime;
 use botmesh_redis_tests::keyspace::{
-    assert_forward_report, assert_same_data, digest, seeds, write_generated, Digest, Expected,
-    Node, SHARED_NAMESPACES,
+    assert_forward_report, assert_same_data, digest_since, seeds, write_generated, Digest,
+    Expected, Node, SHARED_NAMESPACES,
 };
 use botmesh_redis_tests::{both_drivers, unique_prefix};
 
@@ -87,9 +87,10 @@ async fn in_place_on_one_node<R: Runtime>() {
     let client = node.client::<R>().await;
     for seed in seeds(SEEDS) {
         let prefix = hostile_prefix("mig-rt-in-place");
+        let written = node.now_ms();
         let generated = write_generated(node, &prefix, seed, SIZE);
         let expected = &generated.expected;
-        let before = digest(node, Layout::Legacy, &prefix);
+        let before = digest_since(node, Layout::Legacy, &prefix, written);
         check_generated_digest(&before, expected);
         check_inspect(&client, &prefix, expected).await;
 
@@ -99,7 +100,7 @@ async fn in_place_on_one_node<R: Runtime>() {
             .unwrap();
         assert_forward_report(&report, expected, false);
         assert_eq!(report.marker, MarkerOutcome::Written);
-        let cluster = digest(node, Layout::Cluster, &prefix);
+        let cluster = digest_since(node, Layout::Cluster, &prefix, written);
         assert_same_data(&format!("seed {seed}: cluster copy"), &before, &cluster);
         cluster.assert_indexes_agree();
         assert_eq!(cluster.marker.as_deref(), Some("cluster:v1"));
@@ -107,7 +108,7 @@ async fn in_place_on_one_node<R: Runtime>() {
         assert_same_data(
             &format!("seed {seed}: legacy after forward"),
             &before,
-            &digest(node, Layout::Legacy, &prefix),
+            &digest_since(node, Layout::Legacy, &prefix, written),
         );
 
         let rollback = RollbackOptions::new(prefix.as_str());
@@ -187,7 +188,7 @@ async fn in_place_on_one_node<R: Runtime>() {
             (expected.unknown, 0),
             "seed {seed}: {report:#?}"
         );
-        let back = digest(node, Layout::Legacy, &prefix);
+        let back = digest_since(node, Layout::Legacy, &prefix, written);
         assert_same_data(&format!("seed {seed}: rolled back"), &before, &back);
         assert_eq!(back.marker, None);
         assert_eq!(back.excluded.get("dangling"), None, "pruned by the mirror");
@@ -202,9 +203,10 @@ async fn there_and_back<R: Runtime>(target: Node<'static>) {
     let tgt = target.client::<R>().await;
     for seed in seeds(SEEDS) {
         let prefix = hostile_prefix("mig-rt-there");
+        let written = source.now_ms();
         let generated = write_generated(source, &prefix, seed, SIZE);
         let expected = &generated.expected;
-        let before = digest(source, Layout::Legacy, &prefix);
+        let before = digest_since(source, Layout::Legacy, &prefix, written);
         check_generated_digest(&before, expected);
 
         let options = MigrateOptions::new(prefix.as_str());
@@ -213,7 +215,7 @@ async fn there_and_back<R: Runtime>(target: Node<'static>) {
             .unwrap();
         assert_forward_report(&report, expected, true);
         assert_eq!(report.marker, MarkerOutcome::Written);
-        let cluster = digest(target, Layout::Cluster, &prefix);
+        let cluster = digest_since(target, Layout::Cluster, &prefix, written);
         assert_same_data(&format!("seed {seed}: cluster copy"), &before, &cluster);
         cluster.assert_indexes_agree();
         assert_eq!(cluster.marker.as_deref(), Some("cluster:v1"));
@@ -269,7 +271,7 @@ async fn there_and_back<R: Runtime>(target: Node<'static>) {
             .unwrap();
         assert_fresh_rollback_report(&report, expected);
         assert_eq!(report.marker, MarkerOutcome::Absent, "{report:#?}");
-        let restored = digest(source, Layout::Legacy, &back);
+        let restored = digest_since(source, Layout::Legacy, &back, written);
         assert_same_data(&format!("seed {seed}: rolled back"), &before, &restored);
         assert_eq!(restored.excluded.get("unknown"), None);
         assert_eq!(restored.marker, None);
