@@ -166,8 +166,8 @@ pub mod driver {
         //! outputs, the drain rule) is written on [`Session`].
 
         pub use crate::session::{
-            AddressMap, Auth, Completion, Config, ConnId, Endpoints, Output, Session, Submission,
-            TimerReason, Waiters, FORGET_AFTER,
+            AddressMap, Auth, Completion, Config, ConnId, Endpoints, Event, Output, RetryReason,
+            Session, Submission, Summary, Tally, TimerReason, Waiters, FORGET_AFTER,
         };
     }
 

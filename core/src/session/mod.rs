@@ -205,11 +205,13 @@ mod refresh;
 mod replies;
 mod routing;
 mod slots;
+mod tally;
 mod timers;
 
 pub use config::{AddressMap, Auth, Config, Endpoints};
 pub use ids::ConnId;
 pub use plans::{Completion, Submission, Waiters};
+pub use tally::{Event, RetryReason, Summary, Tally};
 pub use timers::TimerReason;
 
 use conns::{Conn, ConnState, Loss, Pending};
@@ -297,6 +299,8 @@ pub struct Session<W: Waiters> {
     /// dropped them, the next ones reuse the allocation.
     write_buf: BytesMut,
     refresh: Refresh,
+    /// The routing events counted since the session began ([`Session::tally`]).
+    tally: Tally,
     jitter: Jitter,
     /// [`Session::stop_accepting`] was called: new plans are refused, those in progress go on.
     stopping: bool,
@@ -338,6 +342,7 @@ impl<W: Waiters> Session<W> {
             dirty: BTreeSet::new(),
             write_buf: BytesMut::new(),
             refresh: Refresh::default(),
+            tally: Tally::default(),
             stopping: false,
             closed: false,
         };
@@ -389,6 +394,12 @@ impl<W: Waiters> Session<W> {
         self.nodes.len()
     }
 
+    /// The routing events counted since the session began: redirects, retries by reason,
+    /// timeouts, topology refreshes. Counts only grow.
+    pub fn tally(&self) -> &Tally {
+        &self.tally
+    }
+
     /// Whether the session talks to a Redis Cluster: its configuration's endpoints say.
     fn is_cluster(&self) -> bool {
         self.config.endpoints.deployment() == Deployment::Cluster
@@ -411,13 +422,7 @@ impl<W: Waiters> Session<W> {
             self.outputs.push_back(Output::Complete(Completion(plan)));
             return;
         }
-        let id = self.ops.insert(Op {
-            plan,
-            reqs: Vec::new(),
-            remaining: 0,
-            deadline: None,
-            answered_by: None,
-        });
+        let id = self.ops.insert(Op::new(plan, now));
         self.step_op(now, id, None);
         self.pump(now);
     }
@@ -594,9 +599,9 @@ impl<W: Waiters> Session<W> {
                 _ => None,
             });
             let error = unknown.unwrap_or(Error::Closed);
-            let mut plan = op.plan;
-            plan.fail(error);
-            self.outputs.push_back(Output::Complete(Completion(plan)));
+            let mut op = op;
+            op.plan.fail(error);
+            self.complete(now, op);
         }
     }
 

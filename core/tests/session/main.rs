@@ -23,6 +23,7 @@ mod properties;
 mod refresh;
 mod reply_lost;
 mod retry_table;
+mod tally;
 mod timeouts;
 mod tryagain;
 mod wait;
