@@ -15,6 +15,7 @@ mod examples_run;
 mod handshake_refusals_are_retried;
 mod harness_starts_real_servers;
 mod many_requests_one_connection;
+mod metrics_counted;
 mod smoke;
 mod timers_fire_under_load;
 mod tls;
