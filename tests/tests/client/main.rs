@@ -16,6 +16,7 @@ mod handshake_refusals_are_retried;
 mod harness_starts_real_servers;
 mod many_requests_one_connection;
 mod metrics_counted;
+mod metrics_scraped;
 mod operation_spans;
 mod smoke;
 mod timers_fire_under_load;
