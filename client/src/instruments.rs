@@ -38,10 +38,15 @@ static METADATA: Metadata<'static> =
 
 /// Where a client registers its metrics: the global recorder (the exporter the application
 /// installed), or one given to this client alone.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) struct Registry(Option<Arc<dyn Recorder + Send + Sync>>);
 
 impl Registry {
+    /// The global recorder, as it is when the client starts.
+    pub(crate) fn global() -> Self {
+        Registry(None)
+    }
+
     pub(crate) fn new(recorder: Option<Arc<dyn Recorder + Send + Sync>>) -> Self {
         Registry(recorder)
     }

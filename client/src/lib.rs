@@ -321,7 +321,7 @@ impl<R: Runtime> Client<R> {
     ///
     /// A node that refuses `INFO` (an ACL user without it) is taken at its word.
     pub async fn connect(options: ClientOptions) -> Result<Self, Error> {
-        Self::connect_with(options, instruments::Registry::default()).await
+        Self::connect_with(options, instruments::Registry::global()).await
     }
 
     async fn connect_with(
@@ -344,7 +344,7 @@ impl<R: Runtime> Client<R> {
     /// [`ConfigError::TlsNotBuilt`](botmesh_redis_core::ConfigError::TlsNotBuilt) when TLS is
     /// asked for and the `tls` feature is off.
     pub fn start(options: ClientOptions) -> Result<Self, Error> {
-        Self::start_with(options, instruments::Registry::default())
+        Self::start_with(options, instruments::Registry::global())
     }
 
     fn start_with(options: ClientOptions, registry: instruments::Registry) -> Result<Self, Error> {

@@ -5,8 +5,14 @@ use botmesh_redis_core::driver::session::{Session, Summary, Waiters};
 use botmesh_redis_core::NodeAddr;
 
 /// Nothing to register with.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) struct Registry;
+
+impl Registry {
+    pub(crate) fn global() -> Self {
+        Registry
+    }
+}
 
 /// Nothing held per connection.
 pub(crate) struct ConnGauge;

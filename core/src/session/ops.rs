@@ -340,7 +340,7 @@ mod tests {
     fn op(waiter: u64) -> Op<Numbers> {
         let ping = Request::cmd(Access::Read, "PING").build().unwrap();
         let plan = Submission::<Numbers>::new(single("ping", ping, |_| Ok(())), waiter).0;
-        Op::new(plan, Instant::now())
+        Op::new(plan, crate::testing::start())
     }
 
     fn waiter(op: Op<Numbers>) -> u64 {

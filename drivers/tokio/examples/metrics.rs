@@ -38,33 +38,41 @@ const BUCKETS: [f64; 12] = [
 /// The calls each operation made, by the library's operation names.
 type Calls = Arc<Mutex<BTreeMap<&'static str, u64>>>;
 
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+/// What can end the example: a library error, or a check that did not hold.
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// A check the example makes of its own outcome.
+fn check(holds: bool, what: impl FnOnce() -> String) -> Result<()> {
+    match holds {
+        true => Ok(()),
+        false => Err(what().into()),
+    }
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> Result<T> {
     match std::env::var(name) {
         Ok(text) => text
             .parse()
-            .unwrap_or_else(|_| panic!("{name}={text:?} does not parse")),
-        Err(_) => default,
+            .map_err(|_| format!("{name}={text:?} does not parse").into()),
+        Err(_) => Ok(default),
     }
 }
 
 /// Installs the Prometheus recorder as the global one and serves `/metrics` at `addr`.
-fn serve_metrics(addr: SocketAddr) -> PrometheusHandle {
+fn serve_metrics(addr: SocketAddr) -> Result<PrometheusHandle> {
     let (recorder, exporter) = PrometheusBuilder::new()
         .with_http_listener(addr)
-        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &BUCKETS)
-        .and_then(PrometheusBuilder::build)
-        .expect("the Prometheus exporter");
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &BUCKETS)?
+        .build()?;
     let handle = recorder.handle();
-    metrics::set_global_recorder(recorder).expect("no other global recorder");
+    metrics::set_global_recorder(recorder).map_err(|e| e.to_string())?;
     tokio::spawn(exporter);
-    handle
+    Ok(handle)
 }
 
 /// One replica's share of a round.
-async fn replica(store: Store<Client>, n: usize, round: usize, calls: Calls) {
-    let coordinator = store
-        .coordinator(format!("replica-{n}"))
-        .expect("coordinator");
+async fn replica(store: Store<Client>, n: usize, round: usize, calls: Calls) -> Result<()> {
+    let coordinator = store.coordinator(format!("replica-{n}"))?;
     let owner = format!("replica-{n}-round-{round}");
     let count = |op: &'static str| {
         let calls = Arc::clone(&calls);
@@ -74,30 +82,36 @@ async fn replica(store: Store<Client>, n: usize, round: usize, calls: Calls) {
         let chat = format!("chat-{chat}");
         // The lock is the chat's for this round: taken at once, no one else wants it.
         let lock = format!("{chat}:round-{round}");
-        let fence = coordinator.lock(&lock, &owner, Duration::from_secs(30));
-        assert!(fence.await.expect("lock").is_some(), "{lock} was free");
+        let fence = coordinator
+            .lock(&lock, &owner, Duration::from_secs(30))
+            .await?;
         count("lock_acquire").await;
+        check(fence.is_some(), || format!("{lock} was taken"))?;
         let id = format!("m{round}");
         let time = 1_700_000_000_000 + round as i64;
-        let saved = store.save_message(&chat, &id, time, "hello".into()).await;
-        assert!(saved.expect("save_message"), "{chat}/{id} was new");
+        let saved = store.save_message(&chat, &id, time, "hello".into()).await?;
         count("save_message").await;
-        let read = store.get_message(&chat, &id).await.expect("get_message");
-        assert_eq!(read.map(|m| m.payload), Some("hello".into()));
+        check(saved, || format!("{chat}/{id} was there already"))?;
+        let read = store.get_message(&chat, &id).await?;
         count("get_message").await;
+        let payload = read.map(|m| m.payload);
+        check(payload.as_deref() == Some(b"hello"), || {
+            format!("{chat}/{id} read back as {payload:?}")
+        })?;
         let record = format!("{{\"round\":{round}}}");
-        store
-            .upsert_chat(&chat, record.into())
-            .await
-            .expect("upsert_chat");
+        store.upsert_chat(&chat, record.into()).await?;
         count("upsert_record").await;
-        let released = coordinator.unlock(&lock, &owner).await.expect("unlock");
+        let released = coordinator.unlock(&lock, &owner).await?;
         count("lock_release").await;
-        assert_eq!(released, Released::Held, "{lock} was still ours");
-        let page = store.list_messages(&chat, .., None, Limit::DEFAULT).await;
-        assert_eq!(page.expect("list_messages").items.len(), round + 1);
+        check(released == Released::Held, || format!("{lock} was lost"))?;
+        let page = store.list_messages(&chat, .., None, Limit::DEFAULT).await?;
         count("list_messages").await;
+        let listed = page.items.len();
+        check(listed == round + 1, || {
+            format!("{chat} lists {listed} messages")
+        })?;
     }
+    Ok(())
 }
 
 /// The value of the series `name{labels}` in Prometheus's text format, if served.
@@ -108,14 +122,14 @@ fn served(text: &str, series: &str) -> Option<f64> {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), botmesh_redis_tokio::Error> {
-    let addr: SocketAddr = env_or("BOTMESH_METRICS_ADDR", ([127, 0, 0, 1], 9091).into());
-    let rounds: usize = env_or("BOTMESH_METRICS_ROUNDS", 20);
-    let hold = Duration::from_secs(env_or("BOTMESH_METRICS_HOLD_SECS", 0));
+async fn main() -> Result<()> {
+    let addr: SocketAddr = env_or("BOTMESH_METRICS_ADDR", ([127, 0, 0, 1], 9091).into())?;
+    let rounds: usize = env_or("BOTMESH_METRICS_ROUNDS", 20)?;
+    let hold = Duration::from_secs(env_or("BOTMESH_METRICS_HOLD_SECS", 0)?);
     let prefix =
         std::env::var("BOTMESH_PREFIX").unwrap_or_else(|_| "botmesh-example-metrics".into());
     // The recorder first: the client registers its series when it starts.
-    let handle = serve_metrics(addr);
+    let handle = serve_metrics(addr)?;
     println!("serving: http://{addr}/metrics");
     let client = common::connect().await?;
     let store = Store::open(client.clone(), StoreOptions::new(prefix.as_str())).await?;
@@ -130,7 +144,7 @@ async fn main() -> Result<(), botmesh_redis_tokio::Error> {
             .map(|n| tokio::spawn(replica(store.clone(), n, round, Arc::clone(&calls))))
             .collect();
         for replica in replicas {
-            replica.await.expect("a replica panicked");
+            replica.await??;
         }
     }
 
@@ -141,7 +155,9 @@ async fn main() -> Result<(), botmesh_redis_tokio::Error> {
     for (op, made) in &calls {
         let series = format!("botmesh_redis_requests_total{{operation=\"{op}\",outcome=\"ok\"}}");
         let counted = served(&text, &series);
-        assert_eq!(counted, Some(*made as f64), "{series}:\n{text}");
+        check(counted == Some(*made as f64), || {
+            format!("{series} is {counted:?}, {made} calls were made:\n{text}")
+        })?;
         line.push_str(&format!(" {op}={made}"));
     }
     println!("calls:{line}");

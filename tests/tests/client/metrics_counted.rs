@@ -115,7 +115,7 @@ async fn requests_are_counted_by_operation_and_outcome<R: Runtime>() {
     let s = totals.read();
     let requests = |op: &str, outcome: &str| {
         counter(
-            &s,
+            s,
             &format!("botmesh_redis_requests_total{{operation={op},outcome={outcome}}}"),
         )
     };
@@ -126,7 +126,7 @@ async fn requests_are_counted_by_operation_and_outcome<R: Runtime>() {
     assert_eq!(requests("call", "server"), 1);
     assert!(!s.contains_key("botmesh_redis_requests_total{operation=call,outcome=ok}"));
     let latencies = samples(
-        &s,
+        s,
         "botmesh_redis_request_duration_seconds{operation=save_message}",
     );
     assert_eq!(latencies.len(), 5, "{latencies:?}");
@@ -135,22 +135,19 @@ async fn requests_are_counted_by_operation_and_outcome<R: Runtime>() {
         "{latencies:?}"
     );
     let node_label = format!("botmesh_redis_connections{{node={}}}", node.addr());
-    assert_eq!(gauge(&s, &node_label), 1.0);
-    assert_eq!(gauge(&s, "botmesh_redis_ops_waiting{}"), 0.0);
+    assert_eq!(gauge(s, &node_label), 1.0);
+    assert_eq!(gauge(s, "botmesh_redis_ops_waiting{}"), 0.0);
     // A single node redirects nothing, and nothing here was retried or timed out.
-    assert_eq!(counter(&s, "botmesh_redis_redirects_total{kind=moved}"), 0);
-    assert_eq!(
-        counter(&s, "botmesh_redis_retries_total{reason=connect}"),
-        0
-    );
-    assert_eq!(counter(&s, "botmesh_redis_timeouts_total{kind=request}"), 0);
-    assert_eq!(counter(&s, "botmesh_redis_reconnects_total{}"), 0);
+    assert_eq!(counter(s, "botmesh_redis_redirects_total{kind=moved}"), 0);
+    assert_eq!(counter(s, "botmesh_redis_retries_total{reason=connect}"), 0);
+    assert_eq!(counter(s, "botmesh_redis_timeouts_total{kind=request}"), 0);
+    assert_eq!(counter(s, "botmesh_redis_reconnects_total{}"), 0);
     assert_eq!(client.stats().reconnects, 0);
 
     client.close().await;
     let s = totals.read();
     assert_eq!(
-        gauge(&s, &node_label),
+        gauge(s, &node_label),
         0.0,
         "the closed connection is given back"
     );
@@ -178,16 +175,13 @@ async fn a_request_timeout_is_counted_with_its_outcome<R: Runtime>() {
     let s = totals.read();
     assert_eq!(
         counter(
-            &s,
+            s,
             "botmesh_redis_requests_total{operation=call,outcome=timeout}"
         ),
         1
     );
-    assert_eq!(counter(&s, "botmesh_redis_timeouts_total{kind=request}"), 1);
-    assert_eq!(
-        counter(&s, "botmesh_redis_timeouts_total{kind=response}"),
-        0
-    );
+    assert_eq!(counter(s, "botmesh_redis_timeouts_total{kind=request}"), 1);
+    assert_eq!(counter(s, "botmesh_redis_timeouts_total{kind=response}"), 0);
     client.close().await;
 }
 
@@ -215,8 +209,8 @@ async fn a_moved_after_a_slot_move_is_one_redirect<R: Runtime>() {
         .unwrap();
     client.call(set).await.unwrap();
     let s = totals.read();
-    assert_eq!(counter(&s, "botmesh_redis_redirects_total{kind=moved}"), 0);
-    let refreshes = counter(&s, "botmesh_redis_topology_refreshes_total{outcome=ok}");
+    assert_eq!(counter(s, "botmesh_redis_redirects_total{kind=moved}"), 0);
+    let refreshes = counter(s, "botmesh_redis_topology_refreshes_total{outcome=ok}");
     assert!(refreshes >= 1, "the first map came from a refresh");
 
     let old = cluster.master_for_slot(slot).unwrap();
@@ -236,17 +230,14 @@ async fn a_moved_after_a_slot_move_is_one_redirect<R: Runtime>() {
     assert_eq!(client.call(get).await, Ok(Value::from("v")));
 
     let s = totals.read();
-    assert_eq!(counter(&s, "botmesh_redis_redirects_total{kind=moved}"), 1);
-    assert_eq!(counter(&s, "botmesh_redis_redirects_total{kind=ask}"), 0);
+    assert_eq!(counter(s, "botmesh_redis_redirects_total{kind=moved}"), 1);
+    assert_eq!(counter(s, "botmesh_redis_redirects_total{kind=ask}"), 0);
     assert_eq!(
-        counter(
-            &s,
-            "botmesh_redis_requests_total{operation=call,outcome=ok}"
-        ),
+        counter(s, "botmesh_redis_requests_total{operation=call,outcome=ok}"),
         3
     );
     let new_node = format!("botmesh_redis_connections{{node={new}}}");
-    assert_eq!(gauge(&s, &new_node), 1.0);
+    assert_eq!(gauge(s, &new_node), 1.0);
     client.close().await;
 }
 
