@@ -11,7 +11,6 @@ use crate::value::Frame;
 
 use super::conns::{Loss, Queued};
 use super::ids::NodeId;
-use super::tally::Event;
 use super::timers::Timer;
 use super::{after, Endpoints, Session, Waiters};
 
@@ -233,7 +232,7 @@ impl<W: Waiters> Session<W> {
         self.refresh.running = false;
         let best = self.refresh.best.take().filter(|t| t.coverage() > 0);
         if let Some(topo) = best {
-            self.tally.count(Event::RefreshSucceeded);
+            self.tally.count(super::Event::RefreshSucceeded);
             self.refresh.failures = 0;
             self.refresh.not_before = None;
             self.apply_topology(&topo);
@@ -248,7 +247,7 @@ impl<W: Waiters> Session<W> {
             }
             return;
         }
-        self.tally.count(Event::RefreshFailed);
+        self.tally.count(super::Event::RefreshFailed);
         self.refresh.failures = self.refresh.failures.saturating_add(1);
         let failures = self.refresh.failures;
         tracing::warn!(failures, "topology refresh failed");
