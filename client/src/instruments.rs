@@ -196,8 +196,9 @@ impl Instruments {
         latency.record(summary.elapsed.as_secs_f64());
     }
 
-    /// After a drain: exports what the session counted since the last one, and the ops
-    /// waiting. Comparing the tally is all it costs while nothing happened.
+    /// Exports what the session counted since the last call, and the ops waiting: after each
+    /// drain and before each completion is delivered. Comparing the tally is all it costs
+    /// while nothing happened.
     pub(crate) fn observe<W: Waiters>(&mut self, session: &Session<W>) {
         let tally = session.tally();
         if *tally != self.seen {

@@ -778,7 +778,10 @@ impl<R: Runtime> SessionTask<R> {
                     }
                 }
                 Output::Complete(completion) => {
+                    // Everything the call caused is exported before its caller hears of it,
+                    // so a caller that reads the metrics after its call sees the call in them.
                     self.instruments.completed(completion.summary());
+                    self.instruments.observe(&self.session);
                     completion.deliver();
                 }
                 Output::Wait { until, .. } => {

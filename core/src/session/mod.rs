@@ -76,7 +76,7 @@
 //! let mut session = Session::<Channels>::new(Config::single(node), Instant::now());
 //! let ping = Request::cmd(Access::Read, "PING").build()?;
 //! let (waiter, reply) = mpsc::channel();
-//! session.submit(Instant::now(), waiter, plan::single(ping, Ok));
+//! session.submit(Instant::now(), waiter, plan::single("ping", ping, Ok));
 //! let mut sockets: BTreeMap<_, TcpStream> = BTreeMap::new();
 //! loop {
 //!     match session.poll() {
