@@ -17,7 +17,8 @@
 //!   [`Output::Complete`], and [`Completion::deliver`] hands its result, typed, to its
 //!   [`Waiters::Waiter`].
 //! - **getters**: [`Session::is_closed`], [`Session::slot_owner`], [`Session::in_flight`],
-//!   [`Session::known_nodes`].
+//!   [`Session::known_nodes`], [`Session::tally`] (the routing events counted, for a driver
+//!   that exports metrics; each [`Completion::summary`] tells what became of its plan).
 //!
 //! **Drain rule:** after every input, call `poll` until it returns [`Output::Wait`]; then sleep
 //! until that deadline (or until the next input) and call `handle_timeout`. A spurious or
