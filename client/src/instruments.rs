@@ -7,7 +7,7 @@
 //! connection when it opens. After that, counting a request is a map lookup by two static
 //! strings and two atomic updates, with no allocation.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use botmesh_redis_core::driver::session::{Event, Session, Summary, Tally, Waiters};
@@ -129,6 +129,16 @@ fn event_series(event: Event) -> (&'static str, &'static str, &'static str) {
     }
 }
 
+/// A static string's address and length: its identity, cheaper to compare than its text.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Text(usize, usize);
+
+impl Text {
+    fn of(text: &'static str) -> Self {
+        Text(text.as_ptr() as usize, text.len())
+    }
+}
+
 /// One connection's share of the `botmesh_redis_connections` gauge of its node, held with
 /// the connection's I/O: dropping it (the connection closed) takes the share back.
 pub(crate) struct ConnGauge(Gauge);
@@ -146,8 +156,10 @@ pub(crate) struct Instruments {
     events: Vec<Counter>,
     /// The tally last exported: counts only grow, so the difference is what happened since.
     seen: Tally,
-    /// Per (operation, outcome): the requests counter and the operation's latency histogram.
-    ops: HashMap<(&'static str, &'static str), (Counter, Histogram)>,
+    /// Per (operation, outcome), by where the two static strings live (a lookup compares two
+    /// pairs of integers; the same name at two addresses registers the same series twice,
+    /// which the recorder joins): the requests counter and the operation's latency histogram.
+    ops: BTreeMap<(Text, Text), (Counter, Histogram)>,
     ops_waiting: Gauge,
     /// The value last set on `ops_waiting`.
     waiting: usize,
@@ -170,7 +182,7 @@ impl Instruments {
         Instruments {
             events,
             seen: Tally::default(),
-            ops: HashMap::new(),
+            ops: BTreeMap::new(),
             ops_waiting,
             waiting: 0,
             reconnects: registry.counter(RECONNECTS, Vec::new()),
@@ -183,7 +195,7 @@ impl Instruments {
         let registry = &self.registry;
         let (requests, latency) = self
             .ops
-            .entry((summary.operation, summary.outcome))
+            .entry((Text::of(summary.operation), Text::of(summary.outcome)))
             .or_insert_with(|| {
                 let operation = Label::from_static_parts("operation", summary.operation);
                 let outcome = Label::from_static_parts("outcome", summary.outcome);
