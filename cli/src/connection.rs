@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use botmesh_redis_tokio::driver::options::parse_url;
+use botmesh_redis_tokio::driver::options::{parse_sentinel_url, parse_url};
 use botmesh_redis_tokio::{ClientOptions, NodeAddr};
 use clap::Args;
 
@@ -12,7 +12,10 @@ use clap::Args;
 #[derive(Args, Clone, Debug, Default)]
 pub(crate) struct Connection {
     /// One node: redis://USER:PASSWORD@HOST:PORT, where only the host is required (credentials
-    /// are percent-decoded).
+    /// are percent-decoded); a Unix socket, unix:///PATH (also redis+unix://, with credentials
+    /// as USER:PASSWORD@ before the path or ?user=USER&pass=PASSWORD); or the master of a Redis
+    /// Sentinel deployment: redis+sentinel://USER:PASSWORD@HOST:PORT,HOST:PORT/MASTER_NAME (the
+    /// credentials are the data nodes'; the sentinels' are --sentinel-password).
     #[arg(long, value_name = "URL", conflicts_with = "cluster")]
     pub(crate) url: Option<String>,
 
@@ -33,6 +36,20 @@ pub(crate) struct Connection {
         hide_env_values = true
     )]
     pub(crate) password: Option<String>,
+
+    /// The sentinels' password, when --url is a redis+sentinel:// URL and the sentinels have
+    /// one (often not the data nodes').
+    #[arg(
+        long,
+        value_name = "PASSWORD",
+        env = "BOTMESH_REDIS_SENTINEL_PASSWORD",
+        hide_env_values = true
+    )]
+    pub(crate) sentinel_password: Option<String>,
+
+    /// The sentinels' ACL user name (needs --sentinel-password).
+    #[arg(long, value_name = "USER", requires = "sentinel_password")]
+    pub(crate) sentinel_user: Option<String>,
 
     /// Dial an announced node address at another address (NAT, Docker), for example
     /// --map 10.0.0.5:7000=127.0.0.1:7000; repeatable.
@@ -131,6 +148,9 @@ impl Connection {
                     .unwrap_or_else(|| announced.clone())
             });
         }
+        if let Some(password) = &self.sentinel_password {
+            options = options.sentinel_credentials(self.sentinel_user.as_deref(), password);
+        }
         if let Some(d) = self.connect_timeout {
             options = options.connect_timeout(d);
         }
@@ -156,10 +176,23 @@ impl Connection {
     }
 }
 
-/// The `host:port` of a URL; a URL that does not parse is shown as `<bad url>`, since it may
+/// The `host:port` of a URL (a Unix socket's path); a URL that does not parse is shown as `<bad url>`, since it may
 /// still hold a password (the connection reports the parse error itself).
 pub(crate) fn describe_url(url: &str) -> String {
-    parse_url(url).map_or_else(|_| "<bad url>".to_owned(), |p| p.addr.to_string())
+    if let Some(parsed) = parse_sentinel_url(url) {
+        return parsed.map_or_else(
+            |_| "<bad url>".to_owned(),
+            |p| {
+                let sentinels: Vec<String> = p.sentinels.iter().map(|s| s.to_string()).collect();
+                format!(
+                    "master {:?} of sentinels {}",
+                    p.master_name,
+                    sentinels.join(",")
+                )
+            },
+        );
+    }
+    parse_url(url).map_or_else(|_| "<bad url>".to_owned(), |p| p.target.to_string())
 }
 
 /// Parses `ANNOUNCED=DIAL`, each side `host:port`.

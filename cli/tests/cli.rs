@@ -9,7 +9,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use botmesh_redis_harness::{
-    shared_cluster, shared_single, unique_prefix, ServerOptions, SingleNode,
+    shared_cluster, shared_single, unique_prefix, SentinelDeployment, SentinelOptions,
+    ServerOptions, SingleNode,
 };
 use botmesh_redis_tokio::{Client, ClientOptions, Layout};
 use botmesh_redis_tokio::{Coordinator, Schedules};
@@ -31,6 +32,7 @@ fn run_env<S: AsRef<str>>(code: i32, env: &[(&str, &str)], args: &[S]) -> Run {
         .args(&args)
         .env_remove("BOTMESH_REDIS_PASSWORD")
         .env_remove("BOTMESH_REDIS_TARGET_PASSWORD")
+        .env_remove("BOTMESH_REDIS_SENTINEL_PASSWORD")
         .envs(env.iter().copied())
         .output()
         .expect("the binary runs");
@@ -89,10 +91,14 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
 /// - 1 conversation and 1 cursor (names both layouts share);
 /// - `<prefix>:weird` (unknown).
 fn seed_legacy(prefix: &str) {
+    seed_legacy_at(ClientOptions::url(shared_single().url()), prefix);
+    admin_set(&format!("{prefix}:weird"), None);
+}
+
+/// [`seed_legacy`]'s keys but the unknown one, through a client of `options`.
+fn seed_legacy_at(options: ClientOptions, prefix: &str) {
     block_on(async {
-        let client = Client::connect(ClientOptions::url(shared_single().url()))
-            .await
-            .unwrap();
+        let client = Client::connect(options).await.unwrap();
         let store = Store::new(
             client.clone(),
             StoreOptions::new(prefix).layout(Layout::Legacy),
@@ -145,7 +151,6 @@ fn seed_legacy(prefix: &str) {
             .unwrap();
         client.close().await;
     });
-    admin_set(&format!("{prefix}:weird"), None);
 }
 
 /// `SET key 1`, with a TTL in seconds if given, through the harness's admin connection.
@@ -987,6 +992,45 @@ fn credentials_and_the_address_map_reach_a_protected_node() {
 }
 
 #[test]
+fn a_unix_socket_url_reaches_the_node_and_never_shows_its_password() {
+    let node = SingleNode::try_start(
+        ServerOptions::new()
+            .unix_socket()
+            .acl_user("bot", "sock-secret"),
+    )
+    .unwrap();
+    let path = node.server().unix_socket().unwrap().display().to_string();
+    let prefix = unique_prefix("cli-unix");
+    let empty = "\n  (no key of either layout under the prefix)\n";
+    for url in [
+        format!("unix://bot:sock-secret@{path}"),
+        format!("redis+unix://{path}?db=0&user=bot&pass=sock-secret"),
+    ] {
+        let r = run_expect(0, &["inspect", "-q", "--url", &url, "--prefix", &prefix]);
+        assert_eq!(
+            r.stdout.lines().next(),
+            Some(format!("inspect: prefix {prefix:?} on {path}").as_str())
+        );
+        assert!(r.stdout.contains(empty), "{}", r.stdout);
+        assert!(!r.stdout.contains("sock-secret"), "{}", r.stdout);
+    }
+    // A URL that does not parse, and a password the node refuses: errors without it.
+    for (url, says) in [
+        (
+            format!("unix://{path}?db=2&pass=sock-secret"),
+            "only database 0",
+        ),
+        (format!("unix://bot:wrong-secret@{path}"), "WRONGPASS"),
+    ] {
+        let r = run_expect(1, &["inspect", "-q", "--url", &url, "--prefix", &prefix]);
+        assert!(r.stderr.starts_with("error: "), "{}", r.stderr);
+        assert!(r.stderr.contains(says), "{}", r.stderr);
+        assert!(!r.stderr.contains("secret"), "{}", r.stderr);
+        assert!(!r.stdout.contains("secret"), "{}", r.stdout);
+    }
+}
+
+#[test]
 fn demo_runs_against_an_existing_cluster() {
     let prefix = unique_prefix("cli-demo");
     let seed = shared_cluster().seeds()[0].clone();
@@ -1024,4 +1068,62 @@ fn demo_runs_against_an_existing_cluster() {
         r.stdout
     );
     assert_eq!(r.stderr, "");
+}
+
+#[test]
+fn every_subcommand_runs_on_the_master_of_a_sentinel_deployment() {
+    let d = SentinelDeployment::start(
+        SentinelOptions::new()
+            .master_name("cli")
+            .data_password("data-pw")
+            .sentinel_password("watch-pw"),
+    );
+    let prefix = unique_prefix("cli-sentinel");
+    let url = d.url().replacen("://", "://:data-pw@", 1);
+    seed_legacy_at(
+        ClientOptions::url(url.clone()).sentinel_credentials(None, "watch-pw"),
+        &prefix,
+    );
+    let env = [("BOTMESH_REDIS_SENTINEL_PASSWORD", "watch-pw")];
+    let cli = |code: i32, command: &str, extra: &[&str]| {
+        let mut args = vec![command, "--url", url.as_str(), "--prefix", prefix.as_str()];
+        args.extend_from_slice(extra);
+        run_env(code, &env, &args)
+    };
+    let sentinels: Vec<String> = d.sentinel_addrs().iter().map(|a| a.to_string()).collect();
+    let inspect = cli(0, "inspect", &[]);
+    assert_eq!(
+        inspect.stdout.lines().next().unwrap(),
+        format!(
+            "inspect: prefix {prefix:?} on master \"cli\" of sentinels {}",
+            sentinels.join(",")
+        )
+    );
+    // The seeded keys but the unknown one: the same counts as on a plain node.
+    let seeded = SEEDED_INSPECT
+        .replace(
+            "unknown keys   1 (for example PREFIX:weird)",
+            "unknown keys   0",
+        )
+        .replace("keys scanned   19", "keys scanned   18");
+    assert_eq!(body(&inspect.stdout), seeded);
+    assert!(!inspect.stdout.contains("data-pw") && !inspect.stderr.contains("watch-pw"));
+    cli(3, "check", &["--layout", "cluster"]);
+    cli(0, "migrate", &["--dry-run"]);
+    cli(0, "migrate", &[]);
+    cli(0, "check", &["--layout", "cluster"]);
+    cli(0, "rollback", &["--dry-run"]);
+    cli(0, "cleanup", &["--layout", "legacy", "--dry-run"]);
+    // Without the sentinels' password the sentinels refuse: a clear error, exit 1.
+    let refused = run_expect(
+        1,
+        &[
+            "inspect",
+            "--url",
+            url.as_str(),
+            "--prefix",
+            prefix.as_str(),
+        ],
+    );
+    assert!(refused.stderr.contains("auth"), "{}", refused.stderr);
 }

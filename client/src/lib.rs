@@ -2,8 +2,8 @@
 //!
 //! The botmesh-redis client, written once over a small [`Runtime`] trait (quinn style): the
 //! session task, the per-connection reader and flusher, `connect`, `close`. A runtime supplies
-//! only spawning, a timer and TCP; `botmesh-redis-tokio` and `botmesh-redis-async-std` are
-//! those few calls each. Every protocol decision and every piece of protocol state is the
+//! only spawning, a timer and sockets (TCP, and Unix sockets for a single node);
+//! `botmesh-redis-tokio` and `botmesh-redis-async-std` are those few calls each. Every protocol decision and every piece of protocol state is the
 //! core's [`Session`]: the plans in flight and who waits for each, the connections' states, the
 //! deadlines (the connect timeout included), and which late events of a closed connection to
 //! ignore. The driver keeps, per connection, only what is I/O: its writing half and its tasks.
@@ -78,13 +78,15 @@ use tracing::field::{display, Empty};
 use tracing::Instrument;
 
 use botmesh_redis_core::driver::plan::connect_check;
-use botmesh_redis_core::driver::session::{ConnId, Output, Session, Submission, Summary, Waiters};
+use botmesh_redis_core::driver::session::{
+    ConnId, DialTarget, Output, Session, Submission, Summary, Waiters,
+};
 use botmesh_redis_core::driver::Plan;
 use botmesh_redis_core::{
     ClientOptions, Deployment, Error, Executor, NodeAddr, Store, StoreOptions,
 };
 
-/// What a runtime supplies: tasks, a timer and TCP.
+/// What a runtime supplies: tasks, a timer, and TCP and Unix-socket connections.
 pub trait Runtime: Send + Sync + 'static {
     /// A spawned task; dropping it cancels the task.
     type Task: Send + 'static;
@@ -102,12 +104,14 @@ pub trait Runtime: Send + Sync + 'static {
     /// Completes at `at`.
     fn sleep_until(at: Instant) -> impl Future<Output = ()> + Send;
 
-    /// Opens a TCP connection (with `TCP_NODELAY`), runs the TLS handshake over it when `tls`
-    /// is given (checking the certificate against `TlsConnector::server_name`), and splits
-    /// it. A handshake failure is an error whose inner error is the `rustls::Error`, as
-    /// tokio-rustls and futures-rustls report it.
+    /// Opens a connection to `target` and splits it: over TCP (with `TCP_NODELAY`), running
+    /// the TLS handshake over it when `tls` is given (checking the certificate against
+    /// `TlsConnector::server_name`), or to a Unix socket, which is never given `tls` (the
+    /// options refuse TLS there). A handshake failure is an error whose inner error is the
+    /// `rustls::Error`, as tokio-rustls and futures-rustls report it. A runtime without Unix
+    /// sockets (not on Unix) answers `Unsupported`.
     fn connect(
-        addr: &NodeAddr,
+        target: &DialTarget,
         tls: Option<&TlsConnector>,
     ) -> impl Future<Output = io::Result<(Self::Reader, Self::Writer)>> + Send;
 }
@@ -317,7 +321,9 @@ impl<R: Runtime> Client<R> {
     ///   [`ConfigError::SingleNodeForClusterClient`](botmesh_redis_core::ConfigError::SingleNodeForClusterClient),
     ///   at once, which says to use [`ClientOptions::url`];
     /// - root nodes none of which gives the slot map within the retries
-    ///   ([`ClientOptions::cluster_retry`]): [`Error::Discovery`], with each seed's answer.
+    ///   ([`ClientOptions::cluster_retry`]): [`Error::Discovery`], with each seed's answer;
+    /// - sentinels ([`ClientOptions::sentinel`]) none of which names a master within the
+    ///   retries: [`Error::SentinelDiscovery`], with each sentinel's answer.
     ///
     /// A node that refuses `INFO` (an ACL user without it) is taken at its word.
     pub async fn connect(options: ClientOptions) -> Result<Self, Error> {
@@ -846,12 +852,14 @@ impl<R: Runtime> SessionTask<R> {
 /// ends a connect that takes too long, and the driver cancels this task when it does.
 async fn open<R: Runtime>(
     conn: ConnId,
-    dial: NodeAddr,
+    dial: DialTarget,
     tx: Tx<R>,
     counters: Arc<Counters>,
     tls: Option<TlsConnector>,
 ) {
     let event = move |event| Msg::Conn(conn, event);
+    // `ClientOptions::tls_settings` refuses TLS over a Unix socket before a client starts.
+    let tls = tls.filter(|_| matches!(dial, DialTarget::Tcp(_)));
     let (mut read, write) = match R::connect(&dial, tls.as_ref()).await {
         Ok(halves) => halves,
         Err(e) => {

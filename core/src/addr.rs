@@ -1,7 +1,9 @@
 //! [`NodeAddr`]: a node's address, the one type every module may name (errors, requests,
-//! the topology, the session). It depends on nothing else of the crate.
+//! the topology, the session); and [`DialTarget`]: where a connection to it is opened. It
+//! depends on nothing else of the crate.
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 
 /// A node's address as the cluster announces it: its identity in the slot map. Remapping (for
 /// NAT or Docker) applies only when connecting, never to this identity.
@@ -20,6 +22,15 @@ impl NodeAddr {
             host: host.into(),
             port,
         }
+    }
+
+    /// The identity of a single node reached over a Unix socket: the socket's path with port
+    /// 0, as Redis itself names a Unix-socket peer (`CLIENT LIST` shows
+    /// `addr=/run/redis.sock:0`). It only names the node in errors and logs: the connection is
+    /// opened at [`DialTarget::Unix`], never at this address, and no cluster announces port 0
+    /// ([`NodeAddr::parse`] refuses it), so it cannot stand for a TCP node.
+    pub fn unix_socket(path: &Path) -> Self {
+        NodeAddr::new(path.display().to_string(), 0)
     }
 
     /// Parses `host:port`, `[v6]:port` or `:port` (empty host: `fallback_host`, the host of the
@@ -50,6 +61,33 @@ impl fmt::Display for NodeAddr {
     }
 }
 
+/// Where a connection is opened: a TCP address, or the path of a Unix socket (a single node
+/// only; a cluster announces TCP addresses). The session hands it to the driver in
+/// `Output::Connect`; the driver opens that kind of socket, and knows nothing else of it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DialTarget {
+    /// `host:port`, over TCP (and TLS when the client uses it).
+    Tcp(NodeAddr),
+    /// A Unix domain socket's path (`unixsocket` in `redis.conf`).
+    Unix(PathBuf),
+}
+
+impl From<NodeAddr> for DialTarget {
+    fn from(addr: NodeAddr) -> Self {
+        DialTarget::Tcp(addr)
+    }
+}
+
+/// `host:port`, or the socket's path.
+impl fmt::Display for DialTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DialTarget::Tcp(addr) => addr.fmt(f),
+            DialTarget::Unix(path) => path.display().fmt(f),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,5 +111,24 @@ mod tests {
         assert_eq!(NodeAddr::parse("host:0", "x"), None);
         assert_eq!(NodeAddr::parse("host:99999", "x"), None);
         assert_eq!(NodeAddr::new("::1", 7000).to_string(), "[::1]:7000");
+    }
+
+    #[test]
+    fn a_unix_socket_is_named_by_its_path() {
+        let path = Path::new("/run/redis/redis.sock");
+        assert_eq!(
+            NodeAddr::unix_socket(path).to_string(),
+            "/run/redis/redis.sock:0"
+        );
+        // No announced address can be mistaken for it.
+        assert_eq!(NodeAddr::parse("/run/redis/redis.sock:0", "x"), None);
+        assert_eq!(
+            DialTarget::Unix(path.to_owned()).to_string(),
+            "/run/redis/redis.sock"
+        );
+        assert_eq!(
+            DialTarget::from(NodeAddr::new("::1", 7000)).to_string(),
+            "[::1]:7000"
+        );
     }
 }

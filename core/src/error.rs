@@ -232,6 +232,24 @@ pub enum Error {
         /// Each seed asked, with its last answer, in the order first asked.
         tried: Vec<SeedAnswer>,
     },
+    /// A client of a Redis Sentinel deployment knows no master: no sentinel it asked named
+    /// one for `master` (`SENTINEL get-master-addr-by-name`) before the attempts ran out (see
+    /// [`ClientOptions::cluster_retry`](crate::ClientOptions::cluster_retry)). `tried` says
+    /// what each sentinel answered: a refused or timed-out connection, an error reply, no
+    /// master of that name. Nothing was sent; the client keeps asking with backoff, so a
+    /// later call succeeds once a sentinel answers.
+    #[error(
+        "sentinel discovery failed: no sentinel named a master for {master:?}; tried {}: \
+         check the sentinels and the master name given to ClientOptions::sentinel, and that \
+         the sentinels are up",
+        describe_seeds(tried)
+    )]
+    SentinelDiscovery {
+        /// The master name asked for.
+        master: String,
+        /// Each sentinel asked, with its last answer, in the order first asked.
+        tried: Vec<SeedAnswer>,
+    },
     /// The client was closed before the request completed.
     #[error("the client is closed")]
     Closed,
@@ -257,9 +275,18 @@ pub enum ConfigError {
     /// Neither a URL (one node) nor root nodes (a cluster) were given.
     #[error("neither a URL (one node) nor root nodes (a cluster) are given")]
     NoEndpoint,
-    /// Both a URL and root nodes were given.
+    /// Both a URL and root nodes were given (or sentinels with either).
     #[error("give either a URL (one node) or root nodes (a cluster), not both")]
     BothEndpoints,
+    /// A Redis Sentinel deployment without a sentinel or without a master name.
+    #[error(
+        "a Sentinel deployment needs at least one sentinel (host:port) and the master name \
+         the sentinels monitor: {reason}"
+    )]
+    BadSentinel {
+        /// What is missing.
+        reason: String,
+    },
     /// A cluster client without any root node.
     #[error("a cluster needs at least one root node")]
     NoRootNodes,
@@ -300,6 +327,12 @@ pub enum ConfigError {
     ZeroLimit {
         /// The largest limit that is honoured (larger ones are capped to it).
         max: u32,
+    },
+    /// A bound of zero elements per reply: even `+OK` is one.
+    #[error("max_reply_elements of 0: a reply is at least 1 element (the default is {default})")]
+    ZeroReplyElements {
+        /// The default bound.
+        default: u64,
     },
     /// A time to live longer than Redis accepts.
     #[error("a time to live of {ttl:?} is longer than the {max:?} accepted")]
@@ -358,6 +391,16 @@ pub enum ConfigError {
          `default-features = false` turns it off)"
     )]
     TlsNotBuilt,
+    /// TLS was asked for (`ClientOptions::tls`) on a Unix socket: Redis serves its Unix
+    /// socket without TLS (`tls-port` is TCP only), and the socket never leaves the machine.
+    #[error(
+        "TLS was asked for on the Unix socket {path:?}, which Redis serves without TLS: drop \
+         ClientOptions::tls, or connect over TCP with a rediss:// URL"
+    )]
+    TlsOverUnixSocket {
+        /// The socket's path.
+        path: std::path::PathBuf,
+    },
     /// A single-node client ([`ClientOptions::url`](crate::ClientOptions::url)) was pointed
     /// at a Redis Cluster node (its `INFO cluster` says `cluster_enabled:1`): every key outside
     /// that node's slots would fail with `MOVED`, and legacy-layout keys would land on one
@@ -438,6 +481,7 @@ impl Error {
             Error::LayoutMarkerRemoved { .. } => "layout_marker_removed",
             Error::KeyspaceNotReady { .. } => "keyspace_not_ready",
             Error::Discovery { .. } => "discovery",
+            Error::SentinelDiscovery { .. } => "sentinel_discovery",
             Error::Closed => "closed",
         }
     }

@@ -8,10 +8,23 @@
 //! lines, bulk payloads) with an explicit stack and a depth limit, remembers how far it got
 //! between reads, and says where a complete reply ends; the session hands exactly that
 //! reply to the decoder, once.
+//!
+//! The byte cap alone does not bound what a reply costs decoded: `:0\r\n` is 4 bytes on the
+//! wire and a few dozen once decoded (the decoder's frame, then the session's [`Value`]).
+//! So the scan also counts elements, as their arrays announce them, and refuses a reply that
+//! announces more than the session's `max_reply_elements` before a byte of it is decoded.
+//!
+//! [`Value`]: crate::value::Value
 
 /// Arrays nested deeper than this are refused. Redis replies nest a few levels (`CLUSTER
 /// SLOTS` three, `EXEC` of those four); 64 leaves room for any command and for scripts.
 pub const MAX_DEPTH: usize = 64;
+
+/// The default bound on the elements of one reply (every array element at every depth, and
+/// the reply itself): 4 Mi, a few hundred MiB decoded at most, the order of the 512 MiB byte
+/// cap. The largest replies the store asks for (a page of 1,000 records, a `SCAN` page of a
+/// migration, `CLUSTER SLOTS`) hold a few thousand.
+pub const DEFAULT_MAX_REPLY_ELEMENTS: u64 = 4 << 20;
 
 /// What [`FrameScan::scan`] found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,7 +33,8 @@ pub enum Scanned {
     Complete(usize),
     /// More bytes are needed.
     Incomplete,
-    /// The bytes are not RESP2, or nest deeper than [`MAX_DEPTH`].
+    /// The bytes are not RESP2, nest deeper than [`MAX_DEPTH`], or announce more elements
+    /// than the scan allows.
     Invalid(String),
 }
 
@@ -35,13 +49,20 @@ pub struct FrameScan {
     bulk: Option<usize>,
     /// Elements still to come in each open array, outermost first.
     open: Vec<u64>,
+    /// Elements the reply announced so far, itself included.
+    elements: u64,
 }
 
 impl FrameScan {
     /// Scans `buf`, which starts with the reply being scanned and holds at least the bytes
     /// seen by earlier calls. After [`Scanned::Complete`] the scan starts afresh: the caller
-    /// removes the reply from the front of its buffer.
-    pub fn scan(&mut self, buf: &[u8]) -> Scanned {
+    /// removes the reply from the front of its buffer. A reply whose arrays announce more than
+    /// `max_elements` elements in all (the reply itself counts as one) is
+    /// [`Scanned::Invalid`] as soon as the announcement is read.
+    pub fn scan(&mut self, buf: &[u8], max_elements: u64) -> Scanned {
+        if self.elements == 0 {
+            self.elements = 1;
+        }
         loop {
             if let Some(skip) = self.bulk {
                 match self.pos.checked_add(skip) {
@@ -84,12 +105,9 @@ impl FrameScan {
                     b'*' => match length(line) {
                         Some(-1 | 0) => {}
                         Some(n) if n > 0 => {
-                            if self.open.len() >= MAX_DEPTH {
-                                return Scanned::Invalid(format!(
-                                    "a reply nested deeper than {MAX_DEPTH} arrays"
-                                ));
+                            if let Err(invalid) = self.open_array(n.unsigned_abs(), max_elements) {
+                                return invalid;
                             }
-                            self.open.push(n.unsigned_abs());
                             continue;
                         }
                         _ => return Scanned::Invalid("a bad array length".into()),
@@ -121,6 +139,25 @@ impl FrameScan {
     }
 }
 
+impl FrameScan {
+    /// An array of `len` elements opens: refused past [`MAX_DEPTH`] or `max_elements`.
+    fn open_array(&mut self, len: u64, max_elements: u64) -> Result<(), Scanned> {
+        if self.open.len() >= MAX_DEPTH {
+            return Err(Scanned::Invalid(format!(
+                "a reply nested deeper than {MAX_DEPTH} arrays"
+            )));
+        }
+        self.elements = self.elements.saturating_add(len);
+        if self.elements > max_elements {
+            return Err(Scanned::Invalid(format!(
+                "a reply of more than {max_elements} elements"
+            )));
+        }
+        self.open.push(len);
+        Ok(())
+    }
+}
+
 /// A length line: an optional `-` and at most 19 digits.
 fn length(line: &[u8]) -> Option<i64> {
     if line.is_empty() || line.len() > 20 {
@@ -134,7 +171,7 @@ mod tests {
     use super::*;
 
     fn whole(bytes: &[u8]) -> Scanned {
-        FrameScan::default().scan(bytes)
+        FrameScan::default().scan(bytes, DEFAULT_MAX_REPLY_ELEMENTS)
     }
 
     #[test]
@@ -161,11 +198,46 @@ mod tests {
         let reply = b"*3\r\n$5\r\nhello\r\n:7\r\n*1\r\n+x\r\n";
         let mut scan = FrameScan::default();
         for cut in 0..reply.len() {
-            assert_eq!(scan.scan(&reply[..cut]), Scanned::Incomplete, "cut {cut}");
+            assert_eq!(
+                scan.scan(&reply[..cut], 6),
+                Scanned::Incomplete,
+                "cut {cut}"
+            );
         }
-        assert_eq!(scan.scan(reply), Scanned::Complete(reply.len()));
-        // Afresh for the next reply.
-        assert_eq!(scan.scan(b":1\r\n"), Scanned::Complete(4));
+        assert_eq!(scan.scan(reply, 6), Scanned::Complete(reply.len()));
+        // Afresh for the next reply, its element count too.
+        assert_eq!(scan.scan(b":1\r\n", 1), Scanned::Complete(4));
+        assert_eq!(scan.scan(reply, 6), Scanned::Complete(reply.len()));
+    }
+
+    #[test]
+    fn elements_are_counted_at_every_depth_and_refused_when_announced() {
+        // The reply, its 3 elements and the 1 of the inner array: 5.
+        let reply = b"*3\r\n$5\r\nhello\r\n:7\r\n*1\r\n+x\r\n";
+        assert_eq!(
+            FrameScan::default().scan(reply, 5),
+            Scanned::Complete(reply.len())
+        );
+        assert_eq!(
+            FrameScan::default().scan(reply, 4),
+            Scanned::Invalid("a reply of more than 4 elements".into())
+        );
+        // A header alone is refused: the bytes it announces are never waited for.
+        assert_eq!(
+            FrameScan::default().scan(b"*100000000\r\n", 1000),
+            Scanned::Invalid("a reply of more than 1000 elements".into())
+        );
+        // Four wire bytes an element, all of them counted.
+        let mut flat = b"*1000\r\n".to_vec();
+        flat.extend(b":0\r\n".repeat(1000));
+        assert_eq!(
+            FrameScan::default().scan(&flat, 1001),
+            Scanned::Complete(flat.len())
+        );
+        assert!(matches!(
+            FrameScan::default().scan(&flat, 1000),
+            Scanned::Invalid(_)
+        ));
     }
 
     #[test]

@@ -117,9 +117,10 @@ pub use error::{ConfigError, Error, SeedAnswer, ServerError};
 pub use keys::layout::{KeyError, ParseLayoutError};
 // Configuration and the client's side of the seam.
 pub use executor::{Deployment, Executor, IntoKeyspace};
+pub use framing::DEFAULT_MAX_REPLY_ELEMENTS;
 pub use keys::layout::{Keyspace, Layout};
 #[cfg(feature = "serde")]
-pub use options::{ClientConfig, StoreConfig, TlsConfig, TurnConfig};
+pub use options::{ClientConfig, SentinelConfig, StoreConfig, TlsConfig, TurnConfig};
 pub use options::{ClientOptions, Pem, TlsOptions};
 // Raw commands, for what the typed API does not cover (`Executor::call`).
 pub use addr::NodeAddr;
@@ -165,9 +166,11 @@ pub mod driver {
         //! The routing session: the one state machine a driver talks to. Its contract (inputs,
         //! outputs, the drain rule) is written on [`Session`].
 
+        pub use crate::addr::DialTarget;
         pub use crate::session::{
             AddressMap, Auth, Completion, Config, ConnId, Endpoints, Event, Output, RetryReason,
-            Session, Submission, Summary, Tally, TimerReason, Waiters, FORGET_AFTER,
+            SentinelEndpoints, Session, Submission, Summary, Tally, TimerReason, Waiters,
+            FORGET_AFTER,
         };
     }
 
@@ -299,6 +302,7 @@ pub mod driver {
     pub mod options {
         //! URL parsing ([`ClientOptions`](crate::ClientOptions) is at the crate root).
 
-        pub use crate::options::{parse_url, ParsedUrl};
+        pub use crate::options::{parse_sentinel_url, ParsedSentinelUrl, SENTINEL_PORT};
+        pub use crate::options::{parse_url, redact_url, ParsedUrl};
     }
 }

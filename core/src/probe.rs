@@ -58,10 +58,7 @@ pub struct ConnectCheck {
 /// discovery) on a cluster.
 pub fn connect_check(endpoints: &Endpoints) -> ConnectCheck {
     ConnectCheck {
-        single: match endpoints {
-            Endpoints::Single(addr) => Some(addr.clone()),
-            Endpoints::Cluster(_) => None,
-        },
+        single: endpoints.single_node(),
         started: false,
     }
 }

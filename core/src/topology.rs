@@ -2,6 +2,8 @@
 //! `ASK` redirects, all parsed defensively: a reply of the wrong shape is an error, never a
 //! panic, and an unusable endpoint (`?`, `NULL`, empty host) is resolved or skipped.
 
+use std::collections::BTreeMap;
+
 use crate::addr::NodeAddr;
 use crate::error::ServerError;
 use crate::keys::SLOT_COUNT;
@@ -71,17 +73,26 @@ pub struct Topology {
 }
 
 impl Topology {
-    /// How many slots the answer assigns (overlaps counted once).
+    /// How many slots the answer assigns (overlaps counted once). Sorts the ranges rather
+    /// than marking slots, so its cost follows the number of ranges, whatever their widths.
     pub fn coverage(&self) -> usize {
-        let mut seen = vec![false; usize::from(SLOT_COUNT)];
-        for shard in &self.shards {
-            for &(start, end) in &shard.ranges {
-                for s in start..=end {
-                    seen[usize::from(s)] = true;
-                }
+        let mut ranges: Vec<(u16, u16)> = self
+            .shards
+            .iter()
+            .flat_map(|s| s.ranges.iter().copied())
+            .filter(|&(start, end)| start <= end)
+            .collect();
+        ranges.sort_unstable();
+        let mut covered = 0;
+        let mut next = 0usize; // the first slot not yet counted
+        for (start, end) in ranges {
+            let (start, end) = (usize::from(start).max(next), usize::from(end) + 1);
+            if end > start {
+                covered += end - start;
+                next = end;
             }
         }
-        seen.into_iter().filter(|&b| b).count()
+        covered.min(usize::from(SLOT_COUNT))
     }
 
     /// Whether every slot has an owner.
@@ -145,6 +156,12 @@ fn endpoint(host: Option<&Value>, asked_host: &str, unknown: UnknownEndpoint) ->
 /// Parses a `CLUSTER SLOTS` reply: `[[start, end, [host, port, id, ...], replicas...], ...]`.
 /// Entries with an unknown master endpoint (`?`) are skipped, so the answer may cover fewer
 /// slots.
+///
+/// A node names each slot's owner once, so a true answer has at most one entry per slot and
+/// no two ranges that overlap; an answer with more entries, or overlapping ranges of known
+/// masters, is refused.
+/// That keeps what a hostile or broken answer costs to read and apply linear in its size (up
+/// to a sort), however it is built.
 pub fn parse_cluster_slots(reply: &Value, asked_host: &str) -> Result<Topology, TopologyError> {
     parse_cluster_slots_with(reply, asked_host, UnknownEndpoint::Skip)
 }
@@ -158,7 +175,14 @@ pub fn parse_cluster_slots_with(
     let Value::Array(entries) = reply else {
         return Err(bad("CLUSTER SLOTS did not answer an array"));
     };
+    if entries.len() > usize::from(SLOT_COUNT) {
+        return Err(bad(
+            "CLUSTER SLOTS answered more entries than there are slots",
+        ));
+    }
     let mut topo = Topology::default();
+    let mut shard_of: BTreeMap<NodeAddr, usize> = BTreeMap::new();
+    let mut ranges: Vec<(u16, u16)> = Vec::with_capacity(entries.len());
     for entry in entries {
         let Value::Array(fields) = entry else {
             return Err(bad("a CLUSTER SLOTS entry is not an array"));
@@ -181,24 +205,49 @@ pub fn parse_cluster_slots_with(
         let (Some(host), Some(port)) = (endpoint(master.first(), asked_host, unknown), port) else {
             continue;
         };
-        add_range(&mut topo, NodeAddr::new(host, port), (start, end));
+        ranges.push((start, end));
+        let master = NodeAddr::new(host, port);
+        let shard = *shard_of.entry(master.clone()).or_insert_with(|| {
+            topo.shards.push(Shard {
+                master,
+                ranges: Vec::new(),
+            });
+            topo.shards.len() - 1
+        });
+        topo.shards[shard].ranges.push((start, end));
+    }
+    ranges.sort_unstable();
+    if ranges.windows(2).any(|pair| pair[1].0 <= pair[0].1) {
+        return Err(bad("CLUSTER SLOTS gave a slot to two entries"));
     }
     Ok(topo)
-}
-
-fn add_range(topo: &mut Topology, master: NodeAddr, range: (u16, u16)) {
-    match topo.shards.iter_mut().find(|s| s.master == master) {
-        Some(shard) => shard.ranges.push(range),
-        None => topo.shards.push(Shard {
-            master,
-            ranges: vec![range],
-        }),
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// Coverage counts each slot once, as a dense table of slots would.
+        #[test]
+        fn coverage_counts_each_slot_once(
+            ranges in proptest::collection::vec((0u16..16_384, 0u16..16_384), 0..30),
+        ) {
+            let topo = Topology {
+                shards: vec![Shard {
+                    master: NodeAddr::new("h", 1),
+                    ranges: ranges.clone(),
+                }],
+            };
+            let mut dense = vec![false; usize::from(SLOT_COUNT)];
+            for (start, end) in ranges {
+                for s in start..=end {
+                    dense[usize::from(s)] = true;
+                }
+            }
+            proptest::prop_assert_eq!(topo.coverage(), dense.iter().filter(|&&b| b).count());
+        }
+    }
 
     fn b(s: &str) -> Value {
         Value::from(s)
@@ -288,6 +337,32 @@ mod tests {
         );
         assert!(topo.is_complete());
         assert!(parse_cluster_slots(&Value::Int(1), "h").is_err());
+        let entry = |start: i64, end: i64, port: i64| {
+            Value::Array(vec![
+                Value::Int(start),
+                Value::Int(end),
+                Value::Array(vec![b("127.0.0.1"), Value::Int(port)]),
+            ])
+        };
+        // One slot given twice.
+        let twice = Value::Array(vec![entry(0, 100, 7000), entry(100, 200, 7001)]);
+        assert_eq!(
+            parse_cluster_slots(&twice, "h"),
+            Err(bad("CLUSTER SLOTS gave a slot to two entries"))
+        );
+        // More entries than slots, each cheap on the wire: refused before any is read.
+        let many = Value::Array(vec![entry(0, 0, 7000); 16_385]);
+        assert_eq!(
+            parse_cluster_slots(&many, "h"),
+            Err(bad(
+                "CLUSTER SLOTS answered more entries than there are slots"
+            ))
+        );
+        // The most a true answer holds: every slot its own range and its own master.
+        let most = Value::Array((0..16_384).map(|s| entry(s, s, 1 + s)).collect());
+        let topo = parse_cluster_slots(&most, "h").unwrap();
+        assert_eq!(topo.shards.len(), 16_384);
+        assert!(topo.is_complete());
         assert!(parse_cluster_slots(
             &Value::Array(vec![Value::Array(vec![Value::Int(9), Value::Int(1)])]),
             "h"

@@ -214,3 +214,124 @@ fn debug_hides_the_password() {
     assert!(!shown.contains("hunter2"), "{shown}");
     assert!(shown.contains("<redacted>"), "{shown}");
 }
+
+#[test]
+fn a_sentinel_section_names_a_sentinel_deployment() {
+    let toml = r#"
+password = "data"
+refresh_interval_ms = 1000
+
+[sentinel]
+sentinels = ["10.0.0.1:26379", "10.0.0.2"]
+master_name = "bots"
+username = "watcher"
+password = "watch"
+"#;
+    let config: ClientConfig = toml::from_str(toml).unwrap();
+    let options = config.into_options().unwrap();
+    assert_eq!(options.deployment(), Deployment::Single);
+    let config = options.to_config(1).unwrap();
+    let Endpoints::Sentinel(s) = &config.endpoints else {
+        panic!("not a sentinel deployment: {:?}", config.endpoints);
+    };
+    assert_eq!(
+        s.sentinels,
+        [
+            NodeAddr::new("10.0.0.1", 26379),
+            NodeAddr::new("10.0.0.2", 26379)
+        ]
+    );
+    assert_eq!(s.master_name, "bots");
+    assert_eq!(
+        s.auth,
+        Some(Auth {
+            username: Some("watcher".into()),
+            password: "watch".into()
+        })
+    );
+    assert_eq!(config.auth.unwrap().password, "data");
+    assert_eq!(config.refresh_interval, Duration::from_secs(1));
+
+    let refused = |json: &str| {
+        serde_json::from_str::<ClientConfig>(json)
+            .unwrap()
+            .into_options()
+            .unwrap_err()
+    };
+    assert_eq!(
+        refused(
+            r#"{ "url": "redis://h:1", "sentinel": { "sentinels": ["s:1"], "master_name": "m" } }"#
+        ),
+        Error::Config(ConfigError::BothEndpoints)
+    );
+    assert_eq!(
+        refused(
+            r#"{ "nodes": ["h:1"], "sentinel": { "sentinels": ["s:1"], "master_name": "m" } }"#
+        ),
+        Error::Config(ConfigError::BothEndpoints)
+    );
+    assert_eq!(
+        refused(r#"{ "sentinel": { "sentinels": ["s:1"], "master_name": "m", "username": "u" } }"#),
+        Error::Config(ConfigError::UsernameWithoutPassword)
+    );
+    assert!(matches!(
+        refused(r#"{ "sentinel": { "sentinels": [], "master_name": "m" } }"#),
+        Error::Config(ConfigError::BadSentinel { .. })
+    ));
+    // The passwords stay out of Debug.
+    let config: ClientConfig = toml::from_str(toml).unwrap();
+    let debug = format!("{config:?}");
+    assert!(
+        !debug.contains("watch\"") && !debug.contains("\"data\""),
+        "{debug}"
+    );
+}
+
+#[test]
+fn the_reply_element_bound_is_set_by_name_and_zero_is_refused() {
+    let config: ClientConfig = serde_json::from_str(
+        r#"{ "url": "redis://127.0.0.1:6379", "max_reply_elements": 100000 }"#,
+    )
+    .unwrap();
+    let session = config.into_options().unwrap().to_config(7).unwrap();
+    assert_eq!(session.max_reply_elements, 100_000);
+    let default: ClientConfig = serde_json::from_str(r#"{ "url": "127.0.0.1:6379" }"#).unwrap();
+    assert_eq!(
+        default
+            .into_options()
+            .unwrap()
+            .to_config(7)
+            .unwrap()
+            .max_reply_elements,
+        botmesh_redis_core::DEFAULT_MAX_REPLY_ELEMENTS
+    );
+    let zero: ClientConfig =
+        serde_json::from_str(r#"{ "url": "127.0.0.1:6379", "max_reply_elements": 0 }"#).unwrap();
+    assert_eq!(
+        zero.into_options().unwrap_err(),
+        Error::Config(ConfigError::ZeroReplyElements { default: 4 << 20 })
+    );
+}
+
+#[test]
+fn a_unix_socket_in_a_file_with_its_password_hidden() {
+    let config: ClientConfig =
+        toml::from_str("url = \"redis+unix:///run/redis.sock?user=bot&pass=hunter2\"\n").unwrap();
+    let shown = format!("{config:?}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(shown.contains("/run/redis.sock"), "{shown}");
+    let options = config.into_options().unwrap();
+    assert!(!format!("{options:?}").contains("hunter2"));
+    let config = options.to_config(1).unwrap();
+    assert_eq!(
+        config.endpoints,
+        Endpoints::UnixSocket("/run/redis.sock".into())
+    );
+    assert_eq!(
+        config.auth,
+        Some(Auth {
+            username: Some("bot".into()),
+            password: "hunter2".into()
+        })
+    );
+}

@@ -4,6 +4,8 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::OnceLock;
 
+use botmesh_redis_core::driver::session::DialTarget;
+
 use crate::server::{AdminAuth, Credentials};
 use crate::{parse_info, server_version, AdminConn, ServerVersion};
 
@@ -71,19 +73,23 @@ pub(crate) fn not_owned(what: &str) -> String {
     )
 }
 
-/// A URL with its credentials hidden, for messages.
+/// A URL with its credentials hidden, for messages: the core's redaction, the one the
+/// client's errors use.
 pub(crate) fn redact(url: &str) -> String {
-    match url.rsplit_once('@') {
-        Some((_, host)) => format!("redis://<credentials>@{host}"),
-        None => url.to_owned(),
-    }
+    botmesh_redis_core::driver::options::redact_url(url)
 }
 
 /// `(address, credentials)` of `redis://[user[:password]@]host[:port]` or `host:port`; a host
 /// name is resolved here, since the harness's connections use socket addresses.
 pub(crate) fn parse_external_url(url: &str) -> Result<(SocketAddr, Option<Credentials>), String> {
     let parsed = botmesh_redis_core::driver::options::parse_url(url).map_err(|e| e.to_string())?;
-    let addr = (parsed.addr.host.as_str(), parsed.addr.port)
+    let DialTarget::Tcp(node) = &parsed.target else {
+        return Err(format!(
+            "{}: the harness reaches an external deployment over TCP (redis://host:port)",
+            redact(url)
+        ));
+    };
+    let addr = (node.host.as_str(), node.port)
         .to_socket_addrs()
         .map_err(|e| format!("resolve {}: {e}", redact(url)))?
         .next()

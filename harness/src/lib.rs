@@ -1,7 +1,8 @@
 //! Real `redis-server` processes for botmesh-redis's integration suites (`botmesh-redis-tests`)
 //! and for the CLI's `demo` (a throwaway cluster).
 //!
-//! The harness starts single nodes and Redis Clusters on loopback, each node in its own temporary
+//! The harness starts single nodes, Redis Clusters and Redis Sentinel deployments (a master,
+//! its replicas and three sentinels, [`SentinelDeployment`]) on loopback, each node in its own temporary
 //! directory, and talks to them through a tiny blocking [`AdminConn`] (RESP2 through
 //! `redis-protocol`, never through the client under test). It is test support: it favours clear
 //! failure messages over speed, and it never lets a server outlive the process that started it.
@@ -42,6 +43,7 @@
 mod admin;
 mod cluster;
 mod external;
+mod sentinel;
 mod server;
 mod tls;
 mod version;
@@ -54,7 +56,8 @@ use std::time::{Duration, Instant};
 pub use admin::{AdminConn, Value};
 pub use cluster::{parse_cluster_slots, ClusterOptions, Migration, RedisCluster, SlotRange};
 pub use external::{external_mode, EXTERNAL_CLUSTER_VAR, EXTERNAL_SINGLE_VAR};
-pub use server::{parse_info, RedisServer, ServerOptions, SingleNode};
+pub use sentinel::{SentinelDeployment, SentinelOptions};
+pub use server::{parse_info, RedisServer, ServerOptions, SingleNode, WITHOUT_TLS};
 pub use tls::TlsFiles;
 pub use version::{redis_server_path, server_version, Product, ServerVersion, MISSING_SERVER};
 

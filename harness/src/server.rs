@@ -187,13 +187,17 @@ impl AdminAuth {
     }
 }
 
-/// The ports one server listens on.
+/// Where one server listens: its ports, and whether also on a Unix socket in its directory.
 #[derive(Clone, Copy)]
 struct Ports {
     port: u16,
     cluster_port: Option<u16>,
     tls_port: Option<u16>,
+    unix_socket: bool,
 }
+
+/// The Unix socket's file name in a server's directory.
+const UNIX_SOCKET: &str = "redis.sock";
 
 struct Processes {
     server: Child,
@@ -221,6 +225,8 @@ pub struct RedisServer {
     addr: SocketAddr,
     cluster_port: Option<u16>,
     tls_port: Option<u16>,
+    /// The Unix socket's path, when it listens on one.
+    unix_socket: Option<PathBuf>,
     dir: PathBuf,
     pid: u32,
     auth: AdminAuth,
@@ -248,16 +254,18 @@ impl RedisServer {
         tls: bool,
         auth: AdminAuth,
     ) -> Result<RedisServer, String> {
-        RedisServer::spawn_binary(None, config, cluster, tls, auth)
+        RedisServer::spawn_binary(None, config, cluster, tls, false, auth)
     }
 
     /// [`RedisServer::spawn`] with another server binary than the suites' (`binary`), for a
-    /// test that needs two server versions at once.
+    /// test that needs two server versions at once, and also listening on a Unix socket in its
+    /// directory when `unix_socket` (`unixsocket`, `unixsocketperm 700`).
     pub(crate) fn spawn_binary(
         binary: Option<&Path>,
         config: &[String],
         cluster: bool,
         tls: bool,
+        unix_socket: bool,
         auth: AdminAuth,
     ) -> Result<RedisServer, String> {
         refuse_in_external_mode()?;
@@ -277,6 +285,7 @@ impl RedisServer {
                 port,
                 cluster_port,
                 tls_port,
+                unix_socket,
             };
             match RedisServer::spawn_on(&binary, ports, config, auth.clone()) {
                 Ok(server) => return Ok(server),
@@ -289,16 +298,56 @@ impl RedisServer {
         ))
     }
 
+    /// Starts a sentinel (`redis-server <conf> --sentinel`) with `config` lines (its
+    /// `sentinel monitor ...`), retrying on other ports when it loses a port race.
+    pub(crate) fn spawn_sentinel(
+        config: &[String],
+        auth: AdminAuth,
+    ) -> Result<RedisServer, String> {
+        refuse_in_external_mode()?;
+        let binary = redis_server_path()?;
+        let mut last = String::new();
+        for _ in 0..START_ATTEMPTS {
+            let ports = Ports {
+                port: pick_ports(None)?.0,
+                cluster_port: None,
+                tls_port: None,
+                unix_socket: false,
+            };
+            let args = ["--sentinel"];
+            match RedisServer::spawn_with_args(&binary, ports, config, auth.clone(), &args) {
+                Ok(server) => return Ok(server),
+                Err(StartFailure::PortTaken(why)) => last = why,
+                Err(StartFailure::Fatal(why)) => return Err(why),
+            }
+        }
+        Err(format!(
+            "a sentinel could not get a free port after {START_ATTEMPTS} attempts: {last}"
+        ))
+    }
+
     fn spawn_on(
         binary: &Path,
         ports: Ports,
         config: &[String],
         auth: AdminAuth,
     ) -> Result<RedisServer, StartFailure> {
+        RedisServer::spawn_with_args(binary, ports, config, auth, &[])
+    }
+
+    /// [`RedisServer::spawn_on`], with `args` after the config file (`--sentinel`).
+    fn spawn_with_args(
+        binary: &Path,
+        ports: Ports,
+        config: &[String],
+        auth: AdminAuth,
+        args: &[&str],
+    ) -> Result<RedisServer, StartFailure> {
         let Ports {
             port,
             cluster_port,
             tls_port,
+            unix_socket,
         } = ports;
         let fatal = StartFailure::Fatal;
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
@@ -329,6 +378,12 @@ impl RedisServer {
         if let Some(tls_port) = tls_port {
             lines.push(format!("tls-port {tls_port}"));
         }
+        // In the server's own directory, which is deleted with it; only its user may connect.
+        let unix_socket = unix_socket.then(|| dir.join(UNIX_SOCKET));
+        if let Some(path) = &unix_socket {
+            lines.push(format!("unixsocket \"{}\"", path.display()));
+            lines.push("unixsocketperm 700".to_owned());
+        }
         lines.extend(config.iter().cloned());
         let conf = dir.join("redis.conf");
         let mut text = lines.join("\n");
@@ -343,6 +398,7 @@ impl RedisServer {
             .map_err(|e| fatal(format!("dup stdio log: {e}")))?;
         let server = Command::new(binary)
             .arg(&conf)
+            .args(args)
             .current_dir(&dir)
             .stdin(Stdio::null())
             .stdout(stdio)
@@ -367,6 +423,7 @@ impl RedisServer {
             addr: SocketAddr::from((LOOPBACK, port)),
             cluster_port,
             tls_port,
+            unix_socket,
             dir,
             pid,
             auth,
@@ -390,6 +447,16 @@ impl RedisServer {
                         tail(&self.dir.join("stdio.log"), 20),
                         tail(&self.log_path(), 20)
                     );
+                    if self.tls_port.is_some() && built_without_tls(&log) {
+                        return Err(StartFailure::Fatal(format!(
+                            "{WITHOUT_TLS} ({}, {}); the TLS suites need a server built \
+                             with TLS (BUILD_TLS=yes). Its log:\n{log}",
+                            redis_server_path()
+                                .map(|p| p.display().to_string())
+                                .unwrap_or_default(),
+                            server_version().map(|v| v.to_string()).unwrap_or_default(),
+                        )));
+                    }
                     let why = format!(
                         "redis-server on {} exited during startup ({status}):\n{log}",
                         self.addr
@@ -454,6 +521,12 @@ impl RedisServer {
         self.tls_port
     }
 
+    /// The path of the Unix socket it also listens on, when started so
+    /// ([`ServerOptions::unix_socket`]).
+    pub fn unix_socket(&self) -> Option<&Path> {
+        self.unix_socket.as_deref()
+    }
+
     /// The server's process id; panics for an external node.
     pub fn pid(&self) -> u32 {
         if let Err(e) = self.owned("read the pid of") {
@@ -468,6 +541,7 @@ impl RedisServer {
             addr,
             cluster_port: None,
             tls_port: None,
+            unix_socket: None,
             dir: PathBuf::new(),
             pid: 0,
             auth,
@@ -632,6 +706,7 @@ pub struct ServerOptions {
     extra_config: Vec<String>,
     cluster_bus: bool,
     tls: Option<Arc<TlsFiles>>,
+    unix_socket: bool,
     binary: Option<PathBuf>,
 }
 
@@ -689,6 +764,14 @@ impl ServerOptions {
         self
     }
 
+    /// Also listens on a Unix socket, `redis.sock` in the server's temporary directory, that
+    /// only this user may open (`unixsocketperm 700`); [`SingleNode::unix_url`] names it. The
+    /// TCP port stays open for the harness's admin connections.
+    pub fn unix_socket(mut self) -> ServerOptions {
+        self.unix_socket = true;
+        self
+    }
+
     fn config_lines(&self) -> Vec<String> {
         let mut lines = Vec::new();
         if let Some(password) = &self.password {
@@ -738,6 +821,7 @@ impl SingleNode {
             &options.config_lines(),
             options.cluster_bus,
             options.tls.is_some(),
+            options.unix_socket,
             options.admin_auth(),
         )?;
         Ok(SingleNode {
@@ -803,6 +887,13 @@ impl SingleNode {
         Some(format!("rediss://{}:{port}", self.addr().ip()))
     }
 
+    /// `unix:///PATH/redis.sock` for a node started with [`ServerOptions::unix_socket`] (no
+    /// credentials in it).
+    pub fn unix_url(&self) -> Option<String> {
+        let path = self.server.unix_socket()?;
+        Some(format!("unix://{}", path.display()))
+    }
+
     /// The `requirepass` password, if any.
     pub fn password(&self) -> Option<&str> {
         self.options.password.as_deref()
@@ -846,6 +937,7 @@ mod tests {
             port,
             cluster_port: None,
             tls_port: None,
+            unix_socket: false,
         };
         match RedisServer::spawn_on(&binary, ports, &[], AdminAuth::default()) {
             Err(StartFailure::PortTaken(_)) => {}
@@ -867,5 +959,38 @@ mod tests {
         }
         let (port, none) = pick_ports(None).unwrap();
         assert!(none.is_none() && !(lo..=hi).contains(&port));
+    }
+}
+
+/// The first words of the error a TLS test gets from a server built without TLS; the tests and
+/// `scripts/servers` look for them.
+pub const WITHOUT_TLS: &str =
+    "this redis-server was built without TLS: it does not know `tls-port`";
+
+/// Whether a server's startup log says it refused the `tls-port` line of its config as a
+/// directive it does not know, as a build without TLS does (`>>> 'tls-port N'` then `Bad
+/// directive or wrong number of arguments`).
+fn built_without_tls(log: &str) -> bool {
+    log.contains(">>> 'tls-port") && log.contains("Bad directive")
+}
+
+#[cfg(test)]
+mod tls_build_tests {
+    use super::built_without_tls;
+
+    #[test]
+    fn a_server_built_without_tls_is_told_from_other_startup_failures() {
+        // What Redis 6.2.14 built without TLS prints for a config with `tls-port`.
+        let without = "*** FATAL CONFIG FILE ERROR (Redis 6.2.14) ***\n\
+                       Reading the configuration file, at line 9\n\
+                       >>> 'tls-port 24001'\n\
+                       Bad directive or wrong number of arguments";
+        assert!(built_without_tls(without));
+        let port_taken = "# Could not create server TCP listening socket 127.0.0.1:24001: \
+                          bind: Address already in use";
+        assert!(!built_without_tls(port_taken));
+        let other_directive =
+            ">>> 'cluster-port 14001'\nBad directive or wrong number of arguments";
+        assert!(!built_without_tls(other_directive));
     }
 }

@@ -1252,6 +1252,29 @@ pub struct Digest {
 }
 
 impl Digest {
+    /// The same data with every remaining TTL `ms` longer: what it held `ms` earlier. Two
+    /// digests of data written at different times compare as of their writes
+    /// ([`digest_since`]), however long each run took.
+    pub fn aged(mut self, ms: i64) -> Digest {
+        let older = |ttl: &mut Option<i64>| {
+            if let Some(t) = ttl {
+                *t += ms;
+            }
+        };
+        self.records.values_mut().for_each(|t| older(&mut t.ttl));
+        self.user_data.values_mut().for_each(|t| older(&mut t.ttl));
+        self.conversations
+            .values_mut()
+            .for_each(|t| older(&mut t.ttl));
+        self.durable.values_mut().for_each(|t| older(&mut t.ttl));
+        for lease in self.leases.values_mut() {
+            if let Some((_, left)) = &mut lease.holder {
+                *left += ms;
+            }
+        }
+        self
+    }
+
     /// The number of data entries (messages counted one by one).
     pub fn len(&self) -> usize {
         self.messages.values().map(Vec::len).sum::<usize>()
@@ -1412,6 +1435,15 @@ pub fn digest(node: Node<'_>, layout: Layout, prefix: &str) -> Digest {
         read_node(&mut conn, &ks, keys, &mut d);
     }
     d
+}
+
+/// [`digest`] with every remaining TTL as it was at `written_ms` (the server's time in ms when
+/// the data was written): a run that took longer than its reference (a kill, a rerun, a busy
+/// machine) compares equal when every TTL ran down by the same time.
+pub fn digest_since(node: Node<'_>, layout: Layout, prefix: &str, written_ms: i64) -> Digest {
+    let d = digest(node, layout, prefix);
+    let age = node.now_ms() - written_ms;
+    d.aged(age)
 }
 
 fn excluded(d: &mut Digest, what: &'static str) {

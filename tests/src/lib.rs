@@ -17,8 +17,9 @@ pub use conformance::{driver_name, exclusive, AsyncStd, Client, Runtime, Tokio};
 pub use harness::{
     eventually, external_mode, parse_cluster_slots, parse_info, poll_until, redis_server_path,
     server_version, shared_cluster, shared_single, unique_prefix, AdminConn, ClusterOptions,
-    Migration, Product, RedisCluster, RedisServer, ServerOptions, ServerVersion, SingleNode,
-    SlotRange, Value, EXTERNAL_CLUSTER_VAR, EXTERNAL_SINGLE_VAR, MISSING_SERVER, SLOT_COUNT,
+    Migration, Product, RedisCluster, RedisServer, SentinelDeployment, SentinelOptions,
+    ServerOptions, ServerVersion, SingleNode, SlotRange, Value, EXTERNAL_CLUSTER_VAR,
+    EXTERNAL_SINGLE_VAR, MISSING_SERVER, SLOT_COUNT,
 };
 
 /// The repository README's example, compiled as a doctest.

@@ -2,7 +2,8 @@
 //! fred, on a Redis Cluster and on a standalone server.
 //!
 //! ```text
-//! cargo run --release -p botmesh-redis-bench --bin bench -- [--deployment cluster|standalone]
+//! cargo run --release -p botmesh-redis-bench --bin bench --
+//!     [--deployment cluster|standalone|standalone-unix]
 //!     [--runtime multi|current|async-std] [--quick] [--only W1,W2,W3,S1,S2,S3] [--client LIST]
 //!     [--w3-callers N] [--rounds N] [--fred-pool N]
 //! ```
@@ -10,7 +11,10 @@
 //! The binary starts its own servers with the test harness: with `--deployment cluster` (the
 //! default) a Redis Cluster of 3 masters and **no replicas**, so that the numbers measure the
 //! clients, not replication; with `--deployment standalone` one `redis-server` without cluster
-//! mode, same configuration. Every client runs in this one process, on one runtime
+//! mode, same configuration; with `--deployment standalone-unix` the same server, which also
+//! listens on a Unix socket, and every client (ours, redis-rs, fred) connects over the socket
+//! (`unix://PATH`; fred with its `unix-sockets` feature): its lines beside a `standalone` run's
+//! show what the socket saves over loopback TCP. Every client runs in this one process, on one runtime
 //! (`--runtime multi`: tokio's multi-thread scheduler with one worker per core, the default;
 //! `--runtime current`: tokio's current-thread scheduler; `--runtime async-std`: no tokio at
 //! all, our async-std driver alone), one after the other, against the same servers.
@@ -209,6 +213,8 @@ enum Deployment {
     Cluster,
     /// One `redis-server` without cluster mode.
     Standalone,
+    /// The same server, every client over its Unix socket.
+    StandaloneUnix,
 }
 
 impl Deployment {
@@ -216,6 +222,7 @@ impl Deployment {
         match self {
             Deployment::Cluster => "cluster",
             Deployment::Standalone => "standalone",
+            Deployment::StandaloneUnix => "standalone-unix",
         }
     }
 }
@@ -260,8 +267,10 @@ impl Args {
                     args.deployment = match it.next().as_deref() {
                         Some("cluster") => Deployment::Cluster,
                         Some("standalone") => Deployment::Standalone,
+                        Some("standalone-unix") => Deployment::StandaloneUnix,
                         other => usage(&format!(
-                            "--deployment wants cluster or standalone, got {other:?}"
+                            "--deployment wants cluster, standalone or standalone-unix, got \
+                             {other:?}"
                         )),
                     }
                 }
@@ -339,7 +348,7 @@ fn usage(problem: &str) -> ! {
         eprintln!("bench: {problem}");
     }
     eprintln!(
-        "usage: bench [--deployment cluster|standalone] [--runtime multi|current|async-std] \
+        "usage: bench [--deployment cluster|standalone|standalone-unix] [--runtime multi|current|async-std] \
          [--quick] [--only W1,W2,W3,S1,S2,S3] [--client botmesh,redis-rs,redis-rs-pipe,fred,\
          fred-pipe,fred-pool,fred-pool-pipe] [--w3-callers N] [--rounds N] [--fred-pool N]"
     );
@@ -353,7 +362,12 @@ fn usage(problem: &str) -> ! {
 /// The servers of the run, started by the harness and stopped when dropped.
 enum Servers {
     Cluster(RedisCluster),
-    Standalone(SingleNode),
+    /// One node (boxed: it is twice the cluster's handle); the clients connect over its Unix
+    /// socket when `over_socket`.
+    Standalone {
+        node: Box<SingleNode>,
+        over_socket: bool,
+    },
 }
 
 impl Servers {
@@ -362,14 +376,26 @@ impl Servers {
             Deployment::Cluster => Servers::Cluster(RedisCluster::start(
                 ClusterOptions::new().masters(3).replicas_per_master(0),
             )),
-            Deployment::Standalone => Servers::Standalone(SingleNode::start(ServerOptions::new())),
+            Deployment::Standalone => Servers::Standalone {
+                node: Box::new(SingleNode::start(ServerOptions::new())),
+                over_socket: false,
+            },
+            Deployment::StandaloneUnix => Servers::Standalone {
+                node: Box::new(SingleNode::start(ServerOptions::new().unix_socket())),
+                over_socket: true,
+            },
         }
     }
 
     fn deployment(&self) -> Deployment {
         match self {
             Servers::Cluster(_) => Deployment::Cluster,
-            Servers::Standalone(_) => Deployment::Standalone,
+            Servers::Standalone {
+                over_socket: false, ..
+            } => Deployment::Standalone,
+            Servers::Standalone {
+                over_socket: true, ..
+            } => Deployment::StandaloneUnix,
         }
     }
 
@@ -377,7 +403,7 @@ impl Servers {
     fn nodes(&self) -> Vec<SocketAddr> {
         match self {
             Servers::Cluster(cluster) => cluster.nodes(),
-            Servers::Standalone(node) => vec![node.addr()],
+            Servers::Standalone { node, .. } => vec![node.addr()],
         }
     }
 
@@ -395,7 +421,7 @@ impl Servers {
                         .to_string()
                 })
                 .collect(),
-            Servers::Standalone(node) => vec![node.server().pid().to_string()],
+            Servers::Standalone { node, .. } => vec![node.server().pid().to_string()],
         }
     }
 
@@ -408,7 +434,9 @@ impl Servers {
                 .into_iter()
                 .map(|master| cluster.conn(master).expect("a master's admin connection"))
                 .collect(),
-            Servers::Standalone(node) => vec![node.conn().expect("the node's admin connection")],
+            Servers::Standalone { node, .. } => {
+                vec![node.conn().expect("the node's admin connection")]
+            }
         }
     }
 
@@ -437,8 +465,19 @@ impl Servers {
     fn our_options(&self) -> ClientOptions {
         match self {
             Servers::Cluster(cluster) => ClientOptions::cluster(cluster.seeds()),
-            Servers::Standalone(node) => ClientOptions::url(node.url()),
+            Servers::Standalone { node, over_socket } => {
+                ClientOptions::url(node_url(node, *over_socket))
+            }
         }
+    }
+}
+
+/// The URL the clients use for `node`: its Unix socket's (`unix://PATH`, which redis-rs reads
+/// too) when `over_socket`, else its TCP one.
+fn node_url(node: &SingleNode, over_socket: bool) -> String {
+    match over_socket {
+        true => node.unix_url().expect("the node listens on a socket"),
+        false => node.url(),
     }
 }
 
@@ -1261,10 +1300,21 @@ impl FredConn {
             Servers::Cluster(_) => {
                 ServerConfig::new_clustered(servers.nodes().into_iter().map(host).collect())
             }
-            Servers::Standalone(node) => {
+            Servers::Standalone {
+                node,
+                over_socket: false,
+            } => {
                 let (ip, port) = host(node.addr());
                 ServerConfig::new_centralized(ip, port)
             }
+            Servers::Standalone {
+                node,
+                over_socket: true,
+            } => ServerConfig::new_unix_socket(
+                node.server()
+                    .unix_socket()
+                    .expect("the node listens on a socket"),
+            ),
         };
         let mut builder = fred::types::Builder::from_config(Config {
             server,
@@ -1793,8 +1843,8 @@ async fn redis_rs(servers: &Servers) -> RedisConn {
             .await
             .expect("redis-rs cluster connection"),
         ),
-        Servers::Standalone(node) => RedisConn::Standalone(
-            redis::Client::open(node.url())
+        Servers::Standalone { node, over_socket } => RedisConn::Standalone(
+            redis::Client::open(node_url(node, *over_socket))
                 .expect("redis-rs client")
                 .get_multiplexed_async_connection()
                 .await
@@ -1812,6 +1862,8 @@ fn main() {
             Deployment::Cluster =>
                 "cluster: 3 masters, no replicas (measures the clients, not replication)",
             Deployment::Standalone => "standalone: one redis-server, no cluster mode",
+            Deployment::StandaloneUnix =>
+                "standalone-unix: one redis-server, no cluster mode, clients on its Unix socket",
         },
         args.runtime.name(),
         if args.quick {

@@ -202,12 +202,7 @@ pub fn copy(from: &View, to: &View) -> Result<CopyId, Unsafe> {
         if from.layout == Layout::Cluster && !from.marker {
             return Err(Unsafe::SourceIncomplete);
         }
-        // A first copy killed after the target's record and before the source's: the target
-        // says it had no record before (no `prev`) and is still copying, so it holds part of
-        // this copy at most, and no bot started on it.
-        if let Some(t) =
-            t.filter(|t| t.role == Role::Target && t.phase == Phase::Copying && t.prev.is_none())
-        {
+        if let Some(t) = t.filter(|t| first_copy_begun(t)) {
             return Ok(CopyId::Resume(t.copy));
         }
         return fresh_target(to).map(|()| CopyId::New);
@@ -228,6 +223,11 @@ pub fn copy(from: &View, to: &View) -> Result<CopyId, Unsafe> {
     }
     // The two records are about different copies (or the target has none).
     if f.started_since_copy() {
+        // The source is live and took part in earlier copies; a first copy from it into a
+        // keyspace that had no record was killed before the source's record was written.
+        if let Some(t) = t.filter(|t| first_copy_begun(t)) {
+            return Ok(CopyId::Resume(t.copy));
+        }
         return fresh_target(to).map(|()| CopyId::New);
     }
     match f.role {
@@ -257,6 +257,13 @@ pub fn shared_names(sibling: &View) -> Result<(), Unsafe> {
         return Err(Unsafe::SiblingInUse);
     }
     Ok(())
+}
+
+/// A target whose first copy began and was killed before the source's record was written: it
+/// had no record before (no `prev`), is still copying, and no bot started on it, so it holds
+/// part of that copy at most.
+fn first_copy_begun(t: &Record) -> bool {
+    t.role == Role::Target && t.phase == Phase::Copying && t.prev.is_none() && t.started.is_none()
 }
 
 /// Whether a side that is no partner of the source may receive a copy: it has no record and
@@ -376,6 +383,9 @@ mod tests {
             ("rerun of a killed copy", legacy(Some(rec(K1, Source, Copying))), cluster(Some(rec(K1, Target, Copying))), Ok(CopyId::Resume(K1))),
             ("killed between the two records", legacy(Some(started(rec(K1, Source, Complete), K1))), cluster(Some(ahead.clone())), Ok(CopyId::Resume(K2))),
             ("first copy killed between the two records", legacy(None), cluster(Some(rec(K1, Target, Copying))), Ok(CopyId::Resume(K1))),
+            ("rollback into a new prefix killed between the two records", cluster(Some(started(rec(K1, Target, Complete), K1))), legacy(Some(rec(K2, Target, Copying))), Ok(CopyId::Resume(K2))),
+            ("rollback of a cluster keyspace bots created, killed between the records", cluster(Some(Record::origin(5))), legacy(Some(rec(K2, Target, Copying))), Ok(CopyId::Resume(K2))),
+            ("into a new prefix another copy began, from a side not live", cluster(Some(rec(K1, Target, Complete))), legacy(Some(rec(K2, Target, Copying))), Err(Unsafe::SourceIsCopy)),
             ("bots ran on the cluster side (sequence 1)", legacy(Some(rec(K1, Source, Complete))), cluster(Some(started(rec(K1, Target, Complete), K1))), Err(Unsafe::TargetLive)),
             ("bots resumed on the legacy side: refresh", legacy(Some(started(rec(K1, Source, Complete), K1))), cluster(Some(rec(K1, Target, Complete))), Ok(CopyId::New)),
             ("bots on both sides", legacy(Some(started(rec(K1, Source, Complete), K1))), cluster(Some(started(rec(K1, Target, Complete), K1))), Err(Unsafe::BothLive)),

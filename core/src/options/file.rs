@@ -19,8 +19,9 @@ use crate::keys::Layout;
 use crate::retry::RetryPolicy;
 use crate::store::StoreOptions;
 
-/// What a config file says about the connection: exactly one of `url` (one node) or `nodes`
-/// (root nodes of a cluster), credentials, and the timeouts and retries in milliseconds.
+/// What a config file says about the connection: exactly one of `url` (one node), `nodes`
+/// (root nodes of a cluster) or `sentinel` (a Redis Sentinel deployment), credentials, and the
+/// timeouts and retries in milliseconds.
 /// Every field may be left out except the address; left out means the
 /// [`ClientOptions`] default. Turn it into options with [`ClientConfig::into_options`].
 ///
@@ -44,10 +45,13 @@ use crate::store::StoreOptions;
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ClientConfig {
-    /// One node: `redis://[user[:password]@]host:port` ([`ClientOptions::url`]).
+    /// One node: `redis://[user[:password]@]host:port`, or its Unix socket, `unix:///path`
+    /// ([`ClientOptions::url`]).
     pub url: Option<String>,
     /// The root nodes of a cluster, `host:port` or `redis://...` ([`ClientOptions::cluster`]).
     pub nodes: Vec<String>,
+    /// A Redis Sentinel deployment ([`ClientOptions::sentinel`]).
+    pub sentinel: Option<SentinelConfig>,
     /// The ACL user; needs `password`.
     pub username: Option<String>,
     /// The password for every node ([`ClientOptions::credentials`]); overrides one in a URL.
@@ -68,6 +72,8 @@ pub struct ClientConfig {
     pub stall_refresh_ms: Option<u64>,
     /// [`ClientOptions::refresh_interval`] in ms.
     pub refresh_interval_ms: Option<u64>,
+    /// [`ClientOptions::max_reply_elements`].
+    pub max_reply_elements: Option<u64>,
     /// TLS to every node ([`ClientOptions::tls`]), with these settings; left out, TLS
     /// follows the URLs' scheme (`rediss://`) with the default settings.
     pub tls: Option<TlsConfig>,
@@ -138,6 +144,69 @@ fn tls_config(reason: &str) -> Error {
     .into()
 }
 
+/// What a config file says about a Redis Sentinel deployment: the sentinels, the master name,
+/// and the sentinels' own credentials (the data nodes' are the client's `username` and
+/// `password`).
+///
+/// ```
+/// use botmesh_redis_core::ClientConfig;
+///
+/// let config: ClientConfig = serde_json::from_str(
+///     r#"{ "sentinel": { "sentinels": ["10.0.0.1:26379", "10.0.0.2:26379"],
+///                        "master_name": "bots", "password": "watch" },
+///          "password": "s3cret" }"#,
+/// )?;
+/// let options = config.into_options()?;
+/// assert!(!options.is_cluster());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct SentinelConfig {
+    /// The sentinels, `host:port` (port 26379 when left out) or `redis://...`.
+    pub sentinels: Vec<String>,
+    /// The name the sentinels monitor the master under.
+    pub master_name: String,
+    /// The sentinels' ACL user; needs `password`.
+    pub username: Option<String>,
+    /// The sentinels' password ([`ClientOptions::sentinel_credentials`]).
+    pub password: Option<String>,
+}
+
+impl fmt::Debug for SentinelConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SentinelConfig")
+            .field(
+                "sentinels",
+                &self
+                    .sentinels
+                    .iter()
+                    .map(|n| redact_url(n))
+                    .collect::<Vec<_>>(),
+            )
+            .field("master_name", &self.master_name)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl SentinelConfig {
+    fn into_options(self) -> Result<ClientOptions, Error> {
+        let mut options = ClientOptions::sentinel(self.sentinels, &self.master_name);
+        options.check()?;
+        match (self.username, self.password) {
+            (Some(_), None) => return Err(ConfigError::UsernameWithoutPassword.into()),
+            (username, Some(password)) => {
+                options = options.sentinel_credentials(username.as_deref(), &password);
+            }
+            (None, None) => {}
+        }
+        Ok(options)
+    }
+}
+
 impl fmt::Debug for ClientConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientConfig")
@@ -146,6 +215,7 @@ impl fmt::Debug for ClientConfig {
                 "nodes",
                 &self.nodes.iter().map(|n| redact_url(n)).collect::<Vec<_>>(),
             )
+            .field("sentinel", &self.sentinel)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("max_redirections", &self.max_redirections)
@@ -175,11 +245,14 @@ impl ClientConfig {
     /// naming the field, when both or neither of `url` and `nodes` are given, an address
     /// does not parse, `username` comes without `password`, or a duration is 0.
     pub fn into_options(self) -> Result<ClientOptions, Error> {
-        let mut options = match (self.url, self.nodes.is_empty()) {
-            (Some(_), false) => return Err(ConfigError::BothEndpoints.into()),
-            (None, true) => return Err(ConfigError::NoEndpoint.into()),
-            (Some(url), true) => ClientOptions::url(url),
-            (None, false) => ClientOptions::cluster(self.nodes),
+        let mut options = match (self.url, self.nodes.is_empty(), self.sentinel) {
+            (Some(_), false, _) | (Some(_), _, Some(_)) | (None, false, Some(_)) => {
+                return Err(ConfigError::BothEndpoints.into())
+            }
+            (None, true, None) => return Err(ConfigError::NoEndpoint.into()),
+            (Some(url), true, None) => ClientOptions::url(url),
+            (None, false, None) => ClientOptions::cluster(self.nodes),
+            (None, true, Some(sentinel)) => sentinel.into_options()?,
         };
         // The URLs were parsed as the options were made: a bad one is this file's error.
         options.check()?;
@@ -215,6 +288,10 @@ impl ClientConfig {
         }
         if let Some(d) = millis("refresh_interval_ms", self.refresh_interval_ms)? {
             options = options.refresh_interval(d);
+        }
+        if let Some(n) = self.max_reply_elements {
+            options = options.max_reply_elements(n);
+            options.check()?;
         }
         if let Some(tls) = self.tls {
             options = options.tls(tls.into_options()?);

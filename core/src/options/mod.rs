@@ -10,24 +10,28 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::addr::NodeAddr;
+use crate::addr::{DialTarget, NodeAddr};
 use crate::error::{ConfigError, Error};
 use crate::executor::Deployment;
+use crate::framing::DEFAULT_MAX_REPLY_ELEMENTS;
 use crate::retry::RetryPolicy;
-use crate::session::{Auth, Config};
+use crate::session::{Auth, Config, Endpoints};
 
 #[cfg(feature = "serde")]
 mod file;
+mod sentinel;
 mod tls;
 mod url;
 
 #[cfg(feature = "serde")]
-pub use file::{ClientConfig, StoreConfig, TlsConfig, TurnConfig};
+pub use file::{ClientConfig, SentinelConfig, StoreConfig, TlsConfig, TurnConfig};
+pub use sentinel::{parse_sentinel_url, ParsedSentinelUrl, SENTINEL_PORT};
 pub use tls::{Pem, TlsOptions};
-pub use url::{parse_url, ParsedUrl};
+pub use url::{parse_url, redact_url, ParsedUrl};
 
-/// Client options: exactly one of [`ClientOptions::url`] (one node) or
-/// [`ClientOptions::cluster`] (root nodes of a cluster), then any of the setters.
+/// Client options: exactly one of [`ClientOptions::url`] (one node),
+/// [`ClientOptions::cluster`] (root nodes of a cluster) or [`ClientOptions::sentinel`] (the
+/// master of a Redis Sentinel deployment), then any of the setters.
 ///
 /// The options hold the session's configuration and write into it; a mistake in the URLs is
 /// kept and reported by [`ClientOptions::to_config`] (which a driver calls when the client
@@ -101,13 +105,26 @@ impl ClientOptions {
         self
     }
 
-    /// One node: `redis://[user[:password]@]host:port`, or `rediss://...` for TLS (with the
-    /// default [`TlsOptions`] unless [`ClientOptions::tls`] gives others).
+    /// One node: `redis://[user[:password]@]host:port`, `rediss://...` for TLS (with the
+    /// default [`TlsOptions`] unless [`ClientOptions::tls`] gives others), or a Unix socket,
+    /// `unix:///run/redis.sock` or `redis+unix:///run/redis.sock` (credentials in the
+    /// user-info, `redis+unix://bot:secret@/run/redis.sock`, or as redis-rs writes them,
+    /// `?user=bot&pass=secret`). A
+    /// `redis+sentinel://[user:password@]host:port[,host:port...]/<master name>` URL names a
+    /// Redis Sentinel deployment instead ([`ClientOptions::sentinel`]; the URL's credentials
+    /// are the data nodes').
     pub fn url(url: impl Into<String>) -> Self {
-        match parse_url(&url.into()) {
+        let url = url.into();
+        if let Some(parsed) = parse_sentinel_url(&url) {
+            return parsed.map_or_else(ClientOptions::unusable, ClientOptions::sentinel_url);
+        }
+        match parse_url(&url) {
             Ok(parsed) => {
-                let mut options =
-                    ClientOptions::with(Config::single(parsed.addr), Some(parsed.tls));
+                let config = match parsed.target {
+                    DialTarget::Tcp(addr) => Config::single(addr),
+                    DialTarget::Unix(path) => Config::unix_socket(path),
+                };
+                let mut options = ClientOptions::with(config, Some(parsed.tls));
                 options.config.auth = parsed.auth;
                 options
             }
@@ -117,21 +134,33 @@ impl ClientOptions {
 
     /// A cluster, discovered from these root nodes (`host:port`, `redis://...` or
     /// `rediss://...`; TLS, when on, is used to every node of the cluster). Credentials in the
-    /// first URL that has some are used for every node.
+    /// first URL that has some are used for every node. A Unix socket is refused here (a
+    /// cluster announces TCP addresses): it is one node, for [`ClientOptions::url`].
     pub fn cluster<S: Into<String>>(root_nodes: impl IntoIterator<Item = S>) -> Self {
         let mut roots = Vec::new();
         let (mut auth, mut url_tls, mut invalid) = (None, None::<Option<bool>>, None);
         for node in root_nodes {
-            match parse_url(&node.into()) {
-                Ok(parsed) => {
-                    roots.push(parsed.addr);
+            let node = node.into();
+            match parse_url(&node) {
+                Ok(ParsedUrl {
+                    target: DialTarget::Tcp(addr),
+                    auth: node_auth,
+                    tls,
+                }) => {
+                    roots.push(addr);
                     if auth.is_none() {
-                        auth = parsed.auth;
+                        auth = node_auth;
                     }
                     url_tls = Some(match url_tls {
-                        None => Some(parsed.tls),
-                        Some(all) => all.filter(|&tls| tls == parsed.tls),
+                        None => Some(tls),
+                        Some(all) => all.filter(|&all_tls| all_tls == tls),
                     });
+                }
+                Ok(ParsedUrl {
+                    target: DialTarget::Unix(_),
+                    ..
+                }) => {
+                    invalid.get_or_insert(unix_socket_as_root(&node));
                 }
                 Err(e) => {
                     invalid.get_or_insert(e);
@@ -206,17 +235,38 @@ impl ClientOptions {
         self
     }
 
-    /// A cluster connection whose oldest request has had no reply this long asks for a
-    /// topology refresh, again after each such wait, without closing (default 1 s): a
-    /// replaced master's late answers to writes are then reported as outcome unknown.
+    /// A cluster connection (or a Sentinel deployment's master connection) whose oldest
+    /// request has had no reply this long asks for a topology refresh (or the sentinels), again
+    /// after each such wait, without closing (default 1 s): a replaced master's late answers
+    /// to writes are then reported as outcome unknown.
     pub fn stall_refresh(mut self, d: Duration) -> Self {
         self.config.stall_refresh = d;
         self
     }
 
-    /// Periodic topology refresh (default 5 s).
+    /// Periodic topology refresh, or question to the sentinels of a Sentinel deployment
+    /// (default 5 s).
     pub fn refresh_interval(mut self, d: Duration) -> Self {
         self.config.refresh_interval = d;
+        self
+    }
+
+    /// The most elements one reply may hold, at every depth (default
+    /// [`DEFAULT_MAX_REPLY_ELEMENTS`], 4 Mi): a reply that announces more closes its
+    /// connection before it is decoded, and the call fails as a protocol error. Four bytes on
+    /// the wire (`:0\r\n`) decode into dozens, so the 512 MiB byte cap alone would let one
+    /// reply take gigabytes. Raise it for raw commands that read huge collections whole;
+    /// 0 is refused ([`ConfigError::ZeroReplyElements`]).
+    pub fn max_reply_elements(mut self, n: u64) -> Self {
+        if n == 0 {
+            return self.invalid(
+                ConfigError::ZeroReplyElements {
+                    default: DEFAULT_MAX_REPLY_ELEMENTS,
+                }
+                .into(),
+            );
+        }
+        self.config.max_reply_elements = n;
         self
     }
 
@@ -237,7 +287,8 @@ impl ClientOptions {
     /// The TLS settings in force, or `None` for plain TCP: those given to
     /// [`ClientOptions::tls`], else the defaults when the URLs say `rediss://`. Root nodes that
     /// mix `redis://` and `rediss://` are a configuration error (TLS is all or nothing for a
-    /// client), as is a bad URL.
+    /// client), as is a bad URL, and TLS over a Unix socket
+    /// ([`ConfigError::TlsOverUnixSocket`]: the socket is local, and Redis serves it in plain).
     pub fn tls_settings(&self) -> Result<Option<TlsOptions>, Error> {
         if let Some(e) = &self.invalid {
             return Err(e.clone());
@@ -245,10 +296,14 @@ impl ClientOptions {
         let Some(url_tls) = self.url_tls else {
             return Err(ConfigError::MixedTlsSchemes.into());
         };
-        Ok(match &self.tls {
+        let tls = match &self.tls {
             Some(tls) => Some(tls.clone()),
             None => url_tls.then(TlsOptions::new),
-        })
+        };
+        if let (Some(_), Endpoints::UnixSocket(path)) = (&tls, &self.config.endpoints) {
+            return Err(ConfigError::TlsOverUnixSocket { path: path.clone() }.into());
+        }
+        Ok(tls)
     }
 
     /// Whether these options name a cluster.
@@ -282,10 +337,19 @@ impl ClientOptions {
     }
 }
 
+/// A Unix socket among a cluster's root nodes: a cluster announces TCP addresses, so its
+/// nodes are not reached that way.
+fn unix_socket_as_root(url: &str) -> Error {
+    ConfigError::BadUrl {
+        url: redact_url(url),
+        reason: "a Unix socket is one node: use ClientOptions::url, not cluster".to_owned(),
+    }
+    .into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::Endpoints;
 
     #[test]
     fn options_write_into_the_session_config() {
@@ -398,5 +462,106 @@ mod tests {
         let shown = format!("{:?}", ClientOptions::url("rediss://h:1").tls(tls));
         assert!(!shown.contains("SECRET"), "{shown}");
         assert!(shown.contains("client_cert: true"), "{shown}");
+    }
+
+    #[test]
+    fn a_unix_socket_url_is_one_node_with_its_credentials() {
+        for url in [
+            "unix://bot:pw@/run/redis.sock",
+            "redis+unix:///run/redis.sock?db=0&user=bot&pass=pw",
+        ] {
+            let options = ClientOptions::url(url);
+            assert_eq!(options.deployment(), Deployment::Single, "{url}");
+            assert_eq!(options.tls_settings(), Ok(None), "{url}");
+            let c = options.to_config(1).unwrap();
+            assert_eq!(
+                c.endpoints,
+                Endpoints::UnixSocket("/run/redis.sock".into()),
+                "{url}"
+            );
+            assert_eq!(
+                c.auth,
+                Some(Auth {
+                    username: Some("bot".into()),
+                    password: "pw".into()
+                }),
+                "{url}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_unix_socket_is_refused_as_a_root_node_and_with_tls() {
+        let roots = ClientOptions::cluster(["h:1", "unix://:secret@/run/redis.sock"]);
+        let Err(Error::Config(ConfigError::BadUrl { url, reason })) = roots.to_config(1) else {
+            panic!("a Unix socket was taken as a root node");
+        };
+        assert_eq!(url, "unix://<credentials>@/run/redis.sock");
+        assert!(reason.contains("ClientOptions::url"), "{reason}");
+        let tls = ClientOptions::url("unix:///run/redis.sock").tls(TlsOptions::new());
+        assert_eq!(
+            tls.tls_settings(),
+            Err(ConfigError::TlsOverUnixSocket {
+                path: "/run/redis.sock".into()
+            }
+            .into())
+        );
+    }
+
+    /// Every way an address with credentials reaches `Debug` or an error: root-node URLs,
+    /// a single node's URL, a Unix socket's query, a URL that does not parse, the session's
+    /// `Config` and the config file's sections.
+    #[test]
+    fn no_password_reaches_debug_or_an_error() {
+        let shown = [
+            format!(
+                "{:?}",
+                ClientOptions::cluster(["redis://bot:secret@10.0.0.1:7000"])
+            ),
+            format!("{:?}", ClientOptions::url("rediss://bot:secret@h:1")),
+            format!(
+                "{:?}",
+                ClientOptions::url("redis+unix:///run/r.sock?user=bot&pass=secret")
+            ),
+            format!("{:?}", ClientOptions::url("unix://:secret@/run/r.sock")),
+            format!(
+                "{:?}",
+                ClientOptions::cluster(["redis://bot:secret@h:99999"])
+            ),
+            format!("{:?}", ClientOptions::url("redis://bot:secret@h:1/9")),
+            format!(
+                "{:?}",
+                ClientOptions::url("unix:///r.sock?db=2&pass=secret")
+            ),
+            format!("{:?}", ClientOptions::url("nope://bot:secret@h:1")),
+            format!(
+                "{}",
+                ClientOptions::url("redis://bot:secret@h:1/9")
+                    .to_config(1)
+                    .unwrap_err()
+            ),
+            format!(
+                "{:?}",
+                ClientOptions::url("redis://bot:secret@h:1")
+                    .to_config(1)
+                    .unwrap()
+            ),
+            format!(
+                "{:?}",
+                ClientOptions::url("h:1")
+                    .credentials(Some("bot"), "secret")
+                    .to_config(1)
+                    .unwrap()
+                    .auth
+            ),
+        ];
+        for text in &shown {
+            assert!(!text.contains("secret"), "{text}");
+        }
+        // What is shown still says where: the node, the user, the reason.
+        assert!(shown[0].contains("10.0.0.1"), "{}", shown[0]);
+        assert!(shown[2].contains("/run/r.sock"), "{}", shown[2]);
+        assert!(shown[2].contains("bot"), "{}", shown[2]);
+        assert!(shown[8].contains("only database 0"), "{}", shown[8]);
     }
 }

@@ -1,11 +1,13 @@
 //! What a session is configured with: the endpoints, credentials, timeouts and retry policy.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::addr::NodeAddr;
+use crate::addr::{DialTarget, NodeAddr};
 use crate::executor::Deployment;
+use crate::framing::DEFAULT_MAX_REPLY_ELEMENTS;
 use crate::retry::RetryPolicy;
 
 /// Credentials sent with `AUTH` when a connection opens.
@@ -36,6 +38,25 @@ pub enum Endpoints {
     Single(NodeAddr),
     /// A cluster, discovered from these root nodes.
     Cluster(Vec<NodeAddr>),
+    /// One node, no cluster, on the Unix socket at this path (`unixsocket` in `redis.conf`).
+    /// Its identity in errors and logs is [`NodeAddr::unix_socket`]; the address map does not
+    /// apply.
+    UnixSocket(PathBuf),
+    /// One node, the master these sentinels name: a single node for the store, whose address
+    /// the session asks the sentinels for and follows through failovers.
+    Sentinel(SentinelEndpoints),
+}
+
+/// Where a Redis Sentinel deployment is asked for its master.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SentinelEndpoints {
+    /// The sentinels, asked in turn.
+    pub sentinels: Vec<NodeAddr>,
+    /// The name the sentinels monitor the master under (`sentinel monitor <name> ...`).
+    pub master_name: String,
+    /// Credentials for the sentinels, often not the data nodes' ([`Config::auth`]); `None`
+    /// sends no `AUTH` to them.
+    pub auth: Option<Auth>,
 }
 
 impl Endpoints {
@@ -43,8 +64,31 @@ impl Endpoints {
     /// over it learn whether they talk to a cluster.
     pub fn deployment(&self) -> Deployment {
         match self {
-            Endpoints::Single(_) => Deployment::Single,
+            Endpoints::Single(_) | Endpoints::Sentinel(_) | Endpoints::UnixSocket(_) => {
+                Deployment::Single
+            }
             Endpoints::Cluster(_) => Deployment::Cluster,
+        }
+    }
+
+    /// The one node of a single-node deployment, as errors and logs name it; `None` on a
+    /// cluster, and under Sentinel, whose master is whichever node the sentinels name now.
+    pub fn single_node(&self) -> Option<NodeAddr> {
+        match self {
+            Endpoints::Single(addr) => Some(addr.clone()),
+            Endpoints::UnixSocket(path) => Some(NodeAddr::unix_socket(path)),
+            Endpoints::Cluster(_) | Endpoints::Sentinel(_) => None,
+        }
+    }
+
+    /// Where to open a connection to `node`, whose announced address is `addr`: the socket's
+    /// path on a Unix-socket endpoint (its one node), else `addr` over TCP, through the
+    /// address map when there is one.
+    pub(crate) fn dial_target(&self, addr: &NodeAddr, map: Option<&AddressMap>) -> DialTarget {
+        match (self, map) {
+            (Endpoints::UnixSocket(path), _) => DialTarget::Unix(path.clone()),
+            (_, Some(map)) => DialTarget::Tcp(map(addr)),
+            (_, None) => DialTarget::Tcp(addr.clone()),
         }
     }
 }
@@ -56,7 +100,7 @@ impl Endpoints {
 pub struct Config {
     /// What to connect to.
     pub endpoints: Endpoints,
-    /// Credentials for every connection.
+    /// Credentials for every connection to a data node (the sentinels have their own).
     pub auth: Option<Auth>,
     /// `MOVED`/`ASK` redirections one request may follow (default 16).
     pub max_redirections: u32,
@@ -68,17 +112,23 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// A connection whose oldest request waits this long for a reply is closed (default 5 s).
     pub response_timeout: Duration,
-    /// A cluster connection whose oldest request waits this long asks for a topology refresh,
-    /// and again after each such wait, without closing (default 1 s): a master stopped past
-    /// the node timeout is replaced meanwhile, and once the map names its successor, its late
-    /// answers to writes are not taken as successes.
+    /// A cluster connection whose oldest request waits this long asks for a topology refresh
+    /// (a Sentinel deployment's master connection: a question to the sentinels), and again
+    /// after each such wait, without closing (default 1 s): a master stopped past the node
+    /// timeout is replaced meanwhile, and once the map names its successor, its late answers
+    /// to writes are not taken as successes.
     pub stall_refresh: Duration,
-    /// Periodic topology refresh, so a failover without `MOVED` is noticed (default 5 s).
+    /// Periodic topology refresh (a Sentinel deployment: the question to the sentinels), so a
+    /// failover without `MOVED` or `+switch-master` is noticed (default 5 s).
     pub refresh_interval: Duration,
     /// At most one refresh starts per this interval (default 100 ms).
     pub refresh_min_interval: Duration,
     /// A reply larger than this closes the connection (default 512 MiB, Redis' own bulk cap).
     pub max_read_buffer: usize,
+    /// A reply of more elements than this (at every depth, itself included) closes the
+    /// connection before it is decoded, since a few wire bytes decode into dozens (default
+    /// [`DEFAULT_MAX_REPLY_ELEMENTS`]).
+    pub max_reply_elements: u64,
     /// Seed of the backoff jitter.
     pub seed: u64,
     /// Remaps announced addresses when dialling.
@@ -116,6 +166,7 @@ impl Config {
             refresh_interval: Duration::from_secs(5),
             refresh_min_interval: Duration::from_millis(100),
             max_read_buffer: 512 << 20,
+            max_reply_elements: DEFAULT_MAX_REPLY_ELEMENTS,
             seed: 0x5eed,
             address_map: None,
         }
@@ -126,8 +177,22 @@ impl Config {
         Config::with(Endpoints::Single(addr))
     }
 
+    /// One node on the Unix socket at `path`, defaults elsewhere.
+    pub fn unix_socket(path: impl Into<PathBuf>) -> Self {
+        Config::with(Endpoints::UnixSocket(path.into()))
+    }
+
     /// A cluster from its root nodes, defaults elsewhere.
     pub fn cluster(root_nodes: Vec<NodeAddr>) -> Self {
         Config::with(Endpoints::Cluster(root_nodes))
+    }
+
+    /// The master that `sentinels` name `master_name`, defaults elsewhere.
+    pub fn sentinel(sentinels: Vec<NodeAddr>, master_name: impl Into<String>) -> Self {
+        Config::with(Endpoints::Sentinel(SentinelEndpoints {
+            sentinels,
+            master_name: master_name.into(),
+            auth: None,
+        }))
     }
 }

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::addr::NodeAddr;
+use crate::addr::{DialTarget, NodeAddr};
 use crate::error::Error;
 use crate::framing::FrameScan;
 use crate::request::{encode_args, Access};
@@ -16,7 +16,7 @@ use super::ids::{ConnId, NodeId, ReqRef};
 use super::nodes::Down;
 use super::tally::Event;
 use super::timers::Timer;
-use super::{after, Output, Session, Waiters};
+use super::{after, Endpoints, Output, Session, Waiters};
 
 /// Something written on a connection that awaits its reply; replies come in this order.
 #[derive(Debug)]
@@ -33,7 +33,14 @@ pub(super) enum Pending {
     /// `AUTH`, or `PING` without credentials: the connection is usable only once a node
     /// answered, so a listener that never answers fails within the connect timeout.
     Handshake,
+    /// `ROLE`, after the handshake of a data node of a Sentinel deployment: the connection is
+    /// ready once the node says it is the master.
+    Role,
+    /// `SUBSCRIBE +switch-master`, after the handshake of a sentinel's subscriber connection.
+    Subscribe,
     Topology(u64),
+    /// `SENTINEL get-master-addr-by-name` of a round.
+    Sentinel(u64),
 }
 
 /// Something routed to a connection and not yet handed to the driver.
@@ -52,6 +59,7 @@ pub(super) enum Queued {
         req: ReqRef,
     },
     Topology(u64),
+    Sentinel(u64),
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -74,6 +82,8 @@ pub(super) struct Conn {
     /// Routed here and not yet written: written at the next drain once the connection is ready.
     pub(super) outbox: Vec<Queued>,
     pub(super) check_at: Option<Instant>,
+    /// Subscribed to `+switch-master` on a sentinel: what arrives unasked is a message.
+    pub(super) subscriber: bool,
 }
 
 /// Why a connection is dropped; decides what its requests become.
@@ -89,6 +99,40 @@ pub(super) enum Loss {
     Refused(String),
     /// An open connection died: closed by the peer, a protocol error, a response timeout.
     Lost(String),
+}
+
+/// Encodes a refresh round's question (`CLUSTER SLOTS`, or `SENTINEL get-master-addr-by-name`
+/// of a Sentinel deployment) and returns what awaits its answer; `None` when its round is no
+/// longer `running_round` (the round ended while it waited and needs no answer).
+fn encode_question(
+    question: Queued,
+    running_round: Option<u64>,
+    endpoints: &Endpoints,
+    buf: &mut BytesMut,
+) -> Option<Pending> {
+    let (Queued::Topology(round) | Queued::Sentinel(round)) = question else {
+        return None;
+    };
+    if Some(round) != running_round {
+        return None;
+    }
+    match (question, endpoints) {
+        (Queued::Sentinel(_), Endpoints::Sentinel(s)) => {
+            let ask = vec![
+                Bytes::from_static(b"SENTINEL"),
+                Bytes::from_static(b"get-master-addr-by-name"),
+                Bytes::from(s.master_name.clone()),
+            ];
+            encode_args(ask, buf);
+            Some(Pending::Sentinel(round))
+        }
+        (Queued::Topology(_), _) => {
+            let ask = vec![Bytes::from_static(b"CLUSTER"), Bytes::from_static(b"SLOTS")];
+            encode_args(ask, buf);
+            Some(Pending::Topology(round))
+        }
+        _ => None,
+    }
 }
 
 impl<W: Waiters> Session<W> {
@@ -144,16 +188,12 @@ impl<W: Waiters> Session<W> {
                     encode_args(wait, buf);
                     c.in_flight.push_back((Pending::Wait { req }, now));
                 }
-                Queued::Topology(round) => {
-                    // A round that ended while this query waited needs no answer.
-                    if round != self.refresh.round || !self.refresh.running {
-                        continue;
+                question @ (Queued::Topology(_) | Queued::Sentinel(_)) => {
+                    let endpoints = &self.config.endpoints;
+                    let running = self.refresh.running.then_some(self.refresh.round);
+                    if let Some(pending) = encode_question(question, running, endpoints, buf) {
+                        c.in_flight.push_back((pending, now));
                     }
-                    encode_args(
-                        vec![Bytes::from_static(b"CLUSTER"), Bytes::from_static(b"SLOTS")],
-                        buf,
-                    );
-                    c.in_flight.push_back((Pending::Topology(round), now));
                 }
             }
         }
@@ -162,7 +202,7 @@ impl<W: Waiters> Session<W> {
         }
         let bytes = buf.split().freeze();
         if was_idle {
-            let first = match self.is_cluster() {
+            let first = match self.follows_failovers() {
                 true => self.config.response_timeout.min(self.config.stall_refresh),
                 false => self.config.response_timeout,
             };
@@ -190,6 +230,7 @@ impl<W: Waiters> Session<W> {
                 in_flight: VecDeque::new(),
                 outbox: Vec::new(),
                 check_at: None,
+                subscriber: false,
             },
         );
         self.nodes.bind_conn(node, conn);
@@ -197,7 +238,7 @@ impl<W: Waiters> Session<W> {
         self.outputs.push_back(Output::Connect {
             conn,
             node: self.nodes[node].clone(),
-            dial: self.dial_addr(node),
+            dial: self.dial_target(node),
         });
         if let Some(at) = after(now, self.config.connect_timeout) {
             self.schedule_check(conn, at);
@@ -266,6 +307,7 @@ impl<W: Waiters> Session<W> {
         // and its socket would otherwise outlive it.
         self.outputs.push_back(Output::Close { conn });
         self.nodes.unbind_conn(c.node, conn);
+        self.sentinels.forget_conn(conn);
         self.dirty.remove(&conn);
         if c.check_at.is_some() {
             self.timers.disarm(Timer::Conn(conn));
@@ -300,7 +342,7 @@ impl<W: Waiters> Session<W> {
             }
         };
         let lost = Error::ReplyLost { addr, reason };
-        let give_up = fatal || (!self.is_cluster() && !connected && !passing);
+        let give_up = fatal || (!self.follows_failovers() && !connected && !passing);
         for (pending, _) in c.in_flight {
             match pending {
                 Pending::Request { req, .. } => {
@@ -311,9 +353,12 @@ impl<W: Waiters> Session<W> {
                     }
                 }
                 Pending::Topology(round) => self.on_topology(now, round, c.node, Err(lost.clone())),
+                Pending::Sentinel(round) => {
+                    self.on_sentinel_answer(now, round, c.node, Err(lost.clone()))
+                }
                 // The request was answered, its WAIT was not: replication unknown.
                 Pending::Wait { req } => self.finish_granted(req, Value::Nil),
-                Pending::Asking | Pending::Handshake => {}
+                Pending::Asking | Pending::Handshake | Pending::Role | Pending::Subscribe => {}
             }
         }
         for queued in c.outbox {
@@ -325,6 +370,9 @@ impl<W: Waiters> Session<W> {
                 Queued::Topology(round) => {
                     self.on_topology(now, round, c.node, Err(not_sent.clone()))
                 }
+                Queued::Sentinel(round) => {
+                    self.on_sentinel_answer(now, round, c.node, Err(not_sent.clone()))
+                }
             }
         }
         // A node that went away may have been failed over: the map is suspect.
@@ -335,7 +383,7 @@ impl<W: Waiters> Session<W> {
         let (connect_timeout, response_timeout) =
             (self.config.connect_timeout, self.config.response_timeout);
         let stall_refresh = self.config.stall_refresh;
-        let cluster = self.is_cluster();
+        let cluster = self.follows_failovers();
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
@@ -407,12 +455,18 @@ impl<W: Waiters> Session<W> {
             .is_some_and(|c| !c.in_flight.is_empty() || !c.outbox.is_empty())
     }
 
-    /// The address to dial for `node`: its announced address through the address map.
+    /// Where to open a connection to `node`: see [`Endpoints::dial_target`].
+    pub(super) fn dial_target(&self, node: NodeId) -> DialTarget {
+        let endpoints = &self.config.endpoints;
+        endpoints.dial_target(&self.nodes[node], self.config.address_map.as_ref())
+    }
+
+    /// `node` as dialled, for the errors of its connects: the TCP address after the address
+    /// map, or (a Unix socket) the node's identity, which names the socket's path.
     pub(super) fn dial_addr(&self, node: NodeId) -> NodeAddr {
-        let addr = &self.nodes[node];
-        match &self.config.address_map {
-            Some(map) => map(addr),
-            None => addr.clone(),
+        match self.dial_target(node) {
+            DialTarget::Tcp(addr) => addr,
+            DialTarget::Unix(_) => self.nodes[node].clone(),
         }
     }
 }

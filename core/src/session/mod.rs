@@ -56,7 +56,7 @@
 //!
 //! use std::sync::mpsc;
 //!
-//! use botmesh_redis_core::driver::session::{Config, Output, Session, Waiters};
+//! use botmesh_redis_core::driver::session::{Config, DialTarget, Output, Session, Waiters};
 //! use botmesh_redis_core::driver::plan;
 //! use botmesh_redis_core::{Access, Error, NodeAddr, Request};
 //!
@@ -81,7 +81,11 @@
 //! let mut sockets: BTreeMap<_, TcpStream> = BTreeMap::new();
 //! loop {
 //!     match session.poll() {
-//!         Output::Connect { conn, dial, .. } => {
+//!         // This driver speaks TCP only (`DialTarget::Unix` is a Unix socket's path).
+//!         Output::Connect { conn, dial: DialTarget::Unix(_), .. } => {
+//!             session.handle_connect_failed(Instant::now(), conn, "no Unix sockets here");
+//!         }
+//!         Output::Connect { conn, dial: DialTarget::Tcp(dial), .. } => {
 //!             match TcpStream::connect((dial.host.as_str(), dial.port)) {
 //!                 Ok(socket) => {
 //!                     sockets.insert(conn, socket);
@@ -179,6 +183,7 @@
 //! | `conns.rs` | one `Conn` per connection: state, outbox, replies in flight, read buffer, deadlines, and what a lost connection means for its requests |
 //! | `replies.rs` | a reply matched to its dispatch; a value (a grant's `WAIT`, a stale master's answer) and an error (redirections, retries, the end) |
 //! | `refresh.rs` | `Refresh`: the topology rounds, their backoff, applying a map, forgetting departed nodes |
+//! | `sentinel.rs` | `Sentinels`: a Redis Sentinel deployment's sentinels and the master they named; the questions to them, the `ROLE` check, `+switch-master` |
 //! | `timers.rs` | `Timers`, by kind (batch deadlines in a queue in firing order, the rest in a table by instant), and what firing one does |
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -187,7 +192,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
-use crate::addr::NodeAddr;
+use crate::addr::{DialTarget, NodeAddr};
 use crate::error::Error;
 use crate::executor::Deployment;
 use crate::framing::Scanned;
@@ -205,36 +210,38 @@ mod plans;
 mod refresh;
 mod replies;
 mod routing;
+mod sentinel;
 mod slots;
 mod tally;
 mod timers;
 
-pub use config::{AddressMap, Auth, Config, Endpoints};
+pub use config::{AddressMap, Auth, Config, Endpoints, SentinelEndpoints};
 pub use ids::ConnId;
 pub use plans::{Completion, Submission, Waiters};
 pub use tally::{Event, RetryReason, Summary, Tally};
 pub use timers::TimerReason;
 
 use conns::{Conn, ConnState, Loss, Pending};
-use ids::{OpId, ReqRef};
+use ids::{NodeId, OpId, ReqRef};
 use nodes::Nodes;
 use ops::{Op, Ops};
 use refresh::Refresh;
+use sentinel::Sentinels;
 use slots::SlotTable;
 use timers::Timers;
 
 /// What the driver must do next.
 #[derive(Debug)]
 pub enum Output<W: Waiters> {
-    /// Open a TCP connection to `dial`; report with `handle_connected` or
+    /// Open a connection to `dial` (TCP, or a Unix socket); report with `handle_connected` or
     /// `handle_connect_failed`. `node` is the cluster's name for it.
     Connect {
         /// The new connection.
         conn: ConnId,
-        /// The node's announced address.
+        /// The node's announced address ([`NodeAddr::unix_socket`] for a Unix socket).
         node: NodeAddr,
-        /// The address to dial (after the address map).
-        dial: NodeAddr,
+        /// Where to connect: the address after the address map, or the socket's path.
+        dial: DialTarget,
     },
     /// Write these bytes to the connection, after any earlier transmit of it.
     Transmit {
@@ -302,6 +309,8 @@ pub struct Session<W: Waiters> {
     refresh: Refresh,
     /// The routing events counted since the session began ([`Session::tally`]).
     tally: Tally,
+    /// The sentinels and the master they named, when the endpoints are a Sentinel deployment.
+    sentinels: Sentinels,
     jitter: Jitter,
     /// [`Session::stop_accepting`] was called: new plans are refused, those in progress go on.
     stopping: bool,
@@ -344,18 +353,25 @@ impl<W: Waiters> Session<W> {
             write_buf: BytesMut::new(),
             refresh: Refresh::default(),
             tally: Tally::default(),
+            sentinels: Sentinels::default(),
             stopping: false,
             closed: false,
         };
         match session.config.endpoints.clone() {
-            Endpoints::Single(addr) => {
-                session.nodes.intern(addr);
-            }
             Endpoints::Cluster(roots) => {
                 for addr in roots {
                     session.nodes.intern(addr);
                 }
                 session.start_refresh(now);
+            }
+            Endpoints::Sentinel(_) => {
+                session.sentinels = Sentinels::new(&session.config.endpoints, &mut session.nodes);
+                session.start_refresh(now);
+            }
+            single => {
+                if let Some(node) = single.single_node() {
+                    session.nodes.intern(node);
+                }
             }
         }
         session
@@ -373,7 +389,7 @@ impl<W: Waiters> Session<W> {
         if self.is_cluster() {
             self.slots.get(slot).and_then(|n| self.nodes.get(n))
         } else {
-            self.nodes.first()
+            self.single_node().and_then(|n| self.nodes.get(n))
         }
     }
 
@@ -406,6 +422,25 @@ impl<W: Waiters> Session<W> {
         self.config.endpoints.deployment() == Deployment::Cluster
     }
 
+    /// Whether the node in use may change under the session, so that news of a change (a lost
+    /// connection, `READONLY`, a stall) asks where it went: a cluster's slot map, a Sentinel
+    /// deployment's master.
+    fn follows_failovers(&self) -> bool {
+        matches!(
+            self.config.endpoints,
+            Endpoints::Cluster(_) | Endpoints::Sentinel(_)
+        )
+    }
+
+    /// Where every request of a session without a slot map goes: the one node, or the master
+    /// the sentinels named (none before they answered).
+    fn single_node(&self) -> Option<NodeId> {
+        match self.config.endpoints {
+            Endpoints::Sentinel(_) => self.sentinels.master,
+            _ => Some(0),
+        }
+    }
+
     // --- inputs -----------------------------------------------------------------------------
 
     /// Submits a plan; its result comes back as [`Output::Complete`], whose
@@ -431,13 +466,17 @@ impl<W: Waiters> Session<W> {
     /// The TCP connection `conn` is open.
     pub fn handle_connected(&mut self, now: Instant, conn: ConnId) {
         self.now = now;
-        let auth = self.config.auth.clone();
-        let Some(c) = self.conns.get_mut(&conn) else {
+        let Some(c) = self.conns.get(&conn) else {
             return;
         };
         if c.state != ConnState::Connecting {
             return;
         }
+        let auth = self.auth_for(c.node);
+        let extra = self.handshake_extra(c);
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
         let args = match auth {
             Some(auth) => {
                 let mut args = vec![Bytes::from_static(b"AUTH")];
@@ -452,6 +491,14 @@ impl<W: Waiters> Session<W> {
         let mut buf = BytesMut::new();
         encode_args(args, &mut buf);
         c.in_flight.push_back((Pending::Handshake, now));
+        if let Some(extra) = extra {
+            let pending = match c.subscriber {
+                true => Pending::Subscribe,
+                false => Pending::Role,
+            };
+            encode_args(extra, &mut buf);
+            c.in_flight.push_back((pending, now));
+        }
         c.state = ConnState::Handshaking;
         // Nothing else is written on a connection before it is ready, so the handshake can
         // skip the outbox. The connect deadline also covers its reply.
@@ -497,7 +544,7 @@ impl<W: Waiters> Session<W> {
         while let Some(c) = self.conns.get_mut(&conn) {
             let cap = self.config.max_read_buffer;
             let too_big = || format!("a reply exceeds the {cap} byte read buffer cap");
-            let len = match c.scan.scan(&c.read_buf) {
+            let len = match c.scan.scan(&c.read_buf, self.config.max_reply_elements) {
                 // The cap holds however the bytes were cut: a reply that arrived whole in one
                 // read is refused like one that grew past the cap.
                 Scanned::Complete(len) if len > cap => {

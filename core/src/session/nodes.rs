@@ -82,11 +82,6 @@ impl Nodes {
         self.addrs.get(node).cloned()
     }
 
-    /// The first node interned: a single-node session's one node.
-    pub(super) fn first(&self) -> Option<&NodeAddr> {
-        self.addrs.first().map(|addr| &**addr)
-    }
-
     /// How many nodes are known now.
     pub(super) fn len(&self) -> usize {
         self.ids.len()

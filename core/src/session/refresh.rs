@@ -11,6 +11,7 @@ use crate::value::Frame;
 
 use super::conns::{Loss, Queued};
 use super::ids::NodeId;
+use super::slots::SlotRange;
 use super::timers::Timer;
 use super::{after, Endpoints, Session, Waiters};
 
@@ -37,7 +38,7 @@ pub(super) struct Refresh {
 impl Refresh {
     /// Records `node`'s answer during discovery (before the first map), replacing an older
     /// one, and keeps it as the round's last error.
-    fn record(&mut self, discovering: bool, node: &NodeAddr, answer: Error) {
+    pub(super) fn record(&mut self, discovering: bool, node: &NodeAddr, answer: Error) {
         if discovering {
             match self.answers.iter_mut().find(|a| &a.seed == node) {
                 Some(known) => known.answer = answer.clone(),
@@ -80,7 +81,7 @@ impl<W: Waiters> Session<W> {
 
     /// Starts a refresh now if none started within `refresh_min_interval`, else arms the timer.
     pub(super) fn refresh_when_allowed(&mut self, now: Instant) {
-        if !self.is_cluster() || self.closed {
+        if !self.follows_failovers() || self.closed {
             return;
         }
         let earliest = self
@@ -107,8 +108,11 @@ impl<W: Waiters> Session<W> {
     }
 
     pub(super) fn start_refresh(&mut self, now: Instant) {
-        if !self.is_cluster() || self.closed || self.refresh.running {
+        if !self.follows_failovers() || self.closed || self.refresh.running {
             return;
+        }
+        if self.sentinel_endpoints().is_some() {
+            return self.start_sentinel_round(now);
         }
         self.timers.disarm(Timer::Refresh);
         // Ask two nodes: masters with a live connection first, then other masters, then the
@@ -117,7 +121,7 @@ impl<W: Waiters> Session<W> {
         let masters = self.masters();
         let roots: Vec<NodeId> = match &self.config.endpoints {
             Endpoints::Cluster(roots) => roots.iter().filter_map(|r| self.nodes.id(r)).collect(),
-            Endpoints::Single(_) => Vec::new(),
+            Endpoints::Single(_) | Endpoints::Sentinel(_) | Endpoints::UnixSocket(_) => Vec::new(),
         };
         let ready = masters.iter().copied().filter(|&n| self.is_ready(n));
         let idle = masters.iter().copied().filter(|&n| !self.is_ready(n));
@@ -248,6 +252,12 @@ impl<W: Waiters> Session<W> {
             return;
         }
         self.tally.count(super::Event::RefreshFailed);
+        self.round_failed(now);
+    }
+
+    /// A round (of `CLUSTER SLOTS` or of a question to the sentinels) gave nothing: requests
+    /// waiting for a first answer count an attempt, and the next round backs off.
+    pub(super) fn round_failed(&mut self, now: Instant) {
         self.refresh.failures = self.refresh.failures.saturating_add(1);
         let failures = self.refresh.failures;
         tracing::warn!(failures, "topology refresh failed");
@@ -255,7 +265,12 @@ impl<W: Waiters> Session<W> {
         // what discovery found; a refused AUTH or a node without cluster support ends them at
         // once, since no round will do better.
         if !self.map_loaded {
-            let (cause, fatal) = self.refresh.discovery_failure();
+            let (cause, fatal) = match self.refresh.discovery_failure() {
+                (Error::Discovery { .. }, fatal) if self.sentinel_endpoints().is_some() => {
+                    (self.sentinel_discovery_failure(), fatal)
+                }
+                failure => failure,
+            };
             let policy = self.config.retry;
             for r in std::mem::take(&mut self.unrouted) {
                 let Some(state) = self.req_mut(r) else {
@@ -286,12 +301,16 @@ impl<W: Waiters> Session<W> {
         if topo.is_complete() {
             self.slots.clear();
         }
+        let mut given = Vec::new();
         for shard in &topo.shards {
-            let node = self.nodes.intern(shard.master.clone());
-            for &(start, end) in &shard.ranges {
-                self.slots.set_range(start, end, node);
-            }
+            let owner = self.nodes.intern(shard.master.clone());
+            given.extend(shard.ranges.iter().map(|&(first, last)| SlotRange {
+                first,
+                last,
+                owner,
+            }));
         }
+        self.slots.set_ranges(given);
         self.map_loaded = true;
         self.refresh.answers.clear();
         let waiting = std::mem::take(&mut self.unrouted);
@@ -310,7 +329,8 @@ impl<W: Waiters> Session<W> {
             .collect();
         let roots: Vec<NodeAddr> = match &self.config.endpoints {
             Endpoints::Cluster(roots) => roots.clone(),
-            Endpoints::Single(addr) => vec![addr.clone()],
+            Endpoints::Sentinel(s) => s.sentinels.clone(),
+            single => single.single_node().into_iter().collect(),
         };
         for node in self.nodes.departed(now, &present, &roots) {
             let bound = self.ops.iter().any(|op| {

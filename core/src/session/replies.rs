@@ -10,6 +10,7 @@ use crate::value::{Frame, Value};
 
 use super::conns::{ConnState, Loss, Pending, Queued};
 use super::ids::{ConnId, NodeId, ReqRef};
+use super::sentinel::SWITCH_MASTER;
 use super::tally::Event;
 use super::{Session, Waiters};
 
@@ -20,6 +21,9 @@ impl<W: Waiters> Session<W> {
         };
         let node = c.node;
         let Some((pending, _)) = c.in_flight.pop_front() else {
+            if let (true, ConnState::Ready, Ok(value)) = (c.subscriber, &c.state, &frame) {
+                return self.on_sentinel_message(now, value);
+            }
             // A server may speak before it is asked, to refuse a client it cannot take:
             // that is a failed connect, not a broken protocol.
             if let (false, Err(e)) = (c.state == ConnState::Ready, &frame) {
@@ -33,9 +37,9 @@ impl<W: Waiters> Session<W> {
         match pending {
             Pending::Asking => {}
             Pending::Handshake => match frame {
-                Ok(_) => self.become_ready(conn),
-                Err(e) => match handshake(&e, self.config.auth.is_some()) {
-                    Handshake::Usable => self.become_ready(conn),
+                Ok(_) => self.handshake_answered(conn),
+                Err(e) => match handshake(&e, self.auth_for(node).is_some()) {
+                    Handshake::Usable => self.handshake_answered(conn),
                     Handshake::Refused => self.drop_conn(now, conn, Loss::Auth(e.to_string())),
                     Handshake::Failed => {
                         let reason = format!("the handshake was refused: {e}");
@@ -44,6 +48,15 @@ impl<W: Waiters> Session<W> {
                 },
             },
             Pending::Topology(round) => self.on_topology(now, round, node, Ok(frame)),
+            Pending::Sentinel(round) => self.on_sentinel_answer(now, round, node, Ok(frame)),
+            Pending::Role => self.on_role(now, conn, &frame),
+            Pending::Subscribe => match frame {
+                Ok(_) => self.become_ready(conn),
+                Err(e) => {
+                    let reason = format!("SUBSCRIBE {SWITCH_MASTER} was refused: {e}");
+                    self.drop_conn(now, conn, Loss::Refused(reason));
+                }
+            },
             Pending::Request { req, asking } => match frame {
                 Ok(value) => self.on_value(req, (conn, node), asking, value),
                 Err(error) => self.on_error(now, req, node, asking, error),
@@ -55,6 +68,20 @@ impl<W: Waiters> Session<W> {
                 };
                 self.finish_granted(req, wait);
             }
+        }
+    }
+
+    /// The handshake's `AUTH` or `PING` was answered: the connection is ready, unless a
+    /// `ROLE` or `SUBSCRIBE` written after it is still to answer.
+    fn handshake_answered(&mut self, conn: ConnId) {
+        let more = self.conns.get(&conn).is_some_and(|c| {
+            matches!(
+                c.in_flight.front(),
+                Some((Pending::Role | Pending::Subscribe, _))
+            )
+        });
+        if !more {
+            self.become_ready(conn);
         }
     }
 

@@ -30,7 +30,7 @@ pub(super) enum Routing {
         asking: bool,
         pinned: bool,
     },
-    /// No map yet: wait for the first refresh round.
+    /// No map yet (or, for a Sentinel deployment, no master): wait for the first round.
     AwaitMap,
     /// The map has no owner for the slot: refresh, and retry after a backoff.
     NoOwner(u16),
@@ -65,7 +65,10 @@ impl<W: Waiters> Session<W> {
         let (node, asking, pinned) = match (state.ask, state.pinned) {
             (Some(node), _) => (node, true, false),
             (None, Some(node)) => (node, false, true),
-            (None, None) if !self.is_cluster() => (0, false, false),
+            (None, None) if !self.is_cluster() => match self.single_node() {
+                Some(node) => (node, false, false),
+                None => return Routing::AwaitMap,
+            },
             (None, None) => match self.route_by_map(now, state.request.route(), answered_by) {
                 Ok(node) => (node, false, false),
                 Err(routing) => return routing,

@@ -72,6 +72,59 @@ impl SlotTable {
         }
     }
 
+    /// Gives each of `given` (disjoint ranges, in any order) to its owner, over whatever the
+    /// table held there, in one pass: a topology of thousands of ranges costs a sort, not a
+    /// rewrite of the table per range.
+    pub(super) fn set_ranges(&mut self, mut given: Vec<SlotRange>) {
+        given.retain(|r| r.first <= r.last && r.first < SLOT_COUNT);
+        for r in &mut given {
+            r.last = r.last.min(SLOT_COUNT - 1);
+        }
+        given.sort_unstable_by_key(|r| r.first);
+        // What is left of each old range outside the given ones.
+        let mut kept = Vec::with_capacity(self.ranges.len() + given.len());
+        let mut g = 0;
+        for old in self.ranges.drain(..) {
+            let mut from = old.first;
+            while g < given.len() && given[g].last < from {
+                g += 1;
+            }
+            let mut i = g;
+            while from <= old.last {
+                match given.get(i) {
+                    Some(cut) if cut.first <= old.last => {
+                        if cut.first > from {
+                            kept.push(SlotRange {
+                                first: from,
+                                last: cut.first - 1,
+                                ..old
+                            });
+                        }
+                        match cut.last.checked_add(1) {
+                            Some(next) => from = from.max(next),
+                            None => break,
+                        }
+                        i += 1;
+                    }
+                    _ => {
+                        kept.push(SlotRange { first: from, ..old });
+                        break;
+                    }
+                }
+            }
+        }
+        kept.extend(given);
+        kept.sort_unstable_by_key(|r| r.first);
+        for r in kept {
+            match self.ranges.last_mut() {
+                Some(prev) if prev.owner == r.owner && prev.last + 1 == r.first => {
+                    prev.last = r.last;
+                }
+                _ => self.ranges.push(r),
+            }
+        }
+    }
+
     pub(super) fn clear(&mut self) {
         self.ranges.clear();
     }
@@ -112,7 +165,59 @@ mod tests {
         ]
     }
 
+    /// Disjoint ranges cut from random boundaries, each given to one of four owners.
+    fn disjoint() -> impl proptest::strategy::Strategy<Value = Vec<SlotRange>> {
+        use proptest::prelude::*;
+        (
+            proptest::collection::btree_set(0u16..16_400, 0..40),
+            proptest::collection::vec((0usize..4, proptest::bool::ANY), 40),
+        )
+            .prop_map(|(cuts, owners)| {
+                let cuts: Vec<u16> = cuts.into_iter().collect();
+                cuts.windows(2)
+                    .zip(owners)
+                    .filter(|(_, (_, keep))| *keep)
+                    .map(|(pair, (owner, _))| SlotRange {
+                        first: pair[0],
+                        last: pair[1] - 1,
+                        owner,
+                    })
+                    .collect()
+            })
+    }
+
+    fn assert_well_formed(table: &SlotTable) -> Result<(), proptest::test_runner::TestCaseError> {
+        for pair in table.ranges.windows(2) {
+            proptest::prop_assert!(pair[0].first <= pair[0].last);
+            proptest::prop_assert!(pair[0].last < pair[1].first);
+            let adjacent = pair[0].last + 1 == pair[1].first;
+            proptest::prop_assert!(!(adjacent && pair[0].owner == pair[1].owner));
+        }
+        Ok(())
+    }
+
     proptest::proptest! {
+        /// Giving many disjoint ranges at once (a topology) is giving them one by one.
+        #[test]
+        fn ranges_given_at_once_are_ranges_given_in_turn(
+            before in disjoint(),
+            mut given in disjoint(),
+        ) {
+            let mut at_once = SlotTable::default();
+            let mut in_turn = SlotTable::default();
+            for r in &before {
+                at_once.set_range(r.first, r.last, r.owner);
+                in_turn.set_range(r.first, r.last, r.owner);
+            }
+            for r in &given {
+                in_turn.set_range(r.first, r.last, r.owner);
+            }
+            given.reverse(); // any order
+            at_once.set_ranges(given);
+            proptest::prop_assert_eq!(&at_once.ranges, &in_turn.ranges);
+            assert_well_formed(&at_once)?;
+        }
+
         /// The ranges answer every slot as a dense table of 16384 owners would, and stay
         /// disjoint, sorted and merged.
         #[test]

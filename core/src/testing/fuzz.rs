@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use arbitrary::{Arbitrary, Unstructured};
 use bytes::BytesMut;
 
-use crate::addr::NodeAddr;
+use crate::addr::{DialTarget, NodeAddr};
 use crate::error::ServerError;
 use crate::keys::{bucket, enc as encode, hash_tag, slot, BUCKET_COUNT, SLOT_COUNT};
 use crate::options::parse_url;
@@ -159,9 +159,13 @@ pub fn redirect(data: &[u8]) {
         assert!(!addr.host.is_empty());
         assert_ne!(addr.port, 0);
     }
-    if let Ok(url) = parse_url(&text) {
-        assert!(!url.addr.host.is_empty());
-        assert_ne!(url.addr.port, 0);
+    match parse_url(&text).map(|url| url.target) {
+        Ok(DialTarget::Tcp(addr)) => {
+            assert!(!addr.host.is_empty());
+            assert_ne!(addr.port, 0);
+        }
+        Ok(DialTarget::Unix(path)) => assert!(path.is_absolute()),
+        Err(_) => {}
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use botmesh_redis_core::driver::session::Config;
+use botmesh_redis_core::driver::session::{Config, DialTarget};
 use botmesh_redis_core::keys::slot;
 use botmesh_redis_core::testing::sim::{Harness, SimCluster};
 use botmesh_redis_core::testing::{get, set, start};
@@ -39,7 +39,7 @@ fn announced_addresses_are_identities_and_dial_addresses_are_mapped() {
         .find(|w| w.commands().contains(&format!("SET {key} v")))
         .unwrap();
     assert_eq!(data_wire.node, announced(&a));
-    assert_eq!(data_wire.dial, a);
+    assert_eq!(data_wire.dial, DialTarget::Tcp(a.clone()));
 
     // A redirect names the announced address; it is dialled through the map.
     h.sim.move_slot(s, &c);
@@ -48,7 +48,9 @@ fn announced_addresses_are_identities_and_dial_addresses_are_mapped() {
     let to_c = h
         .wires()
         .values()
-        .find(|w| w.commands().contains(&format!("GET {key}")) && w.dial == c)
+        .find(|w| {
+            w.commands().contains(&format!("GET {key}")) && w.dial == DialTarget::Tcp(c.clone())
+        })
         .unwrap();
     assert_eq!(to_c.node, announced(&c));
 }

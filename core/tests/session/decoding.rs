@@ -162,3 +162,36 @@ fn a_large_reply_read_in_small_pieces_is_decoded_once() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_reply_of_more_elements_than_allowed_closes_the_connection_before_it_is_decoded() {
+    let sim = SimCluster::cluster(3, 0);
+    let mut config = Config::cluster(sim.masters());
+    config.max_reply_elements = 1_000;
+    let mut h = Harness::new(start(), sim, config);
+    let a = h.sim.master(0);
+    let key = h.sim.keys_on(&a, 1).remove(0);
+    h.run_one(set(&key, "v")).unwrap();
+    // A header announcing 100 million elements, 4 wire bytes each once they come, and a few
+    // of them: refused on the header, nothing buffered for the rest, nothing decoded.
+    let mut hostile = b"*100000000\r\n".to_vec();
+    hostile.extend(b":0\r\n".repeat(64));
+    h.sim
+        .add_rule(Rule::raw(hostile).commands(&["INCR"]).times(1));
+    match h.run_one(incr(&format!("{key}-n"))) {
+        Err(Error::ReplyLost { reason, .. }) => {
+            assert_eq!(reason, "protocol error: a reply of more than 1000 elements")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(h.wires_to(&a)[0].closed);
+    // Within the bound, at every depth: 1 + 999 elements.
+    let mut fits = b"*999\r\n".to_vec();
+    fits.extend(b":0\r\n".repeat(999));
+    h.sim.add_rule(Rule::raw(fits).commands(&["GET"]).times(1));
+    match h.run_one(get(&key)) {
+        Ok(Value::Array(items)) => assert_eq!(items.len(), 999),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.run_one(get(&key)), Ok(Value::from("v")));
+}

@@ -1,9 +1,12 @@
-//! The async-std runtime under [`Client`](crate::Client): spawning, a timer and TCP (and TLS over
-//! it), the few calls `botmesh-redis-client` needs. A bot never names these; a test or a
+//! The async-std runtime under [`Client`](crate::Client): spawning, a timer, TCP (and TLS over
+//! it) and Unix sockets, the few calls `botmesh-redis-client` needs. A bot never names these; a test or a
 //! benchmark that drives the runtime-generic client does.
 use std::future::Future;
 use std::io::{self, Write};
 use std::net::TcpStream;
+#[cfg(unix)]
+use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -19,6 +22,7 @@ use futures_rustls::TlsConnector as Handshake;
 
 use botmesh_redis_client::{ReadHalf, WriteHalf};
 pub use botmesh_redis_client::{Runtime, TlsConnector};
+use botmesh_redis_core::driver::session::DialTarget;
 use botmesh_redis_core::NodeAddr;
 
 /// The async-std (async-io) runtime.
@@ -37,6 +41,8 @@ pub struct Reader {
 #[derive(Debug)]
 enum ReadStream {
     Tcp(Arc<Async<TcpStream>>),
+    #[cfg(unix)]
+    Unix(Arc<Async<UnixStream>>),
     #[cfg(feature = "tls")]
     Tls(TlsRead<TlsStream<async_net::TcpStream>>),
 }
@@ -48,6 +54,8 @@ pub struct Writer(WriteStream);
 #[derive(Debug)]
 enum WriteStream {
     Tcp(Arc<Async<TcpStream>>),
+    #[cfg(unix)]
+    Unix(Arc<Async<UnixStream>>),
     #[cfg(feature = "tls")]
     Tls(TlsWrite<TlsStream<async_net::TcpStream>>),
 }
@@ -70,7 +78,14 @@ impl Runtime for AsyncStd {
         async_io::Timer::at(at).await;
     }
 
-    async fn connect(addr: &NodeAddr, tls: Option<&TlsConnector>) -> io::Result<(Reader, Writer)> {
+    async fn connect(
+        target: &DialTarget,
+        tls: Option<&TlsConnector>,
+    ) -> io::Result<(Reader, Writer)> {
+        let addr = match target {
+            DialTarget::Tcp(addr) => addr,
+            DialTarget::Unix(path) => return connect_unix(path).await,
+        };
         // async-net resolves the host name; its stream is an `Async<TcpStream>` underneath,
         // which the writer needs for non-blocking writes from the session task.
         let stream = async_net::TcpStream::connect((addr.host.as_str(), addr.port)).await?;
@@ -86,6 +101,25 @@ impl Runtime for AsyncStd {
         };
         handshake(addr, tls, stream, scratch).await
     }
+}
+
+/// Opens the Unix socket at `path`: one non-blocking stream that both halves share, as on TCP.
+#[cfg(unix)]
+async fn connect_unix(path: &Path) -> io::Result<(Reader, Writer)> {
+    let stream = Arc::new(Async::<UnixStream>::connect(path).await?);
+    let reader = Reader {
+        stream: ReadStream::Unix(stream.clone()),
+        scratch: vec![0; 64 * 1024].into_boxed_slice(),
+    };
+    Ok((reader, Writer(WriteStream::Unix(stream))))
+}
+
+#[cfg(not(unix))]
+async fn connect_unix(path: &Path) -> io::Result<(Reader, Writer)> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!("{}: Unix sockets exist only on Unix", path.display()),
+    ))
 }
 
 /// Runs the TLS handshake over `stream`, and splits it.
@@ -128,6 +162,8 @@ impl ReadHalf for Reader {
     async fn read(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
         let n = match &mut self.stream {
             ReadStream::Tcp(stream) => (&**stream).read(&mut self.scratch).await?,
+            #[cfg(unix)]
+            ReadStream::Unix(stream) => (&**stream).read(&mut self.scratch).await?,
             #[cfg(feature = "tls")]
             ReadStream::Tls(stream) => stream.read(&mut self.scratch).await?,
         };
@@ -141,6 +177,8 @@ impl WriteHalf for Writer {
         match &mut self.0 {
             // `Async` made the socket non-blocking: a full socket answers `WouldBlock`.
             WriteStream::Tcp(stream) => stream.get_ref().write(bytes),
+            #[cfg(unix)]
+            WriteStream::Unix(stream) => stream.get_ref().write(bytes),
             // rustls may keep what the socket does not take in its buffer, to be sent only by
             // a later poll: every TLS write goes through the flusher's `write_all` instead.
             #[cfg(feature = "tls")]
@@ -151,6 +189,8 @@ impl WriteHalf for Writer {
     async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
         match &mut self.0 {
             WriteStream::Tcp(stream) => AsyncWriteExt::write_all(&mut &**stream, bytes).await,
+            #[cfg(unix)]
+            WriteStream::Unix(stream) => AsyncWriteExt::write_all(&mut &**stream, bytes).await,
             #[cfg(feature = "tls")]
             WriteStream::Tls(stream) => {
                 AsyncWriteExt::write_all(stream, bytes).await?;
@@ -162,6 +202,10 @@ impl WriteHalf for Writer {
     async fn shutdown(&mut self) {
         match &mut self.0 {
             WriteStream::Tcp(stream) => {
+                let _ = stream.get_ref().shutdown(std::net::Shutdown::Write);
+            }
+            #[cfg(unix)]
+            WriteStream::Unix(stream) => {
                 let _ = stream.get_ref().shutdown(std::net::Shutdown::Write);
             }
             // Sends close_notify, then shuts the socket's writing side.

@@ -1,8 +1,9 @@
-//! The tokio runtime under [`Client`](crate::Client): spawning, a timer and TCP (and TLS over
-//! it), the few calls `botmesh-redis-client` needs. A bot never names these; a test or a
+//! The tokio runtime under [`Client`](crate::Client): spawning, a timer, TCP (and TLS over
+//! it) and Unix sockets, the few calls `botmesh-redis-client` needs. A bot never names these; a test or a
 //! benchmark that drives the runtime-generic client does.
 use std::future::Future;
 use std::io;
+use std::path::Path;
 use std::time::Instant;
 
 use bytes::BytesMut;
@@ -16,6 +17,7 @@ use tokio_rustls::TlsConnector as Handshake;
 
 use botmesh_redis_client::{ReadHalf, WriteHalf};
 pub use botmesh_redis_client::{Runtime, TlsConnector};
+use botmesh_redis_core::driver::session::DialTarget;
 use botmesh_redis_core::NodeAddr;
 
 /// The tokio runtime.
@@ -39,6 +41,8 @@ pub struct Reader(ReaderInner);
 #[derive(Debug)]
 enum ReaderInner {
     Tcp(OwnedReadHalf),
+    #[cfg(unix)]
+    Unix(tokio::net::unix::OwnedReadHalf),
     #[cfg(feature = "tls")]
     Tls(tokio::io::ReadHalf<TlsStream<TcpStream>>),
 }
@@ -50,6 +54,8 @@ pub struct Writer(WriterInner);
 #[derive(Debug)]
 enum WriterInner {
     Tcp(OwnedWriteHalf),
+    #[cfg(unix)]
+    Unix(tokio::net::unix::OwnedWriteHalf),
     #[cfg(feature = "tls")]
     Tls(tokio::io::WriteHalf<TlsStream<TcpStream>>),
 }
@@ -71,7 +77,14 @@ impl Runtime for Tokio {
         tokio::time::sleep_until(at.into()).await;
     }
 
-    async fn connect(addr: &NodeAddr, tls: Option<&TlsConnector>) -> io::Result<(Reader, Writer)> {
+    async fn connect(
+        target: &DialTarget,
+        tls: Option<&TlsConnector>,
+    ) -> io::Result<(Reader, Writer)> {
+        let addr = match target {
+            DialTarget::Tcp(addr) => addr,
+            DialTarget::Unix(path) => return connect_unix(path).await,
+        };
         let stream = TcpStream::connect((addr.host.as_str(), addr.port)).await?;
         stream.set_nodelay(true)?;
         let Some(tls) = tls else {
@@ -83,6 +96,24 @@ impl Runtime for Tokio {
         };
         handshake(addr, tls, stream).await
     }
+}
+
+/// Opens the Unix socket at `path`, and splits it.
+#[cfg(unix)]
+async fn connect_unix(path: &Path) -> io::Result<(Reader, Writer)> {
+    let (read, write) = tokio::net::UnixStream::connect(path).await?.into_split();
+    Ok((
+        Reader(ReaderInner::Unix(read)),
+        Writer(WriterInner::Unix(write)),
+    ))
+}
+
+#[cfg(not(unix))]
+async fn connect_unix(path: &Path) -> io::Result<(Reader, Writer)> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!("{}: Unix sockets exist only on Unix", path.display()),
+    ))
 }
 
 /// Runs the TLS handshake over `stream`, and splits it.
@@ -122,6 +153,8 @@ impl ReadHalf for Reader {
     async fn read(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
         match &mut self.0 {
             ReaderInner::Tcp(read) => read.read_buf(buf).await,
+            #[cfg(unix)]
+            ReaderInner::Unix(read) => read.read_buf(buf).await,
             #[cfg(feature = "tls")]
             ReaderInner::Tls(read) => read.read_buf(buf).await,
         }
@@ -132,6 +165,8 @@ impl WriteHalf for Writer {
     fn try_write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         match &mut self.0 {
             WriterInner::Tcp(write) => write.try_write(bytes),
+            #[cfg(unix)]
+            WriterInner::Unix(write) => write.try_write(bytes),
             // rustls may keep what the socket does not take in its buffer, to be sent only by
             // a later poll: every TLS write goes through the flusher's `write_all` instead.
             #[cfg(feature = "tls")]
@@ -142,6 +177,8 @@ impl WriteHalf for Writer {
     async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
         match &mut self.0 {
             WriterInner::Tcp(write) => write.write_all(bytes).await,
+            #[cfg(unix)]
+            WriterInner::Unix(write) => write.write_all(bytes).await,
             #[cfg(feature = "tls")]
             WriterInner::Tls(write) => {
                 write.write_all(bytes).await?;
@@ -154,6 +191,8 @@ impl WriteHalf for Writer {
         // On TLS this sends close_notify first.
         let _ = match &mut self.0 {
             WriterInner::Tcp(write) => write.shutdown().await,
+            #[cfg(unix)]
+            WriterInner::Unix(write) => write.shutdown().await,
             #[cfg(feature = "tls")]
             WriterInner::Tls(write) => write.shutdown().await,
         };

@@ -163,8 +163,8 @@ impl<S> Debug for DialogueStorage<S> {
 }
 
 impl<S> DialogueStorage<S> {
-    /// Connects to the single node at `url` (`redis://[user[:password]@]host:port`, or
-    /// `rediss://` for TLS) and keeps dialogues under [`DEFAULT_PREFIX`] in the legacy layout:
+    /// Connects to the single node at `url` (`redis://[user[:password]@]host:port`,
+    /// `rediss://` for TLS, or `unix:///path` for its Unix socket) and keeps dialogues under [`DEFAULT_PREFIX`] in the legacy layout:
     /// the drop-in for teloxide's `RedisStorage::open(url, serializer)`.
     pub async fn open(
         url: &str,

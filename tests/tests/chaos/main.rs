@@ -9,5 +9,6 @@ mod dead_master_resources_bounded;
 mod killed_master;
 mod partition;
 mod resharding;
+mod sentinel_failover;
 mod slot_migration;
 mod stopped_master;

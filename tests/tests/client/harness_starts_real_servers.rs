@@ -353,3 +353,45 @@ fn killing_a_master_promotes_its_replica() {
     );
     cluster.check_ok().unwrap();
 }
+
+#[test]
+fn a_sentinel_deployment_replicates_and_fails_over_keeping_its_data() {
+    let _turn = botmesh_redis_tests::conformance::shared_turn_blocking();
+    let d = botmesh_redis_tests::SentinelDeployment::start(
+        botmesh_redis_tests::SentinelOptions::new().master_name("harness"),
+    );
+    let old = d.master_addr().unwrap();
+    assert_eq!(old, d.data_nodes()[0].addr());
+    let mut master = d.node(old).unwrap().connect().unwrap();
+    assert!(master.cmd(&["SET", "before", "1"]).unwrap().is_ok());
+    // WAIT: the replica has it before the failover.
+    assert_eq!(
+        master.cmd(&["WAIT", "1", "2000"]).unwrap().as_int(),
+        Some(1)
+    );
+    let new = d.failover(std::time::Duration::from_secs(20)).unwrap();
+    assert_ne!(new, old);
+    assert_eq!(new, d.data_nodes()[1].addr());
+    let mut promoted = d.node(new).unwrap().connect().unwrap();
+    assert_eq!(
+        promoted.cmd(&["GET", "before"]).unwrap().as_str(),
+        Some("1")
+    );
+    // The old master follows the new one once the sentinels convert it.
+    botmesh_redis_tests::poll_until(
+        Instant::now() + std::time::Duration::from_secs(30),
+        "the old master to replicate the new one",
+        || {
+            let role = d.node(old).unwrap().connect()?.cmd(&["ROLE"])?;
+            match role
+                .as_array()
+                .and_then(|r| r.first())
+                .and_then(Value::as_str)
+            {
+                Some("slave") => Ok(()),
+                other => Err(format!("ROLE {other:?}")),
+            }
+        },
+    )
+    .unwrap();
+}

@@ -15,7 +15,7 @@ use botmesh_redis_core::migrate::{
 use botmesh_redis_core::{Error, Executor, Keyspace, Layout};
 use botmesh_redis_tests::conformance::{Client, Runtime};
 use botmesh_redis_tests::keyspace::{
-    assert_same_data, digest, seeds, write_generated, Budget, Cut, Limited, Node, Rng,
+    assert_same_data, digest_since, seeds, write_generated, Budget, Cut, Limited, Node, Rng,
 };
 use botmesh_redis_tests::{both_drivers, unique_prefix};
 
@@ -144,13 +144,20 @@ async fn forward_killed<R: Runtime>(target: Option<Node<'static>>) {
     for seed in seeds(SEEDS) {
         let mut rng = Rng::new(seed ^ 0x6b69_6c6c);
         let reference_prefix = unique_prefix("mig-kill-ref");
+        let reference_written = source.now_ms();
         write_generated(source, &reference_prefix, seed, 1);
         let options = forward_options(&reference_prefix, separate);
         let batches = counted(&src, &tgt, |s, t| forward(s, t, options)).await;
-        let reference = digest(tgt_node, Layout::Cluster, &reference_prefix);
+        let reference = digest_since(
+            tgt_node,
+            Layout::Cluster,
+            &reference_prefix,
+            reference_written,
+        );
         let mut kills = 0;
         for round in 0..CUTS + DROPS {
             let prefix = unique_prefix("mig-kill");
+            let written = source.now_ms();
             write_generated(source, &prefix, seed, 1);
             let kill = Kill::draw(&mut rng, round, batches);
             let what = format!("seed {seed}, round {round}: {kill:?} of {batches} batches");
@@ -163,7 +170,7 @@ async fn forward_killed<R: Runtime>(target: Option<Node<'static>>) {
                     assert_same_data(
                         &format!("{what}: marker written by an incomplete run"),
                         &reference,
-                        &digest(tgt_node, Layout::Cluster, &prefix),
+                        &digest_since(tgt_node, Layout::Cluster, &prefix, written),
                     );
                 }
             }
@@ -177,7 +184,7 @@ async fn forward_killed<R: Runtime>(target: Option<Node<'static>>) {
                 ),
                 "{what}: {report:#?}"
             );
-            let after = digest(tgt_node, Layout::Cluster, &prefix);
+            let after = digest_since(tgt_node, Layout::Cluster, &prefix, written);
             assert_same_data(&what, &reference, &after);
             after.assert_indexes_agree();
             assert_eq!(after.marker.as_deref(), Some("cluster:v1"));
@@ -209,6 +216,7 @@ async fn rollback_killed<R: Runtime>(host: Node<'static>, in_place: bool) {
     for seed in seeds(SEEDS) {
         let mut rng = Rng::new(seed ^ 0x6261_636b);
         let reference_prefix = unique_prefix("mig-kill-ref");
+        let reference_written = single.now_ms();
         write_generated(single, &reference_prefix, seed, 1);
         let (options, rollback, reference_back) = prepare(&reference_prefix);
         forward(legacy.clone(), cluster.clone(), options)
@@ -219,10 +227,11 @@ async fn rollback_killed<R: Runtime>(host: Node<'static>, in_place: bool) {
             .await
             .unwrap();
         let batches = counted(&cluster, &legacy, |s, t| backward(s, t, rollback)).await;
-        let reference = digest(single, Layout::Legacy, &reference_back);
+        let reference = digest_since(single, Layout::Legacy, &reference_back, reference_written);
         let mut kills = 0;
         for round in 0..CUTS + DROPS {
             let prefix = unique_prefix("mig-kill");
+            let written = single.now_ms();
             write_generated(single, &prefix, seed, 1);
             let (options, rollback, back) = prepare(&prefix);
             forward(legacy.clone(), cluster.clone(), options)
@@ -241,7 +250,7 @@ async fn rollback_killed<R: Runtime>(host: Node<'static>, in_place: bool) {
                     assert_same_data(
                         &format!("{what}: marker removed by an incomplete rollback"),
                         &reference,
-                        &digest(single, Layout::Legacy, &back),
+                        &digest_since(single, Layout::Legacy, &back, written),
                     );
                 }
             }
@@ -249,7 +258,7 @@ async fn rollback_killed<R: Runtime>(host: Node<'static>, in_place: bool) {
                 .await
                 .unwrap();
             assert_eq!(report.unrepresentable, 0, "{what}: {report:#?}");
-            let after = digest(single, Layout::Legacy, &back);
+            let after = digest_since(single, Layout::Legacy, &back, written);
             assert_same_data(&what, &reference, &after);
             assert_eq!(after.marker, None, "{what}");
             for p in [&prefix, &back] {

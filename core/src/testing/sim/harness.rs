@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::cluster::{render_args, SimCluster, SimEvent};
-use crate::addr::NodeAddr;
+use crate::addr::{DialTarget, NodeAddr};
 use crate::error::Error;
 use crate::plan::{Plan, Reply};
 use crate::request::Request;
@@ -41,8 +41,8 @@ pub enum Chunking {
 pub struct Wire {
     /// The node, as the session names it.
     pub node: NodeAddr,
-    /// The address dialled.
-    pub dial: NodeAddr,
+    /// Where the session connected.
+    pub dial: DialTarget,
     /// Every transmit, in order.
     pub writes: Vec<Bytes>,
     /// Whether the session closed it.
@@ -427,7 +427,13 @@ impl Harness {
                             closed: false,
                         },
                     );
-                    self.sim.connect(now, conn, &dial);
+                    // The simulator's nodes are TCP addresses; a Unix socket's node is found
+                    // by its identity, which names the socket.
+                    let at = match &dial {
+                        DialTarget::Tcp(addr) => addr,
+                        DialTarget::Unix(_) => &self.wires[&conn].node,
+                    };
+                    self.sim.connect(now, conn, at);
                 }
                 Output::Transmit { conn, bytes } => {
                     self.log(format!("{t:>8?} write {conn:?} {}", short(&bytes)));

@@ -1,0 +1,504 @@
+//! A Redis Sentinel deployment, scripted: the session asks a sentinel for the master, checks
+//! it with `ROLE`, and follows a failover announced by `+switch-master`, shown by `READONLY`,
+//! or found when the master's connection is lost. Every command each node receives is logged,
+//! so each test says exactly what went where.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use botmesh_redis_core::driver::session::{
+    Auth, Config, ConnId, DialTarget, Endpoints, Output, Session,
+};
+use botmesh_redis_core::driver::Reply;
+use botmesh_redis_core::testing::sim::encode_reply;
+use botmesh_redis_core::testing::{set, start, Batch, Ticket, Tickets, Token};
+use botmesh_redis_core::{Error, NodeAddr, Value};
+use bytes::{Bytes, BytesMut};
+
+/// What a scripted node is and does.
+#[derive(Clone, Debug, PartialEq)]
+enum Node {
+    /// A sentinel naming this master (nil: it monitors no master of that name).
+    Sentinel(Option<NodeAddr>),
+    Master,
+    /// A replica: `ROLE` says `slave`, writes are refused with `READONLY`.
+    Replica,
+    /// A master that takes writes and never answers them.
+    Silent,
+    /// Refuses connections.
+    Down,
+}
+
+struct Net {
+    session: Session<Tickets>,
+    now: Instant,
+    nodes: BTreeMap<NodeAddr, Node>,
+    conns: BTreeMap<ConnId, NodeAddr>,
+    /// Connections whose `SUBSCRIBE +switch-master` was answered.
+    subscribers: Vec<ConnId>,
+    /// `host:port COMMAND args...`, in the order received.
+    log: Vec<String>,
+    tokens: u64,
+}
+
+fn addr(name: &str) -> NodeAddr {
+    NodeAddr::new(name, 1)
+}
+
+fn bulk(s: &str) -> Value {
+    Value::Bulk(Bytes::copy_from_slice(s.as_bytes()))
+}
+
+/// The commands in a client's write: arrays of bulk strings.
+fn commands(bytes: &[u8]) -> Vec<Vec<String>> {
+    let text = String::from_utf8_lossy(bytes);
+    let mut lines = text.split("\r\n");
+    let mut out = Vec::new();
+    while let Some(head) = lines.next() {
+        let Some(n) = head.strip_prefix('*') else {
+            continue;
+        };
+        let n: usize = n.parse().unwrap();
+        let args = (0..n)
+            .map(|_| {
+                lines.next();
+                lines.next().unwrap().to_owned()
+            })
+            .collect();
+        out.push(args);
+    }
+    out
+}
+
+impl Net {
+    /// Sentinels `s1`, `s2`, `s3` naming master `a`, replica `b`, defaults elsewhere.
+    fn new() -> Self {
+        Net::with(|_| {})
+    }
+
+    fn with(configure: impl FnOnce(&mut Config)) -> Self {
+        let now = start();
+        let sentinels = vec![addr("s1"), addr("s2"), addr("s3")];
+        let mut config = Config::sentinel(sentinels.clone(), "m");
+        configure(&mut config);
+        let mut nodes: BTreeMap<_, _> = sentinels
+            .into_iter()
+            .map(|s| (s, Node::Sentinel(Some(addr("a")))))
+            .collect();
+        nodes.insert(addr("a"), Node::Master);
+        nodes.insert(addr("b"), Node::Replica);
+        Net {
+            session: Session::new(config, now),
+            now,
+            nodes,
+            conns: BTreeMap::new(),
+            subscribers: Vec::new(),
+            log: Vec::new(),
+            tokens: 0,
+        }
+    }
+
+    fn answer(&mut self, conn: ConnId, node: &NodeAddr, args: &[String]) -> Option<Reply> {
+        let kind = self.nodes[node].clone();
+        let words: Vec<&str> = args.iter().map(String::as_str).collect();
+        let err = |text: &str| Err(Error::Server(botmesh_redis_core::ServerError::new(text)));
+        Some(match (&kind, words.as_slice()) {
+            (_, ["AUTH", ..]) => Ok(Value::Status(Bytes::from_static(b"OK"))),
+            (_, ["PING"]) => Ok(Value::Status(Bytes::from_static(b"PONG"))),
+            (Node::Sentinel(named), ["SENTINEL", "get-master-addr-by-name", "m"]) => {
+                Ok(match named {
+                    Some(a) => Value::Array(vec![bulk(&a.host), bulk(&a.port.to_string())]),
+                    None => Value::Nil,
+                })
+            }
+            (Node::Sentinel(_), ["SUBSCRIBE", channel]) => {
+                self.subscribers.push(conn);
+                Ok(Value::Array(vec![
+                    bulk("subscribe"),
+                    bulk(channel),
+                    Value::Int(1),
+                ]))
+            }
+            (Node::Master | Node::Silent, ["ROLE"]) => Ok(Value::Array(vec![
+                bulk("master"),
+                Value::Int(0),
+                Value::Array(vec![]),
+            ])),
+            (Node::Replica, ["ROLE"]) => Ok(Value::Array(vec![bulk("slave"), bulk("a")])),
+            (Node::Master, ["SET", ..]) => Ok(Value::Status(Bytes::from_static(b"OK"))),
+            (Node::Replica, ["SET", ..]) => {
+                err("READONLY You can't write against a read only replica.")
+            }
+            (Node::Silent, _) => return None,
+            _ => err(&format!("ERR unexpected {words:?}")),
+        })
+    }
+
+    /// Carries out outputs until the session waits; returns its deadline.
+    fn pump(&mut self) -> Option<Instant> {
+        let now = self.now;
+        loop {
+            match self.session.poll() {
+                Output::Connect { conn, dial, .. } => {
+                    let DialTarget::Tcp(dial) = dial else {
+                        panic!("a sentinel deployment dials over TCP: {dial}");
+                    };
+                    if self.nodes.get(&dial) == Some(&Node::Down) {
+                        self.session
+                            .handle_connect_failed(now, conn, "connection refused");
+                    } else {
+                        self.conns.insert(conn, dial);
+                        self.session.handle_connected(now, conn);
+                    }
+                }
+                Output::Transmit { conn, bytes } => {
+                    let node = self.conns[&conn].clone();
+                    let mut out = BytesMut::new();
+                    for args in commands(&bytes) {
+                        self.log.push(format!("{} {}", node.host, args.join(" ")));
+                        if let Some(reply) = self.answer(conn, &node, &args) {
+                            let frame = reply.map_err(|e| e.server().unwrap().clone());
+                            encode_reply(&frame, &mut out);
+                        }
+                    }
+                    if !out.is_empty() {
+                        self.session.handle_read(now, conn, &out);
+                    }
+                }
+                Output::Close { conn } => {
+                    self.conns.remove(&conn);
+                    self.subscribers.retain(|&c| c != conn);
+                }
+                Output::Complete(completion) => {
+                    completion.deliver();
+                }
+                Output::Wait { until, .. } => return until,
+            }
+        }
+    }
+
+    fn submit_set(&mut self, key: &str) -> Ticket<Vec<Reply>> {
+        self.tokens += 1;
+        let ticket = Ticket::new(Token(self.tokens));
+        let batch = Batch::new(vec![set(key, "v")]);
+        self.session.submit(self.now, ticket.clone(), batch);
+        ticket
+    }
+
+    /// Runs the session on its own deadlines until `ticket` is answered.
+    fn settle(&mut self, ticket: &Ticket<Vec<Reply>>) -> Reply {
+        for _ in 0..10_000 {
+            let until = self.pump();
+            if ticket.is_delivered() {
+                return match ticket.take() {
+                    Some(Ok(mut replies)) => replies.remove(0),
+                    Some(Err(e)) => Err(e),
+                    None => unreachable!(),
+                };
+            }
+            let until = until.expect("the session went idle with a plan open");
+            self.now = self.now.max(until);
+            self.session.handle_timeout(self.now);
+        }
+        panic!("no answer within 10,000 deadlines");
+    }
+
+    /// Runs the session on its own deadlines until `done` holds.
+    fn advance_until(&mut self, done: impl Fn(&Net) -> bool) {
+        for _ in 0..10_000 {
+            let until = self.pump();
+            if done(self) {
+                return;
+            }
+            self.now = self.now.max(until.expect("the session went idle"));
+            self.session.handle_timeout(self.now);
+        }
+        panic!("not done within 10,000 deadlines");
+    }
+
+    fn run_set(&mut self, key: &str) -> Reply {
+        let ticket = self.submit_set(key);
+        self.settle(&ticket)
+    }
+
+    /// The commands `host` received, in order.
+    fn received(&self, host: &str) -> Vec<String> {
+        let prefix = format!("{host} ");
+        self.log
+            .iter()
+            .filter_map(|l| l.strip_prefix(&prefix).map(str::to_owned))
+            .collect()
+    }
+
+    fn questions(&self) -> usize {
+        self.log
+            .iter()
+            .filter(|l| l.contains("get-master-addr-by-name"))
+            .count()
+    }
+
+    /// The sentinels now name `master`; the other data node is a replica.
+    fn sentinels_name(&mut self, master: &str) {
+        for node in self.nodes.values_mut() {
+            if let Node::Sentinel(named) = node {
+                *named = Some(addr(master));
+            }
+        }
+        for host in ["a", "b"] {
+            let role = if host == master {
+                Node::Master
+            } else {
+                Node::Replica
+            };
+            self.nodes.insert(addr(host), role);
+        }
+    }
+
+    /// The node's connections are cut, and it refuses new ones.
+    fn kill(&mut self, host: &str) {
+        self.nodes.insert(addr(host), Node::Down);
+        let cut: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, a)| a.host == host)
+            .map(|(&c, _)| c)
+            .collect();
+        for conn in cut {
+            self.session.handle_closed(self.now, conn, "killed");
+        }
+    }
+
+    /// Every subscriber hears that `m` moved from `from` to `to`.
+    fn switch_master(&mut self, from: &str, to: &str) {
+        let payload = format!("m {from} 1 {to} 1");
+        let message = Value::Array(vec![
+            bulk("message"),
+            bulk("+switch-master"),
+            bulk(&payload),
+        ]);
+        let mut out = BytesMut::new();
+        encode_reply(&Ok(message), &mut out);
+        for conn in self.subscribers.clone() {
+            self.session.handle_read(self.now, conn, &out);
+        }
+    }
+}
+
+const OK: Reply = Ok(Value::Status(Bytes::from_static(b"OK")));
+
+#[test]
+fn discovery_asks_one_sentinel_checks_the_role_and_subscribes() {
+    let mut net = Net::new();
+    assert_eq!(net.run_set("k"), OK);
+    assert_eq!(
+        net.received("s1"),
+        [
+            "PING",
+            "SENTINEL get-master-addr-by-name m",
+            "PING",
+            "SUBSCRIBE +switch-master"
+        ]
+    );
+    assert_eq!(net.received("a"), ["PING", "ROLE", "SET k v"]);
+    assert!(net.received("s2").is_empty() && net.received("s3").is_empty());
+    assert!(net.received("b").is_empty());
+    assert_eq!(net.session.slot_owner(0), Some(&addr("a")));
+}
+
+#[test]
+fn sentinels_and_data_nodes_get_their_own_credentials() {
+    let mut net = Net::with(|config| {
+        config.auth = Some(Auth {
+            username: Some("bot".into()),
+            password: "data".into(),
+        });
+        if let Endpoints::Sentinel(s) = &mut config.endpoints {
+            s.auth = Some(Auth {
+                username: None,
+                password: "watch".into(),
+            });
+        }
+    });
+    assert_eq!(net.run_set("k"), OK);
+    assert_eq!(net.received("s1")[0], "AUTH watch");
+    assert_eq!(net.received("a")[..2], ["AUTH bot data", "ROLE"]);
+}
+
+#[test]
+fn a_sentinel_down_is_passed_over() {
+    let mut net = Net::new();
+    net.nodes.insert(addr("s1"), Node::Down);
+    assert_eq!(net.run_set("k"), OK);
+    assert_eq!(net.received("s2")[1], "SENTINEL get-master-addr-by-name m");
+    assert_eq!(net.received("a"), ["PING", "ROLE", "SET k v"]);
+}
+
+#[test]
+fn a_sentinel_that_knows_no_such_master_is_passed_over() {
+    let mut net = Net::new();
+    net.nodes.insert(addr("s1"), Node::Sentinel(None));
+    assert_eq!(net.run_set("k"), OK);
+    assert_eq!(net.questions(), 2);
+    assert_eq!(net.received("s2")[1], "SENTINEL get-master-addr-by-name m");
+}
+
+#[test]
+fn every_sentinel_down_is_a_clear_error_and_the_session_keeps_asking() {
+    let mut net = Net::new();
+    for s in ["s1", "s2", "s3"] {
+        net.nodes.insert(addr(s), Node::Down);
+    }
+    let started = net.now;
+    let error = net.run_set("k").unwrap_err();
+    let Error::SentinelDiscovery { master, tried } = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(master, "m");
+    let asked: Vec<_> = tried.iter().map(|t| t.seed.host.clone()).collect();
+    assert_eq!(asked, ["s1", "s2", "s3"]);
+    assert!(tried
+        .iter()
+        .all(|t| matches!(t.answer, Error::Connect { .. })));
+    let text = error.to_string();
+    assert!(text.starts_with("sentinel discovery failed"), "{text}");
+    assert!(text.contains("s2:1"), "{text}");
+    // The attempts were paced by the backoff, not spent at once.
+    assert!(
+        net.now - started >= Duration::from_millis(500),
+        "{:?}",
+        net.now - started
+    );
+    assert!(net.received("a").is_empty());
+    // A sentinel back: the next call finds the master.
+    net.nodes
+        .insert(addr("s2"), Node::Sentinel(Some(addr("a"))));
+    assert_eq!(net.run_set("k"), OK);
+    assert_eq!(net.received("a"), ["PING", "ROLE", "SET k v"]);
+}
+
+#[test]
+fn switch_master_moves_requests_to_the_new_master() {
+    let mut net = Net::new();
+    assert_eq!(net.run_set("k1"), OK);
+    assert_eq!(net.subscribers.len(), 1);
+    net.sentinels_name("b");
+    net.switch_master("a", "b");
+    assert_eq!(net.run_set("k2"), OK);
+    assert_eq!(net.received("a"), ["PING", "ROLE", "SET k1 v"]);
+    assert_eq!(net.received("b"), ["PING", "ROLE", "SET k2 v"]);
+    // The old master's connection was closed when the sentinels named another.
+    assert!(net.conns.values().all(|a| a.host != "a"), "{:?}", net.conns);
+    assert_eq!(net.session.slot_owner(0), Some(&addr("b")));
+}
+
+#[test]
+fn readonly_is_retried_on_the_new_master() {
+    let mut net = Net::new();
+    assert_eq!(net.run_set("k1"), OK);
+    // The sentinels failed over without a word to this client: the old master is a replica.
+    net.sentinels_name("b");
+    assert_eq!(net.run_set("k2"), OK);
+    // Refused on a (until the sentinels' answer came, each retry met READONLY), run once on b.
+    let on_a = net.received("a");
+    assert_eq!(on_a[..3], ["PING", "ROLE", "SET k1 v"]);
+    assert!(
+        on_a[3..].iter().all(|c| c == "SET k2 v") && on_a.len() > 3,
+        "{on_a:?}"
+    );
+    assert_eq!(net.received("b"), ["PING", "ROLE", "SET k2 v"]);
+    assert_eq!(net.questions(), 2);
+}
+
+#[test]
+fn a_write_in_flight_when_the_master_is_lost_is_reply_lost_and_the_sentinels_are_asked() {
+    let mut net = Net::new();
+    assert_eq!(net.run_set("k1"), OK);
+    net.nodes.insert(addr("a"), Node::Silent);
+    let ticket = net.submit_set("k2");
+    net.pump();
+    assert_eq!(net.received("a").last().unwrap(), "SET k2 v");
+    let asked = net.questions();
+    net.kill("a");
+    let error = net.settle(&ticket).unwrap_err();
+    assert!(matches!(error, Error::ReplyLost { .. }), "{error:?}");
+    assert!(error.outcome_unknown());
+    net.advance_until(|net| net.questions() > asked);
+    // The sentinels promote b: the next write goes there.
+    net.sentinels_name("b");
+    net.nodes.insert(addr("a"), Node::Down);
+    assert_eq!(net.run_set("k3"), OK);
+    assert_eq!(net.received("b"), ["PING", "ROLE", "SET k3 v"]);
+}
+
+#[test]
+fn a_write_in_flight_on_a_master_the_sentinels_replace_is_reply_lost() {
+    let mut net = Net::new();
+    assert_eq!(net.run_set("k1"), OK);
+    net.nodes.insert(addr("a"), Node::Silent);
+    let ticket = net.submit_set("k2");
+    net.pump();
+    net.sentinels_name("b");
+    net.switch_master("a", "b");
+    let error = net.settle(&ticket).unwrap_err();
+    assert!(matches!(error, Error::ReplyLost { .. }), "{error:?}");
+    assert_eq!(net.received("b"), Vec::<String>::new());
+}
+
+#[test]
+fn a_master_whose_role_says_replica_is_not_used() {
+    let mut net = Net::new();
+    // The sentinels still name a, which is already a replica of b.
+    net.nodes.insert(addr("a"), Node::Replica);
+    net.nodes.insert(addr("b"), Node::Master);
+    let ticket = net.submit_set("k");
+    net.pump();
+    assert_eq!(net.received("a"), ["PING", "ROLE"]);
+    // The sentinels catch up.
+    net.sentinels_name("b");
+    assert_eq!(net.settle(&ticket), OK);
+    // a was dialled and asked its role (again while the sentinels still named it), never sent
+    // the write.
+    let on_a = net.received("a");
+    assert!(on_a.iter().all(|c| c == "PING" || c == "ROLE"), "{on_a:?}");
+    assert_eq!(net.received("b"), ["PING", "ROLE", "SET k v"]);
+}
+
+#[test]
+fn the_sentinels_are_asked_again_every_refresh_interval() {
+    let mut net = Net::with(|c| c.refresh_interval = Duration::from_millis(200));
+    assert_eq!(net.run_set("k1"), OK);
+    assert_eq!(net.questions(), 1);
+    let asked_at = net.now;
+    net.advance_until(|net| net.questions() == 2);
+    assert_eq!(net.now - asked_at, Duration::from_millis(200));
+    // The next answer names another master: the next write goes there, without a READONLY.
+    net.sentinels_name("b");
+    net.advance_until(|net| net.questions() == 3);
+    assert_eq!(net.run_set("k2"), OK);
+    assert_eq!(net.received("a"), ["PING", "ROLE", "SET k1 v"]);
+}
+
+#[test]
+fn no_sentinel_at_all_fails_at_once() {
+    let now = start();
+    let mut session = Session::<Tickets>::new(Config::sentinel(Vec::new(), "m"), now);
+    let ticket = Ticket::new(Token(1));
+    session.submit(now, ticket.clone(), Batch::new(vec![set("k", "v")]));
+    loop {
+        match session.poll() {
+            Output::Complete(completion) => {
+                completion.deliver();
+            }
+            Output::Wait { .. } => break,
+            other => panic!("nothing to connect to, yet {other:?}"),
+        }
+    }
+    let replies = ticket.take().unwrap().unwrap();
+    assert_eq!(
+        replies[0].clone().unwrap_err(),
+        Error::SentinelDiscovery {
+            master: "m".into(),
+            tried: Vec::new()
+        }
+    );
+}
