@@ -41,10 +41,17 @@
 //! one task hop per batch. Plain TCP keeps its direct writes.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "metrics")]
+mod instruments;
+#[cfg(not(feature = "metrics"))]
+mod no_instruments;
 #[cfg(not(feature = "tls"))]
 mod no_tls;
 #[cfg(feature = "tls")]
 mod tls;
+
+#[cfg(not(feature = "metrics"))]
+use no_instruments as instruments;
 
 #[cfg(not(feature = "tls"))]
 use no_tls as tls;
@@ -54,7 +61,7 @@ pub use no_tls::TlsConnector;
 pub use tls::{rustls, TlsConnector};
 
 use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::io;
@@ -67,13 +74,17 @@ use bytes::BytesMut;
 use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender};
 use futures_channel::oneshot;
 use futures_lite::{future, StreamExt};
+use tracing::field::{display, Empty};
+use tracing::Instrument;
 
 use botmesh_redis_core::driver::plan::connect_check;
 use botmesh_redis_core::driver::session::{
-    ConnId, DialTarget, Output, Session, Submission, Waiters,
+    ConnId, DialTarget, Output, Session, Submission, Summary, Waiters,
 };
 use botmesh_redis_core::driver::Plan;
-use botmesh_redis_core::{ClientOptions, Deployment, Error, Executor, Store, StoreOptions};
+use botmesh_redis_core::{
+    ClientOptions, Deployment, Error, Executor, NodeAddr, Store, StoreOptions,
+};
 
 /// What a runtime supplies: tasks, a timer, and TCP and Unix-socket connections.
 pub trait Runtime: Send + Sync + 'static {
@@ -141,20 +152,38 @@ struct Io<R: Runtime> {
     tasks: Vec<R::Task>,
     /// The one flusher the connection may have at a time.
     flusher: Option<R::Task>,
+    /// The connection's share of its node's connections gauge, given back when it closes.
+    _gauge: instruments::ConnGauge,
 }
 
 /// The callers' waiters: a one-shot channel per call, typed by the plan's output, so a result
-/// reaches its caller with its type.
+/// reaches its caller with its type, and with what became of the plan for the caller's span.
 #[derive(Debug)]
 struct OneShot;
 
+/// What a call's channel carries: the result, and the session's summary of the plan.
+struct Delivery<T> {
+    result: Result<T, Error>,
+    summary: Option<Summary>,
+}
+
 impl Waiters for OneShot {
-    type Waiter<T: Send + 'static> = oneshot::Sender<Result<T, Error>>;
+    type Waiter<T: Send + 'static> = oneshot::Sender<Delivery<T>>;
     type Delivered = ();
 
     fn deliver<T: Send + 'static>(waiter: Self::Waiter<T>, result: Result<T, Error>) {
+        let summary = None;
         // A caller that stopped waiting (its future dropped) has nothing to be told.
-        let _ = waiter.send(result);
+        let _ = waiter.send(Delivery { result, summary });
+    }
+
+    fn deliver_summarized<T: Send + 'static>(
+        waiter: Self::Waiter<T>,
+        result: Result<T, Error>,
+        summary: Summary,
+    ) {
+        let summary = Some(summary);
+        let _ = waiter.send(Delivery { result, summary });
     }
 }
 /// An inbox of the session task (callers', or the connections'). Sending never waits: a
@@ -205,11 +234,15 @@ pub struct ClientStats {
     pub tasks: u64,
     /// Connections whose task handles the driver holds (open, opening, or closing).
     pub connections: u64,
+    /// The dials (of [`ClientStats::dials`]) to a node that was dialled before: connections
+    /// lost or refused and opened again.
+    pub reconnects: u64,
 }
 
 #[derive(Debug, Default)]
 struct Counters {
     dials: AtomicU64,
+    reconnects: AtomicU64,
     tasks: AtomicU64,
     connections: AtomicU64,
 }
@@ -294,8 +327,15 @@ impl<R: Runtime> Client<R> {
     ///
     /// A node that refuses `INFO` (an ACL user without it) is taken at its word.
     pub async fn connect(options: ClientOptions) -> Result<Self, Error> {
+        Self::connect_with(options, instruments::Registry::global()).await
+    }
+
+    async fn connect_with(
+        options: ClientOptions,
+        registry: instruments::Registry,
+    ) -> Result<Self, Error> {
         let check = connect_check(&options.to_config(0)?.endpoints);
-        let client = Self::start(options)?;
+        let client = Self::start_with(options, registry)?;
         match client.run(check).await {
             Ok(()) => Ok(client),
             Err(e) => {
@@ -310,6 +350,10 @@ impl<R: Runtime> Client<R> {
     /// [`ConfigError::TlsNotBuilt`](botmesh_redis_core::ConfigError::TlsNotBuilt) when TLS is
     /// asked for and the `tls` feature is off.
     pub fn start(options: ClientOptions) -> Result<Self, Error> {
+        Self::start_with(options, instruments::Registry::global())
+    }
+
+    fn start_with(options: ClientOptions, registry: instruments::Registry) -> Result<Self, Error> {
         let mut seed = RandomState::new().build_hasher();
         seed.write_u64(0);
         let config = options.to_config(seed.finish())?;
@@ -319,7 +363,15 @@ impl<R: Runtime> Client<R> {
         let (tx, calls) = futures_channel::mpsc::unbounded();
         let (closed_tx, closed) = async_channel::bounded(1);
         let counters = Arc::new(Counters::default());
-        let task = run::<R>(session, calls, closed_tx, Arc::clone(&counters), tls);
+        let instruments = instruments::Instruments::new(registry);
+        let task = run::<R>(
+            session,
+            calls,
+            closed_tx,
+            Arc::clone(&counters),
+            tls,
+            instruments,
+        );
         R::spawn_detached(counted(&counters, task));
         Ok(Client {
             shared: Arc::new(Shared {
@@ -344,6 +396,7 @@ impl<R: Runtime> Client<R> {
             dials: counters.dials.load(Ordering::Relaxed),
             tasks: counters.tasks.load(Ordering::Relaxed),
             connections: counters.connections.load(Ordering::Relaxed),
+            reconnects: counters.reconnects.load(Ordering::Relaxed),
         }
     }
 
@@ -358,6 +411,31 @@ impl<R: Runtime> Client<R> {
     }
 }
 
+/// With the `metrics` feature, a client registers its metrics in the global recorder (the
+/// exporter the application installed, before the client starts) unless it is given one of
+/// its own: for a process that exports several clients apart, or a test that reads one
+/// client's counts.
+#[cfg(feature = "metrics")]
+impl<R: Runtime> Client<R> {
+    /// [`Client::connect`], with this client's metrics registered in `recorder` rather than
+    /// the global recorder.
+    pub async fn connect_recorded(
+        options: ClientOptions,
+        recorder: Arc<dyn metrics::Recorder + Send + Sync>,
+    ) -> Result<Self, Error> {
+        Self::connect_with(options, instruments::Registry::new(Some(recorder))).await
+    }
+
+    /// [`Client::start`], with this client's metrics registered in `recorder` rather than
+    /// the global recorder.
+    pub fn start_recorded(
+        options: ClientOptions,
+        recorder: Arc<dyn metrics::Recorder + Send + Sync>,
+    ) -> Result<Self, Error> {
+        Self::start_with(options, instruments::Registry::new(Some(recorder)))
+    }
+}
+
 impl<R: Runtime> Client<R> {
     /// Closes gracefully, as [`Executor::shutdown`] says: new calls are refused, calls with
     /// requests out finish within `grace`, then the client closes as [`Client::close`] does.
@@ -365,6 +443,32 @@ impl<R: Runtime> Client<R> {
         let until = Instant::now().checked_add(grace).unwrap_or_else(far_future);
         let _ = self.shared.tx.unbounded_send(Msg::Shutdown(until));
         let _ = self.shared.closed.recv().await;
+    }
+}
+
+/// The name of the span each call of the API runs in ([`Executor::run`]), at level `INFO`
+/// with the target `botmesh_redis_client`: a child of the caller's span, so a bot's own traces
+/// show where the time goes. Its fields:
+///
+/// | field | value |
+/// | - | - |
+/// | `operation` | the plan's [`operation`](Plan::operation): `save_message`, `lock_acquire`, `call`, ... |
+/// | `slot` | the slot of its first request routed by slot (none for a single node's keyless call) |
+/// | `attempts` | requests handed to a connection, each resend (retry, redirect) counted |
+/// | `node` | the node its last request went to (`host:port`) |
+/// | `outcome` | `ok`, or the error's [`kind`](Error::kind) (`timeout`, `reply_lost`, ...) |
+///
+/// The last four are recorded when the plan ends.
+pub const OPERATION_SPAN: &str = "botmesh_redis.operation";
+
+/// Records on a call's span what the session saw of its plan.
+fn record(span: &tracing::Span, summary: &Summary) {
+    if let Some(slot) = summary.slot {
+        span.record("slot", slot);
+    }
+    span.record("attempts", summary.attempts);
+    if let Some(node) = &summary.node {
+        span.record("node", display(&**node));
     }
 }
 
@@ -392,13 +496,43 @@ pub async fn connect<R: Runtime>(
 }
 
 impl<R: Runtime> Executor for Client<R> {
+    /// Runs the plan inside a span of its own (see [`OPERATION_SPAN`]), a child of the
+    /// caller's current span.
     async fn run<P: Plan>(&self, plan: P) -> Result<P::Output, Error> {
+        let span = tracing::info_span!(
+            OPERATION_SPAN,
+            operation = plan.operation(),
+            slot = Empty,
+            attempts = Empty,
+            node = Empty,
+            outcome = Empty,
+        );
         let (done, rx) = oneshot::channel();
-        self.shared
-            .tx
-            .unbounded_send(Msg::Submit(Submission::new(plan, done)))
-            .map_err(|_| Error::Closed)?;
-        rx.await.map_err(|_| Error::Closed)?
+        let call = async {
+            self.shared
+                .tx
+                .unbounded_send(Msg::Submit(Submission::new(plan, done)))
+                .map_err(|_| Error::Closed)?;
+            rx.await.map_err(|_| Error::Closed)
+        };
+        // Without a subscriber that wants the span, the call is not wrapped at all.
+        if span.is_disabled() {
+            return call.await?.result;
+        }
+        let result = match call.instrument(span.clone()).await {
+            Ok(Delivery { result, summary }) => {
+                if let Some(summary) = summary {
+                    record(&span, &summary);
+                }
+                result
+            }
+            Err(closed) => Err(closed),
+        };
+        span.record(
+            "outcome",
+            result.as_ref().map_or_else(Error::kind, |_| "ok"),
+        );
+        result
     }
 
     fn detach<P: Plan>(&self, plan: P) {
@@ -430,6 +564,10 @@ struct SessionTask<R: Runtime> {
     tls: Option<TlsConnector>,
     /// The end of a graceful close's grace, once one began.
     grace_until: Option<Instant>,
+    /// The nodes dialled so far: a dial to one of them is a reconnect.
+    dialled: HashSet<NodeAddr>,
+    /// The metric handles (nothing without the `metrics` feature).
+    instruments: instruments::Instruments,
 }
 
 /// The session task: feeds every input to the session and carries out its outputs.
@@ -439,6 +577,7 @@ async fn run<R: Runtime>(
     _closed: async_channel::Sender<()>,
     counters: Arc<Counters>,
     tls: Option<TlsConnector>,
+    instruments: instruments::Instruments,
 ) {
     // Two inboxes: what the connections report (replies, closes, flushed writes) and what
     // callers ask. Each pass takes the first before the second, so that a backlog of new calls
@@ -452,6 +591,8 @@ async fn run<R: Runtime>(
         counters,
         tls,
         grace_until: None,
+        dialled: HashSet::new(),
+        instruments,
     };
     let mut deadline: Option<Instant> = None;
     loop {
@@ -607,8 +748,15 @@ impl<R: Runtime> SessionTask<R> {
     fn drain(&mut self) -> Option<Instant> {
         loop {
             match self.session.poll() {
-                Output::Connect { conn, dial, .. } => {
+                Output::Connect { conn, node, dial } => {
                     self.counters.dials.fetch_add(1, Ordering::Relaxed);
+                    let reconnect = self.dialled.contains(&node);
+                    if reconnect {
+                        self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        self.dialled.insert(node.clone());
+                    }
+                    let gauge = self.instruments.connecting(&node, reconnect);
                     let open = open::<R>(
                         conn,
                         dial,
@@ -621,6 +769,7 @@ impl<R: Runtime> SessionTask<R> {
                         write: None,
                         tasks: vec![task],
                         flusher: None,
+                        _gauge: gauge,
                     };
                     self.conns.insert(conn, io);
                 }
@@ -637,10 +786,17 @@ impl<R: Runtime> SessionTask<R> {
                         R::spawn_detached(counted(&self.counters, shutdown));
                     }
                 }
-                Output::Complete(completion) => completion.deliver(),
+                Output::Complete(completion) => {
+                    // Everything the call caused is exported before its caller hears of it,
+                    // so a caller that reads the metrics after its call sees the call in them.
+                    self.instruments.completed(completion.summary());
+                    self.instruments.observe(&self.session);
+                    completion.deliver();
+                }
                 Output::Wait { until, .. } => {
                     let held = self.conns.len() as u64;
                     self.counters.connections.store(held, Ordering::Relaxed);
+                    self.instruments.observe(&self.session);
                     return until;
                 }
             }

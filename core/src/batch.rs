@@ -46,6 +46,10 @@ fn needs_host(request: &Request) -> bool {
 impl Plan for Batch {
     type Output = Vec<Reply>;
 
+    fn operation(&self) -> &'static str {
+        "batch"
+    }
+
     fn start(&mut self) -> Step<Vec<Reply>> {
         match &self.requests {
             Some(batch) if batch.is_empty() => {

@@ -467,6 +467,42 @@ impl Error {
         )
     }
 
+    /// The variant's name in snake case (`reply_lost`, `timeout`, `server`, ...): the
+    /// `outcome` of a failed operation in the client's metrics and spans
+    /// (`docs/operations.md`). A static string, so labelling an outcome allocates nothing.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Key(_) => "key",
+            Error::CrossSlot { .. } => "cross_slot",
+            Error::Config(_) => "config",
+            Error::Server(_) => "server",
+            Error::ReplyLost { .. } => "reply_lost",
+            Error::Connect { .. } => "connect",
+            Error::Auth { .. } => "auth",
+            Error::NotSent { .. } => "not_sent",
+            Error::RetriesExhausted { .. } => "retries_exhausted",
+            Error::TooManyRedirections { .. } => "too_many_redirections",
+            Error::Timeout { .. } => "timeout",
+            Error::TurnWaitTimedOut { .. } => "turn_wait_timed_out",
+            Error::Misuse { .. } => "misuse",
+            Error::UnexpectedReply { .. } => "unexpected_reply",
+            Error::NotHolder { .. } => "not_holder",
+            Error::NoHeartbeat { .. } => "no_heartbeat",
+            Error::Stale { .. } => "stale",
+            Error::NotReplicated { .. } => "not_replicated",
+            Error::ReplicationUnknown { .. } => "replication_unknown",
+            Error::Refused(_) => "refused",
+            Error::LegacyDataFound { .. } => "legacy_data_found",
+            Error::UnknownLayoutMarker { .. } => "unknown_layout_marker",
+            Error::Codec { .. } => "codec",
+            Error::LayoutMarkerRemoved { .. } => "layout_marker_removed",
+            Error::KeyspaceNotReady { .. } => "keyspace_not_ready",
+            Error::Discovery { .. } => "discovery",
+            Error::SentinelDiscovery { .. } => "sentinel_discovery",
+            Error::Closed => "closed",
+        }
+    }
+
     /// The server error, when Redis answered with one.
     pub fn server(&self) -> Option<&ServerError> {
         match self {

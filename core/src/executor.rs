@@ -30,7 +30,7 @@ pub trait Executor: Clone + Send + Sync + 'static {
     /// Sends one request and yields its raw reply (an error reply becomes
     /// [`Error::Server`]).
     fn call(&self, request: Request) -> impl Future<Output = Result<Value, Error>> + Send {
-        self.run(single(request, Ok))
+        self.run(single("call", request, Ok))
     }
 
     /// Runs `plan` in the background and drops its output: what a guard's `Drop` uses to give a

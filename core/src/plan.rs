@@ -39,6 +39,10 @@ pub enum Step<T> {
 pub trait Plan: Send + 'static {
     /// What the operation yields.
     type Output: Send + 'static;
+    /// The operation's name (`save_message`, `lock_acquire`, `call`, ...): the `operation`
+    /// label of the client's metrics and field of its spans (`docs/operations.md`). A static
+    /// string, so labelling a request allocates nothing.
+    fn operation(&self) -> &'static str;
     /// The first step.
     fn start(&mut self) -> Step<Self::Output>;
     /// The next step, given the replies to the last batch (empty after a wait), in order.
@@ -50,6 +54,7 @@ type Decode<T> = Box<dyn FnOnce(Value) -> Result<T, Error> + Send>;
 /// A plan of one request whose reply is decoded by a function: most operations are one script
 /// call.
 pub struct Single<T> {
+    operation: &'static str,
     request: Option<Request>,
     decode: Option<Decode<T>>,
 }
@@ -57,17 +62,20 @@ pub struct Single<T> {
 impl<T> fmt::Debug for Single<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Single")
+            .field("operation", &self.operation)
             .field("request", &self.request)
             .finish_non_exhaustive()
     }
 }
 
-/// A one-request plan.
+/// A one-request plan of the operation named `operation` (see [`Plan::operation`]).
 pub fn single<T: Send + 'static>(
+    operation: &'static str,
     request: Request,
     decode: impl FnOnce(Value) -> Result<T, Error> + Send + 'static,
 ) -> Single<T> {
     Single {
+        operation,
         request: Some(request),
         decode: Some(Box::new(decode)),
     }
@@ -75,6 +83,10 @@ pub fn single<T: Send + 'static>(
 
 impl<T: Send + 'static> Plan for Single<T> {
     type Output = T;
+
+    fn operation(&self) -> &'static str {
+        self.operation
+    }
 
     fn start(&mut self) -> Step<T> {
         match self.request.take() {

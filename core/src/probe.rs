@@ -66,6 +66,10 @@ pub fn connect_check(endpoints: &Endpoints) -> ConnectCheck {
 impl Plan for ConnectCheck {
     type Output = ();
 
+    fn operation(&self) -> &'static str {
+        "connect_check"
+    }
+
     fn start(&mut self) -> Step<()> {
         if std::mem::replace(&mut self.started, true) {
             return Step::Done(Err(Error::Misuse {

@@ -78,6 +78,10 @@ impl Scan {
 impl Plan for Scan {
     type Output = Vec<Bytes>;
 
+    fn operation(&self) -> &'static str {
+        "scan"
+    }
+
     fn start(&mut self) -> Step<Vec<Bytes>> {
         match masters_request() {
             Ok(request) => Step::Send(vec![request]),

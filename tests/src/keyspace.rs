@@ -1801,6 +1801,10 @@ impl<P: Plan> Gated<P> {
 impl<P: Plan> Plan for Gated<P> {
     type Output = P::Output;
 
+    fn operation(&self) -> &'static str {
+        self.plan.operation()
+    }
+
     fn start(&mut self) -> Step<P::Output> {
         let step = self.plan.start();
         self.gate(step)

@@ -146,6 +146,10 @@ impl<P: Plan> Truncated<P> {
 impl<P: Plan> Plan for Truncated<P> {
     type Output = P::Output;
 
+    fn operation(&self) -> &'static str {
+        self.plan.operation()
+    }
+
     fn start(&mut self) -> Step<P::Output> {
         let step = self.plan.start();
         self.gate(step)
@@ -197,6 +201,10 @@ struct Signalled<P> {
 
 impl<P: Plan> Plan for Signalled<P> {
     type Output = P::Output;
+
+    fn operation(&self) -> &'static str {
+        self.plan.operation()
+    }
 
     fn start(&mut self) -> Step<P::Output> {
         self.plan.start()

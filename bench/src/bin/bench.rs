@@ -935,6 +935,10 @@ struct Listing {
 impl Plan for Listing {
     type Output = usize;
 
+    fn operation(&self) -> &'static str {
+        "listing"
+    }
+
     fn start(&mut self) -> Step<usize> {
         let batch: Result<Vec<Request>, _> = self
             .keys

@@ -64,22 +64,28 @@ pub fn journal_begin(
         ttl_ms(window, "window")?.into_arg(),
         instance.into_arg(),
     ];
-    Ok(single(durable_request(ks, table, args)?, |v| {
-        match v.as_i64()? {
+    Ok(single(
+        "journal_begin",
+        durable_request(ks, table, args)?,
+        |v| match v.as_i64()? {
             1 => Ok(Begun::First),
             2 => Ok(Begun::ByThisInstance),
             0 => Ok(Begun::Duplicate),
             other => Err(Error::UnexpectedReply {
                 detail: format!("a journal begin answered {other}, not 0, 1 or 2"),
             }),
-        }
-    }))
+        },
+    ))
 }
 
 /// Forgets inbound message `id` after its processing failed, so a redelivery is processed.
 pub fn journal_forget(ks: &Keyspace, table: &str, id: &str) -> Result<Single<bool>, Error> {
     let args = vec!["forget".into_arg(), id.into_arg()];
-    Ok(single(durable_request(ks, table, args)?, held))
+    Ok(single(
+        "journal_forget",
+        durable_request(ks, table, args)?,
+        held,
+    ))
 }
 
 /// Queues an outbound send under an idempotency `key`: yields `false` when that key is already
@@ -97,7 +103,11 @@ pub fn outbox_enqueue(
         ttl_ms(window, "window")?.into_arg(),
         payload,
     ];
-    Ok(single(durable_request(ks, table, args)?, held))
+    Ok(single(
+        "outbox_enqueue",
+        durable_request(ks, table, args)?,
+        held,
+    ))
 }
 
 /// One claimed outbound send.
@@ -125,23 +135,27 @@ pub fn outbox_claim(
         ttl_ms(visibility, "visibility")?.into_arg(),
         limit.get().into_arg(),
     ];
-    Ok(single(durable_request(ks, table, args)?, |v| {
-        let items = v.into_array()?;
-        if items.len() % 2 != 0 {
-            return Err(Error::UnexpectedReply {
-                detail: "an outbox claim answered an odd number of items".into(),
-            });
-        }
-        let mut claimed = Vec::with_capacity(items.len() / 2);
-        let mut items = items.into_iter();
-        while let (Some(key), Some(payload)) = (items.next(), items.next()) {
-            claimed.push(Claimed {
-                key: key.into_string()?,
-                payload: payload.into_bytes()?,
-            });
-        }
-        Ok(claimed)
-    }))
+    Ok(single(
+        "outbox_claim",
+        durable_request(ks, table, args)?,
+        |v| {
+            let items = v.into_array()?;
+            if items.len() % 2 != 0 {
+                return Err(Error::UnexpectedReply {
+                    detail: "an outbox claim answered an odd number of items".into(),
+                });
+            }
+            let mut claimed = Vec::with_capacity(items.len() / 2);
+            let mut items = items.into_iter();
+            while let (Some(key), Some(payload)) = (items.next(), items.next()) {
+                claimed.push(Claimed {
+                    key: key.into_string()?,
+                    payload: payload.into_bytes()?,
+                });
+            }
+            Ok(claimed)
+        },
+    ))
 }
 
 /// What [`Durability::ack`](crate::Durability::ack) (the plan [`outbox_ack`]) did.
@@ -168,6 +182,7 @@ pub fn outbox_ack(
     let args = vec!["ack".into_arg(), key.into_arg(), instance.into_arg()];
     let what = format!("outbox claim {key:?}");
     Ok(single(
+        "outbox_ack",
         durable_request(ks, table, args)?,
         move |v| match v.as_i64()? {
             1 => Ok(Acked::Now),
@@ -183,5 +198,9 @@ pub fn outbox_ack(
 /// Puts every claim of a stopped `instance` back in the queue now; yields how many.
 pub fn outbox_recover(ks: &Keyspace, table: &str, instance: &str) -> Result<Single<i64>, Error> {
     let args = vec!["recover".into_arg(), instance.into_arg()];
-    Ok(single(durable_request(ks, table, args)?, |v| v.as_i64()))
+    Ok(single(
+        "outbox_recover",
+        durable_request(ks, table, args)?,
+        |v| v.as_i64(),
+    ))
 }

@@ -57,7 +57,13 @@ impl Fenced {
         )
     }
 
-    fn extend(self, ks: &Keyspace, owner: &str, ttl: Duration) -> Result<Single<()>, Error> {
+    fn extend(
+        self,
+        operation: &'static str,
+        ks: &Keyspace,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Single<()>, Error> {
         let request = Request::script_in(
             ks,
             &EXTEND_IF_HOLDER,
@@ -66,12 +72,13 @@ impl Fenced {
             vec![owner.into_arg(), ttl_ms(ttl, "ttl")?.into_arg()],
         )?;
         let what = self.what;
-        Ok(single(request, move |v| require(held(v)?, what)))
+        Ok(single(operation, request, move |v| require(held(v)?, what)))
     }
 
     /// The grant, counted only once `replicas` replicas acknowledged it; given back otherwise.
     fn replicated(
         self,
+        operation: &'static str,
         ks: &Keyspace,
         owner: &str,
         ttl: Duration,
@@ -81,6 +88,7 @@ impl Fenced {
         let grant = self.grant(ks, owner, ttl)?;
         let give_back = self.release(ks, owner)?;
         Replicated::new(
+            operation,
             grant,
             Box::new(move |_| Ok(give_back)),
             replicas,
@@ -112,7 +120,11 @@ pub fn lock_acquire(
     owner: &str,
     ttl: Duration,
 ) -> Result<Single<Option<u64>>, Error> {
-    Ok(single(Fenced::lock(ks, key).grant(ks, owner, ttl)?, grant))
+    Ok(single(
+        "lock_acquire",
+        Fenced::lock(ks, key).grant(ks, owner, ttl)?,
+        grant,
+    ))
 }
 
 /// Renews the lock for its holder; [`Error::NotHolder`] when `owner` lost it.
@@ -122,12 +134,16 @@ pub fn lock_extend(
     owner: &str,
     ttl: Duration,
 ) -> Result<Single<()>, Error> {
-    Fenced::lock(ks, key).extend(ks, owner, ttl)
+    Fenced::lock(ks, key).extend("lock_extend", ks, owner, ttl)
 }
 
 /// Releases the lock; yields whether `owner` still held it.
 pub fn lock_release(ks: &Keyspace, key: &str, owner: &str) -> Result<Single<bool>, Error> {
-    Ok(single(Fenced::lock(ks, key).release(ks, owner)?, held))
+    Ok(single(
+        "lock_release",
+        Fenced::lock(ks, key).release(ks, owner)?,
+        held,
+    ))
 }
 
 /// Campaigns for the leadership `name`. Yields the term when `candidate` wins or already leads
@@ -139,7 +155,7 @@ pub fn leader_campaign(
     ttl: Duration,
 ) -> Result<Single<Option<u64>>, Error> {
     let request = Fenced::leadership(ks, name).grant(ks, candidate, ttl)?;
-    Ok(single(request, grant))
+    Ok(single("leader_campaign", request, grant))
 }
 
 /// Renews the leadership; [`Error::NotHolder`] when `candidate` lost it.
@@ -149,12 +165,13 @@ pub fn leader_renew(
     candidate: &str,
     ttl: Duration,
 ) -> Result<Single<()>, Error> {
-    Fenced::leadership(ks, name).extend(ks, candidate, ttl)
+    Fenced::leadership(ks, name).extend("leader_renew", ks, candidate, ttl)
 }
 
 /// Resigns the leadership; yields whether `candidate` still led.
 pub fn leader_resign(ks: &Keyspace, name: &str, candidate: &str) -> Result<Single<bool>, Error> {
     Ok(single(
+        "leader_resign",
         Fenced::leadership(ks, name).release(ks, candidate)?,
         held,
     ))
@@ -182,6 +199,7 @@ pub struct Replicated {
     give_back: Option<GiveBack>,
     wanted: u32,
     what: String,
+    operation: &'static str,
     state: ReplicatedState,
 }
 
@@ -205,6 +223,7 @@ enum ReplicatedState {
 
 impl Replicated {
     pub(super) fn new(
+        operation: &'static str,
         grant: Request,
         give_back: GiveBack,
         replicas: u32,
@@ -217,6 +236,7 @@ impl Replicated {
             give_back: Some(give_back),
             wanted: replicas,
             what,
+            operation,
             state: ReplicatedState::Granting,
         })
     }
@@ -246,7 +266,7 @@ pub fn lock_acquire_replicated(
     replicas: u32,
     timeout: Duration,
 ) -> Result<Replicated, Error> {
-    Fenced::lock(ks, key).replicated(ks, owner, ttl, replicas, timeout)
+    Fenced::lock(ks, key).replicated("lock_acquire", ks, owner, ttl, replicas, timeout)
 }
 
 /// [`leader_campaign`] that counts only once `replicas` replicas acknowledged the grant. A
@@ -259,11 +279,22 @@ pub fn leader_campaign_replicated(
     replicas: u32,
     timeout: Duration,
 ) -> Result<Replicated, Error> {
-    Fenced::leadership(ks, name).replicated(ks, candidate, ttl, replicas, timeout)
+    Fenced::leadership(ks, name).replicated(
+        "leader_campaign",
+        ks,
+        candidate,
+        ttl,
+        replicas,
+        timeout,
+    )
 }
 
 impl Plan for Replicated {
     type Output = Option<u64>;
+
+    fn operation(&self) -> &'static str {
+        self.operation
+    }
 
     fn start(&mut self) -> Step<Option<u64>> {
         match self.grant.take() {

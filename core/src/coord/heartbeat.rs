@@ -25,13 +25,13 @@ pub fn heartbeat(
         .arg("PX")
         .arg(ttl_ms(ttl, "ttl")?)
         .build()?;
-    Ok(single(request, |v| v.expect_ok()))
+    Ok(single("heartbeat", request, |v| v.expect_ok()))
 }
 
 /// Whether `replica`'s heartbeat is live: the one-key probe a turn waiter makes before it skips
 /// a ticket in the cluster layout.
 pub fn replica_alive(ks: &Keyspace, replica: &str) -> Result<Single<bool>, Error> {
-    Ok(single(probe_request(ks, replica)?, held))
+    Ok(single("replica_alive", probe_request(ks, replica)?, held))
 }
 
 pub(super) fn probe_request(ks: &Keyspace, replica: &str) -> Result<Request, Error> {
@@ -45,7 +45,9 @@ pub fn heartbeat_stop(ks: &Keyspace, replica: &str) -> Result<Single<()>, Error>
     let request = Request::cmd(Access::Write, "DEL")
         .key(&ks.heartbeat(replica))
         .build()?;
-    Ok(single(request, |v| v.as_i64().map(|_| ())))
+    Ok(single("heartbeat_stop", request, |v| {
+        v.as_i64().map(|_| ())
+    }))
 }
 
 /// The ids of the live replicas, sorted, in both layouts: `SCAN` of every master for the
@@ -84,6 +86,10 @@ impl LiveReplicas {
 
 impl Plan for LiveReplicas {
     type Output = Vec<String>;
+
+    fn operation(&self) -> &'static str {
+        "live_replicas"
+    }
 
     fn start(&mut self) -> Step<Vec<String>> {
         let step = self.scan.start();

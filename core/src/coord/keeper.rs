@@ -152,6 +152,10 @@ impl Keep {
 impl Plan for Keep {
     type Output = ();
 
+    fn operation(&self) -> &'static str {
+        "keep_alive"
+    }
+
     fn start(&mut self) -> Step<()> {
         Step::Wait(self.period)
     }
@@ -323,7 +327,7 @@ mod tests {
                 .key(&crate::keys::Key::new("k"))
                 .arg("30000")
                 .build()?;
-            Ok(single(request, |v| {
+            Ok(single("renewal", request, |v| {
                 crate::coord::require(v.as_i64()? == 1, "lock \"k\"".into())
             }))
         })

@@ -49,7 +49,7 @@ pub fn lease_acquire(
     ttl: Duration,
 ) -> Result<Single<Option<u64>>, Error> {
     let request = lease_request(ks, "acquire", name, holder, Some(ttl), 0)?;
-    Ok(single(request, grant))
+    Ok(single("lease_acquire", request, grant))
 }
 
 /// Extends a live lease; [`Error::NotHolder`] when it expired or passed to another holder.
@@ -62,7 +62,9 @@ pub fn lease_renew(
 ) -> Result<Single<()>, Error> {
     let request = lease_request(ks, "renew", name, holder, Some(ttl), token)?;
     let what = format!("lease {name:?}");
-    Ok(single(request, move |v| require(held(v)?, what)))
+    Ok(single("lease_renew", request, move |v| {
+        require(held(v)?, what)
+    }))
 }
 
 /// Ends a lease early; yields whether `holder` still held it (live, with that token). The token
@@ -74,7 +76,7 @@ pub fn lease_release(
     token: u64,
 ) -> Result<Single<bool>, Error> {
     let request = lease_request(ks, "release", name, holder, None, token)?;
-    Ok(single(request, held))
+    Ok(single("lease_release", request, held))
 }
 
 /// [`lease_acquire`] that counts only once `replicas` replicas acknowledged the grant.
@@ -89,6 +91,7 @@ pub fn lease_acquire_replicated(
     let grant = lease_request(ks, "acquire", name, holder, Some(ttl), 0)?;
     let (ks, name_owned, holder) = (ks.clone(), name.to_owned(), holder.to_owned());
     Replicated::new(
+        "lease_acquire",
         grant,
         Box::new(move |token| lease_request(&ks, "release", &name_owned, &holder, None, token)),
         replicas,

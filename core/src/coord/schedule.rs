@@ -85,7 +85,11 @@ pub fn schedule_put(
     data: Bytes,
 ) -> Result<Single<()>, Error> {
     let request = schedule_request(ks, "put", id, token, holder, data)?;
-    Ok(single(request, schedule_written(id.to_owned(), token)))
+    Ok(single(
+        "schedule_put",
+        request,
+        schedule_written(id.to_owned(), token),
+    ))
 }
 
 /// Deletes a schedule, leaving a marker that keeps the token and its holder; [`Error::Stale`]
@@ -97,12 +101,20 @@ pub fn schedule_delete(
     holder: &str,
 ) -> Result<Single<()>, Error> {
     let request = schedule_request(ks, "delete", id, token, holder, Bytes::new())?;
-    Ok(single(request, schedule_written(id.to_owned(), token)))
+    Ok(single(
+        "schedule_delete",
+        request,
+        schedule_written(id.to_owned(), token),
+    ))
 }
 
 /// Reads a schedule, with its token, data and holder; a deleted marker reads as `None`.
 pub fn schedule_get(ks: &Keyspace, id: &str) -> Result<Single<Option<Schedule>>, Error> {
-    Ok(single(schedule_get_request(ks, id)?, decode_schedule))
+    Ok(single(
+        "schedule_get",
+        schedule_get_request(ks, id)?,
+        decode_schedule,
+    ))
 }
 
 fn schedule_get_request(ks: &Keyspace, id: &str) -> Result<Request, Error> {
@@ -285,6 +297,10 @@ impl ListSchedules {
 
 impl Plan for ListSchedules {
     type Output = SchedulePage;
+
+    fn operation(&self) -> &'static str {
+        "list_schedules"
+    }
 
     fn start(&mut self) -> Step<Self::Output> {
         if let Some(scan) = self.scan.as_mut() {

@@ -529,6 +529,10 @@ impl Poll {
 impl Plan for AcquireTurn {
     type Output = TurnGrant;
 
+    fn operation(&self) -> &'static str {
+        "turn_acquire"
+    }
+
     fn start(&mut self) -> Step<TurnGrant> {
         self.take()
     }
@@ -605,7 +609,7 @@ pub fn turn_extend(
     guard: &TurnGuard,
     options: &TurnOptions,
 ) -> Result<Single<()>, Error> {
-    holder_call(ks, guard, "extend", options)
+    holder_call("turn_extend", ks, guard, "extend", options)
 }
 
 /// Ends a held turn and serves the next ticket; yields whether the guard still held it (a lost
@@ -616,11 +620,12 @@ pub fn turn_release(
     options: &TurnOptions,
 ) -> Result<Single<bool>, Error> {
     let request = holder_request(ks, guard, "release", options)?;
-    Ok(single(request, |v| Ok(v.as_i64()? == 1)))
+    Ok(single("turn_release", request, |v| Ok(v.as_i64()? == 1)))
 }
 
 /// A `turn` operation only the holder may make: it answers 1 when the guard holds the turn.
 fn holder_call(
+    operation: &'static str,
     ks: &Keyspace,
     guard: &TurnGuard,
     op: &str,
@@ -628,7 +633,9 @@ fn holder_call(
 ) -> Result<Single<()>, Error> {
     let request = holder_request(ks, guard, op, options)?;
     let what = format!("turn {} of chat {:?}", guard.ticket, guard.chat);
-    Ok(single(request, move |v| require(v.as_i64()? == 1, what)))
+    Ok(single(operation, request, move |v| {
+        require(v.as_i64()? == 1, what)
+    }))
 }
 
 fn holder_request(

@@ -14,6 +14,7 @@ use crate::value::Value;
 
 use super::ids::{ConnId, NodeId, ReqRef};
 use super::nodes::Down;
+use super::tally::Event;
 use super::timers::Timer;
 use super::{after, Endpoints, Output, Session, Waiters};
 
@@ -416,10 +417,12 @@ impl<W: Waiters> Session<W> {
             return;
         }
         if connecting {
+            self.tally.count(Event::ConnectTimeout);
             tracing::warn!(%addr, "connect timed out");
             let reason = format!("no connection within {connect_timeout:?}");
             self.drop_conn(now, conn, Loss::Connect(reason));
         } else {
+            self.tally.count(Event::ResponseTimeout);
             tracing::warn!(%addr, "no reply within the response timeout; closing the connection");
             let reason = format!("no reply within {response_timeout:?}");
             self.drop_conn(now, conn, Loss::Lost(reason));

@@ -17,7 +17,8 @@
 //!   [`Output::Complete`], and [`Completion::deliver`] hands its result, typed, to its
 //!   [`Waiters::Waiter`].
 //! - **getters**: [`Session::is_closed`], [`Session::slot_owner`], [`Session::in_flight`],
-//!   [`Session::known_nodes`].
+//!   [`Session::known_nodes`], [`Session::tally`] (the routing events counted, for a driver
+//!   that exports metrics; each [`Completion::summary`] tells what became of its plan).
 //!
 //! **Drain rule:** after every input, call `poll` until it returns [`Output::Wait`]; then sleep
 //! until that deadline (or until the next input) and call `handle_timeout`. A spurious or
@@ -76,7 +77,7 @@
 //! let mut session = Session::<Channels>::new(Config::single(node), Instant::now());
 //! let ping = Request::cmd(Access::Read, "PING").build()?;
 //! let (waiter, reply) = mpsc::channel();
-//! session.submit(Instant::now(), waiter, plan::single(ping, Ok));
+//! session.submit(Instant::now(), waiter, plan::single("ping", ping, Ok));
 //! let mut sockets: BTreeMap<_, TcpStream> = BTreeMap::new();
 //! loop {
 //!     match session.poll() {
@@ -211,11 +212,13 @@ mod replies;
 mod routing;
 mod sentinel;
 mod slots;
+mod tally;
 mod timers;
 
 pub use config::{AddressMap, Auth, Config, Endpoints, SentinelEndpoints};
 pub use ids::ConnId;
 pub use plans::{Completion, Submission, Waiters};
+pub use tally::{Event, RetryReason, Summary, Tally};
 pub use timers::TimerReason;
 
 use conns::{Conn, ConnState, Loss, Pending};
@@ -304,6 +307,8 @@ pub struct Session<W: Waiters> {
     /// dropped them, the next ones reuse the allocation.
     write_buf: BytesMut,
     refresh: Refresh,
+    /// The routing events counted since the session began ([`Session::tally`]).
+    tally: Tally,
     /// The sentinels and the master they named, when the endpoints are a Sentinel deployment.
     sentinels: Sentinels,
     jitter: Jitter,
@@ -347,6 +352,7 @@ impl<W: Waiters> Session<W> {
             dirty: BTreeSet::new(),
             write_buf: BytesMut::new(),
             refresh: Refresh::default(),
+            tally: Tally::default(),
             sentinels: Sentinels::default(),
             stopping: false,
             closed: false,
@@ -405,6 +411,12 @@ impl<W: Waiters> Session<W> {
         self.nodes.len()
     }
 
+    /// The routing events counted since the session began: redirects, retries by reason,
+    /// timeouts, topology refreshes. Counts only grow.
+    pub fn tally(&self) -> &Tally {
+        &self.tally
+    }
+
     /// Whether the session talks to a Redis Cluster: its configuration's endpoints say.
     fn is_cluster(&self) -> bool {
         self.config.endpoints.deployment() == Deployment::Cluster
@@ -446,13 +458,7 @@ impl<W: Waiters> Session<W> {
             self.outputs.push_back(Output::Complete(Completion(plan)));
             return;
         }
-        let id = self.ops.insert(Op {
-            plan,
-            reqs: Vec::new(),
-            remaining: 0,
-            deadline: None,
-            answered_by: None,
-        });
+        let id = self.ops.insert(Op::new(plan, now));
         self.step_op(now, id, None);
         self.pump(now);
     }
@@ -641,9 +647,9 @@ impl<W: Waiters> Session<W> {
                 _ => None,
             });
             let error = unknown.unwrap_or(Error::Closed);
-            let mut plan = op.plan;
-            plan.fail(error);
-            self.outputs.push_back(Output::Complete(Completion(plan)));
+            let mut op = op;
+            op.plan.fail(error);
+            self.complete(now, op);
         }
     }
 

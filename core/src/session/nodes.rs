@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Index;
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::addr::NodeAddr;
@@ -25,7 +26,8 @@ pub(super) struct Down {
 /// change address does not grow the tables. Whether an id is live is [`Nodes::is_known`].
 #[derive(Debug, Default)]
 pub(super) struct Nodes {
-    addrs: Vec<NodeAddr>,
+    /// Shared, so that an op's summary names the node it went to without copying the address.
+    addrs: Vec<Arc<NodeAddr>>,
     ids: BTreeMap<NodeAddr, NodeId>,
     /// Ids of forgotten nodes, reused by the next new ones.
     free: Vec<NodeId>,
@@ -53,11 +55,11 @@ impl Nodes {
         }
         let id = match self.free.pop() {
             Some(id) => {
-                self.addrs[id] = addr.clone();
+                self.addrs[id] = Arc::new(addr.clone());
                 id
             }
             None => {
-                self.addrs.push(addr.clone());
+                self.addrs.push(Arc::new(addr.clone()));
                 self.addrs.len() - 1
             }
         };
@@ -72,7 +74,12 @@ impl Nodes {
 
     /// The address of `node`, if the id was ever given.
     pub(super) fn get(&self, node: NodeId) -> Option<&NodeAddr> {
-        self.addrs.get(node)
+        self.addrs.get(node).map(|addr| &**addr)
+    }
+
+    /// The address of `node`, shared (for an op's [`Summary`](super::Summary)).
+    pub(super) fn shared(&self, node: NodeId) -> Option<Arc<NodeAddr>> {
+        self.addrs.get(node).cloned()
     }
 
     /// How many nodes are known now.
@@ -84,7 +91,7 @@ impl Nodes {
     pub(super) fn is_known(&self, node: NodeId) -> bool {
         self.addrs
             .get(node)
-            .is_some_and(|addr| self.ids.get(addr) == Some(&node))
+            .is_some_and(|addr| self.ids.get(&**addr) == Some(&node))
     }
 
     /// Every live id, in id order.
@@ -169,7 +176,7 @@ impl Nodes {
     /// Forgets `node`: its id is free for the next new node.
     pub(super) fn forget(&mut self, node: NodeId) {
         if let Some(addr) = self.addrs.get(node) {
-            self.ids.remove(addr);
+            self.ids.remove(&**addr);
         }
         self.absent.remove(&node);
         self.down.remove(&node);

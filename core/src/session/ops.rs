@@ -5,12 +5,13 @@ use std::time::Instant;
 
 use crate::error::Error;
 use crate::plan::{misuse, Reply, Step};
-use crate::request::{Access, Request};
+use crate::request::{Access, Request, Route};
 use crate::retry::{next_attempt, NextAttempt};
 use crate::value::Value;
 
 use super::ids::{NodeId, OpId, ReqRef};
 use super::plans::{Completion, ErasedPlan, Waiters};
+use super::tally::{Event, RetryReason};
 use super::timers::Timer;
 use super::{after, Output, Session};
 
@@ -108,6 +109,31 @@ pub(super) struct Op<W: Waiters> {
     /// The node of the op's first reply: the host of a later `Route::Node` without one
     /// (`:port`, a master whose endpoint that node's `CLUSTER SLOTS` left unknown).
     pub(super) answered_by: Option<NodeId>,
+    /// The session's `now` when the plan was submitted.
+    pub(super) submitted: Instant,
+    /// Requests handed to a connection so far, every resend counted.
+    pub(super) attempts: u32,
+    /// The slot of the first request routed by slot.
+    pub(super) slot: Option<u16>,
+    /// The node the latest request was handed to.
+    pub(super) node: Option<NodeId>,
+}
+
+impl<W: Waiters> Op<W> {
+    /// A plan just submitted at `now`, with nothing sent.
+    pub(super) fn new(plan: Box<dyn ErasedPlan<W>>, now: Instant) -> Self {
+        Op {
+            plan,
+            reqs: Vec::new(),
+            remaining: 0,
+            deadline: None,
+            answered_by: None,
+            submitted: now,
+            attempts: 0,
+            slot: None,
+            node: None,
+        }
+    }
 }
 
 impl<W: Waiters> Session<W> {
@@ -125,6 +151,12 @@ impl<W: Waiters> Session<W> {
             match step {
                 Step::Send(batch) if batch.is_empty() => step = op.plan.resume(Vec::new()),
                 Step::Send(batch) => {
+                    if op.slot.is_none() {
+                        op.slot = batch.iter().find_map(|r| match r.route() {
+                            Route::Slot(slot) => Some(*slot),
+                            _ => None,
+                        });
+                    }
                     let first = self.next_attempt;
                     self.next_attempt += batch.len() as u64;
                     op.remaining = batch.len();
@@ -167,8 +199,7 @@ impl<W: Waiters> Session<W> {
                 }
                 Step::Done(_) => {
                     if let Some(op) = self.ops.remove(id) {
-                        self.outputs
-                            .push_back(Output::Complete(Completion(op.plan)));
+                        self.complete(now, op);
                     }
                     return;
                 }
@@ -177,9 +208,20 @@ impl<W: Waiters> Session<W> {
         let stuck = misuse("the plan sent 1024 empty batches in a row");
         if let Some(mut op) = self.ops.remove(id) {
             op.plan.fail(stuck);
-            self.outputs
-                .push_back(Output::Complete(Completion(op.plan)));
+            self.complete(now, op);
         }
+    }
+
+    /// Hands a finished op to the driver, its summary filled in with what the session saw of
+    /// it (see [`Summary`](super::Summary)).
+    pub(super) fn complete(&mut self, now: Instant, op: Op<W>) {
+        let mut plan = op.plan;
+        let summary = plan.summary_mut();
+        summary.attempts = op.attempts;
+        summary.slot = op.slot;
+        summary.node = op.node.and_then(|node| self.nodes.shared(node));
+        summary.elapsed = now.saturating_duration_since(op.submitted);
+        self.outputs.push_back(Output::Complete(Completion(plan)));
     }
 
     /// The request as dispatched by `r`, while it awaits its reply; `None` for anything stale.
@@ -228,7 +270,10 @@ impl<W: Waiters> Session<W> {
         match next_attempt(cause.clone(), failed, false, &policy, jitter) {
             NextAttempt::GiveUp(error) => self.finish(r, Err(error)),
             NextAttempt::After(delay) => match after(now, delay) {
-                Some(at) => self.timers.arm(at, Timer::Backoff(r)),
+                Some(at) => {
+                    self.tally.count(Event::Retry(RetryReason::of(&cause)));
+                    self.timers.arm(at, Timer::Backoff(r));
+                }
                 None => self.finish(r, Err(cause)),
             },
         }
@@ -267,6 +312,7 @@ impl<W: Waiters> Session<W> {
             })
             .collect();
         for (r, outcome_unknown) in open {
+            self.tally.count(Event::RequestTimeout);
             self.unrouted.retain(|u| *u != r);
             self.finish(r, Err(Error::Timeout { outcome_unknown }));
         }
@@ -293,13 +339,8 @@ mod tests {
 
     fn op(waiter: u64) -> Op<Numbers> {
         let ping = Request::cmd(Access::Read, "PING").build().unwrap();
-        Op {
-            plan: Submission::<Numbers>::new(single(ping, |_| Ok(())), waiter).0,
-            reqs: Vec::new(),
-            remaining: 0,
-            deadline: None,
-            answered_by: None,
-        }
+        let plan = Submission::<Numbers>::new(single("ping", ping, |_| Ok(())), waiter).0;
+        Op::new(plan, crate::testing::start())
     }
 
     fn waiter(op: Op<Numbers>) -> u64 {

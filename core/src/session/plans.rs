@@ -7,6 +7,8 @@ use std::fmt;
 use crate::error::Error;
 use crate::plan::{misuse, Plan, Reply, Step};
 
+use super::tally::Summary;
+
 /// How a driver's callers wait for their plans' results: a family of waiter handles, one type
 /// per plan output (a channel's sender in a driver, a ticket in a test).
 ///
@@ -25,6 +27,18 @@ pub trait Waiters: Sized + 'static {
         waiter: Self::Waiter<T>,
         result: Result<T, Error>,
     ) -> Self::Delivered;
+
+    /// Hands `result` to the caller behind `waiter`, with what became of the plan (for a
+    /// caller that records it, as the client's span does). By default the summary is dropped
+    /// and [`Waiters::deliver`] is called.
+    fn deliver_summarized<T: Send + 'static>(
+        waiter: Self::Waiter<T>,
+        result: Result<T, Error>,
+        summary: Summary,
+    ) -> Self::Delivered {
+        drop(summary);
+        Self::deliver(waiter, result)
+    }
 }
 
 /// A plan with its caller's waiter, boxed for [`Session::submit_boxed`](super::Session::submit_boxed):
@@ -34,10 +48,12 @@ pub struct Submission<W: Waiters>(pub(super) Box<dyn ErasedPlan<W>>);
 impl<W: Waiters> Submission<W> {
     /// Boxes `plan` with `waiter`, typed by the plan's output.
     pub fn new<P: Plan>(plan: P, waiter: W::Waiter<P::Output>) -> Self {
+        let summary = Summary::new(plan.operation());
         Submission(Box::new(Erased {
             plan,
             waiter,
             output: None,
+            summary,
         }))
     }
 }
@@ -47,7 +63,12 @@ impl<W: Waiters> Submission<W> {
 pub struct Completion<W: Waiters>(pub(super) Box<dyn ErasedPlan<W>>);
 
 impl<W: Waiters> Completion<W> {
-    /// Hands the plan's result to its waiter ([`Waiters::deliver`]).
+    /// What became of the plan: its operation, outcome, attempts, slot, node and time.
+    pub fn summary(&self) -> &Summary {
+        self.0.summary()
+    }
+
+    /// Hands the plan's result to its waiter ([`Waiters::deliver_summarized`]).
     pub fn deliver(self) -> W::Delivered {
         self.0.deliver()
     }
@@ -71,6 +92,9 @@ pub(super) trait ErasedPlan<W: Waiters>: Send {
     fn resume(&mut self, replies: Vec<Reply>) -> Step<()>;
     /// Ends the plan with `error` unless it already has a result.
     fn fail(&mut self, error: Error);
+    fn summary(&self) -> &Summary;
+    /// Where the session writes what it saw of the plan (see `Session::complete`).
+    fn summary_mut(&mut self) -> &mut Summary;
     fn deliver(self: Box<Self>) -> W::Delivered;
 }
 
@@ -78,6 +102,7 @@ struct Erased<P: Plan, W: Waiters> {
     plan: P,
     waiter: W::Waiter<P::Output>,
     output: Option<Result<P::Output, Error>>,
+    summary: Summary,
 }
 
 impl<P: Plan, W: Waiters> Erased<P, W> {
@@ -86,6 +111,7 @@ impl<P: Plan, W: Waiters> Erased<P, W> {
             Step::Send(batch) => Step::Send(batch),
             Step::Wait(d) => Step::Wait(d),
             Step::Done(result) => {
+                self.summary.outcome = Summary::outcome_of(&result);
                 self.output = Some(result);
                 Step::Done(Ok(()))
             }
@@ -105,14 +131,29 @@ impl<P: Plan, W: Waiters> ErasedPlan<W> for Erased<P, W> {
     }
 
     fn fail(&mut self, error: Error) {
-        self.output.get_or_insert(Err(error));
+        let output = self.output.get_or_insert(Err(error));
+        self.summary.outcome = Summary::outcome_of(output);
+    }
+
+    fn summary(&self) -> &Summary {
+        &self.summary
+    }
+
+    fn summary_mut(&mut self) -> &mut Summary {
+        &mut self.summary
     }
 
     fn deliver(self: Box<Self>) -> W::Delivered {
-        let Erased { waiter, output, .. } = *self;
+        let Erased {
+            waiter,
+            output,
+            mut summary,
+            ..
+        } = *self;
         // The session completes a plan only once it has a result; a plan done without one
         // reads as a misuse rather than a panic.
         let result = output.unwrap_or_else(|| Err(misuse("completed without a result")));
-        W::deliver(waiter, result)
+        summary.outcome = Summary::outcome_of(&result);
+        W::deliver_summarized(waiter, result, summary)
     }
 }

@@ -236,6 +236,7 @@ impl<W: Waiters> Session<W> {
         self.refresh.running = false;
         let best = self.refresh.best.take().filter(|t| t.coverage() > 0);
         if let Some(topo) = best {
+            self.tally.count(super::Event::RefreshSucceeded);
             self.refresh.failures = 0;
             self.refresh.not_before = None;
             self.apply_topology(&topo);
@@ -250,6 +251,7 @@ impl<W: Waiters> Session<W> {
             }
             return;
         }
+        self.tally.count(super::Event::RefreshFailed);
         self.round_failed(now);
     }
 

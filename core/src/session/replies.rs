@@ -11,6 +11,7 @@ use crate::value::{Frame, Value};
 use super::conns::{ConnState, Loss, Pending, Queued};
 use super::ids::{ConnId, NodeId, ReqRef};
 use super::sentinel::SWITCH_MASTER;
+use super::tally::Event;
 use super::{Session, Waiters};
 
 impl<W: Waiters> Session<W> {
@@ -195,6 +196,7 @@ impl<W: Waiters> Session<W> {
             }
             Decision::Moved { slot, addr } => {
                 state.redirects += 1;
+                self.tally.count(Event::Moved);
                 tracing::debug!(slot, to = %addr, "MOVED: patching the slot map");
                 let target = self.nodes.intern(addr);
                 self.slots.set(slot, target);
@@ -204,6 +206,7 @@ impl<W: Waiters> Session<W> {
             }
             Decision::Ask { addr } => {
                 state.redirects += 1;
+                self.tally.count(Event::Ask);
                 let target = self.nodes.intern(addr);
                 if let Some(state) = self.req_mut(r) {
                     state.ask = Some(target);

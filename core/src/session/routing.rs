@@ -197,6 +197,10 @@ impl<W: Waiters> Session<W> {
 
     /// Queues a request on the node's connection (opening one if needed).
     pub(super) fn send_to(&mut self, now: Instant, node: NodeId, req: ReqRef, asking: bool) {
+        if let Some(op) = self.ops.get_mut(req.op) {
+            op.attempts = op.attempts.saturating_add(1);
+            op.node = Some(node);
+        }
         self.enqueue(now, node, Queued::Request { req, asking });
     }
 }

@@ -16,7 +16,7 @@ pub fn get_conversation(ks: &Keyspace, chat: &str) -> Result<Single<Option<Bytes
     let request = Request::cmd(Access::Read, "GET")
         .key(&ks.conversation(chat))
         .build()?;
-    Ok(single(request, Value::into_opt_bytes))
+    Ok(single("get_conversation", request, Value::into_opt_bytes))
 }
 
 /// Stores a chat's conversation state, expiring after `ttl` (`None`: never; a write without a
@@ -28,7 +28,7 @@ pub fn set_conversation(
     ttl: Option<Duration>,
 ) -> Result<Single<()>, Error> {
     let request = super::set_with_ttl(&ks.conversation(chat), value, ttl)?;
-    Ok(single(request, super::ok))
+    Ok(single("set_conversation", request, super::ok))
 }
 
 /// Deletes a chat's conversation state; yields `true` when it existed.
@@ -36,5 +36,5 @@ pub fn delete_conversation(ks: &Keyspace, chat: &str) -> Result<Single<bool>, Er
     let request = Request::cmd(Access::Write, "DEL")
         .key(&ks.conversation(chat))
         .build()?;
-    Ok(single(request, super::positive))
+    Ok(single("delete_conversation", request, super::positive))
 }

@@ -14,7 +14,7 @@ pub fn get_cursor(ks: &Keyspace, name: &str) -> Result<Single<Option<i64>>, Erro
     let request = Request::cmd(Access::Read, "GET")
         .key(&ks.cursor(name))
         .build()?;
-    Ok(single(request, |v| match v {
+    Ok(single("get_cursor", request, |v| match v {
         Value::Nil => Ok(None),
         other => other.as_i64().map(Some),
     }))
@@ -26,7 +26,7 @@ pub fn set_cursor(ks: &Keyspace, name: &str, value: i64) -> Result<Single<()>, E
         .key(&ks.cursor(name))
         .arg(value)
         .build()?;
-    Ok(single(request, super::ok))
+    Ok(single("set_cursor", request, super::ok))
 }
 
 /// Stores a cursor only when it is unset or holds a smaller integer. Yields `true` when it was
@@ -39,5 +39,5 @@ pub fn set_cursor_if_greater(ks: &Keyspace, name: &str, value: i64) -> Result<Si
         vec![ks.cursor(name)],
         vec![value.into_arg()],
     )?;
-    Ok(single(request, super::positive))
+    Ok(single("set_cursor_if_greater", request, super::positive))
 }

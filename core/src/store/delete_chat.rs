@@ -174,6 +174,10 @@ fn ids(v: Value) -> Result<Vec<String>, Error> {
 impl Plan for DeleteChat {
     type Output = DeletedChat;
 
+    fn operation(&self) -> &'static str {
+        "delete_chat"
+    }
+
     fn start(&mut self) -> Step<DeletedChat> {
         match self.state {
             State::Start => self.begin().unwrap_or_else(|e| Step::Done(Err(e))),

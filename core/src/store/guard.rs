@@ -303,6 +303,10 @@ impl StartGuard {
 impl Plan for StartGuard {
     type Output = Started;
 
+    fn operation(&self) -> &'static str {
+        "start"
+    }
+
     fn start(&mut self) -> Step<Started> {
         if !matches!(self.state, State::Start) {
             return Step::Done(Err(misuse("StartGuard::start called twice")));
@@ -344,7 +348,7 @@ pub fn eviction_policy() -> Result<crate::plan::Single<Option<String>>, Error> {
         .arg("GET")
         .arg("maxmemory-policy")
         .build()?;
-    Ok(crate::plan::single(request, |v| {
+    Ok(crate::plan::single("eviction_policy", request, |v| {
         let mut items = v.into_array()?.into_iter();
         match (items.next(), items.next()) {
             (Some(_), Some(policy)) => policy.into_string().map(Some),

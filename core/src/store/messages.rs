@@ -66,7 +66,7 @@ pub fn save_message(
         vec![ks.message_log(chat), ks.message_item(chat, id)],
         vec![id.into_arg(), time_ms.into_arg(), payload],
     )?;
-    Ok(single(request, |v| Ok(v.as_i64()? == 1)))
+    Ok(single("save_message", request, |v| Ok(v.as_i64()? == 1)))
 }
 
 /// Reads one message, or `None` when it is not in the chat's log (never saved, deleted, or being
@@ -79,7 +79,9 @@ pub fn get_message(ks: &Keyspace, chat: &str, id: &str) -> Result<Single<Option<
         vec![ks.message_log(chat), ks.message_item(chat, id)],
         vec![id.into_arg()],
     )?;
-    Ok(single(request, |v| Ok(parse_items(v)?.into_iter().next())))
+    Ok(single("get_message", request, |v| {
+        Ok(parse_items(v)?.into_iter().next())
+    }))
 }
 
 /// Deletes one message, its item and its log entry together. Yields `true` when it was in the
@@ -96,7 +98,7 @@ pub fn delete_message(ks: &Keyspace, chat: &str, id: &str) -> Result<Single<bool
         ],
         vec![id.into_arg()],
     )?;
-    Ok(single(request, super::positive))
+    Ok(single("delete_message", request, super::positive))
 }
 
 /// Lists one page of a chat's messages: those whose time in ms is in `range` (any Rust range:
@@ -245,6 +247,10 @@ impl ListMessages {
 
 impl Plan for ListMessages {
     type Output = MessagePage;
+
+    fn operation(&self) -> &'static str {
+        "list_messages"
+    }
 
     fn start(&mut self) -> Step<MessagePage> {
         match self.state {

@@ -115,7 +115,7 @@ pub fn upsert_record(
             .arg(value)
             .build()?,
     };
-    Ok(single(request, |_| Ok(())))
+    Ok(single("upsert_record", request, |_| Ok(())))
 }
 
 /// Stores a checkpoint, expiring after `ttl` (`None`: never).
@@ -137,7 +137,7 @@ pub fn set_checkpoint(
         )?,
         None => super::set_with_ttl(&record, value, ttl)?,
     };
-    Ok(single(request, |_| Ok(())))
+    Ok(single("set_checkpoint", request, |_| Ok(())))
 }
 
 /// Reads a record of any kind but schedules.
@@ -152,7 +152,7 @@ pub fn get_record(
     let request = Request::cmd(Access::Read, "GET")
         .key(&ks.record(kind, id))
         .build()?;
-    Ok(single(request, Value::into_opt_bytes))
+    Ok(single("get_record", request, Value::into_opt_bytes))
 }
 
 /// Deletes a record of any kind but schedules, with its index member. Yields `true` when it
@@ -161,7 +161,11 @@ pub fn delete_record(ks: &Keyspace, kind: RecordKind, id: &str) -> Result<Single
     if kind == RecordKind::Schedule {
         return Err(schedules());
     }
-    Ok(single(delete_request(ks, kind, id)?, super::positive))
+    Ok(single(
+        "delete_record",
+        delete_request(ks, kind, id)?,
+        super::positive,
+    ))
 }
 
 /// The request that deletes a record and its index member; answers 1 when it existed.
@@ -373,6 +377,10 @@ impl ListRecords {
 
 impl Plan for ListRecords {
     type Output = RecordPage;
+
+    fn operation(&self) -> &'static str {
+        "list_records"
+    }
 
     fn start(&mut self) -> Step<RecordPage> {
         match self.state {

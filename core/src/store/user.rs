@@ -113,7 +113,7 @@ pub fn set_user_data(
         )?,
         None => super::set_with_ttl(&entry, value, ttl)?,
     };
-    Ok(single(request, |_| Ok(())))
+    Ok(single("set_user_data", request, |_| Ok(())))
 }
 
 /// Reads an entry.
@@ -127,7 +127,7 @@ pub fn get_user_data(
     let request = Request::cmd(Access::Read, "GET")
         .key(&ks.user_entry(user, ns, key))
         .build()?;
-    Ok(single(request, Value::into_opt_bytes))
+    Ok(single("get_user_data", request, Value::into_opt_bytes))
 }
 
 /// Deletes an entry; yields `true` when it existed.
@@ -149,7 +149,7 @@ pub fn delete_user_data(
         )?,
         None => Request::cmd(Access::Write, "DEL").key(&entry).build()?,
     };
-    Ok(single(request, super::positive))
+    Ok(single("delete_user_data", request, super::positive))
 }
 
 /// The `(ns, key)` of the legacy keys a scan found, for `user` and optionally one namespace.
@@ -360,6 +360,10 @@ impl ListUserData {
 impl Plan for ListUserData {
     type Output = UserDataPage;
 
+    fn operation(&self) -> &'static str {
+        "list_user_data"
+    }
+
     fn start(&mut self) -> Step<UserDataPage> {
         match self.state {
             ListState::Start => self.begin().unwrap_or_else(|e| Step::Done(Err(e))),
@@ -506,6 +510,10 @@ impl ClearUserData {
 
 impl Plan for ClearUserData {
     type Output = u64;
+
+    fn operation(&self) -> &'static str {
+        "clear_user_data"
+    }
 
     fn start(&mut self) -> Step<u64> {
         match self.state {

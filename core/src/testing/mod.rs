@@ -165,6 +165,10 @@ impl Sequence {
 impl Plan for Sequence {
     type Output = Vec<Vec<Reply>>;
 
+    fn operation(&self) -> &'static str {
+        "sequence"
+    }
+
     fn start(&mut self) -> Step<Vec<Vec<Reply>>> {
         self.next()
     }

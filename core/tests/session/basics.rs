@@ -57,6 +57,10 @@ struct PollUntil {
 impl Plan for PollUntil {
     type Output = u32;
 
+    fn operation(&self) -> &'static str {
+        "poll_until"
+    }
+
     fn start(&mut self) -> Step<u32> {
         self.reads += 1;
         Step::Send(vec![get(&self.key)])

@@ -181,6 +181,10 @@ struct Parked(Duration);
 impl botmesh_redis_core::driver::Plan for Parked {
     type Output = ();
 
+    fn operation(&self) -> &'static str {
+        "parked"
+    }
+
     fn start(&mut self) -> botmesh_redis_core::driver::Step<()> {
         botmesh_redis_core::driver::Step::Wait(self.0)
     }

@@ -25,6 +25,7 @@ mod refresh;
 mod reply_lost;
 mod retry_table;
 mod sentinel;
+mod tally;
 mod timeouts;
 mod tryagain;
 mod unix_socket;

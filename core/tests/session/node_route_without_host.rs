@@ -26,6 +26,10 @@ struct VisitEveryMaster {
 impl Plan for VisitEveryMaster {
     type Output = Vec<(String, Reply)>;
 
+    fn operation(&self) -> &'static str {
+        "visit_every_master"
+    }
+
     fn start(&mut self) -> Step<Self::Output> {
         Step::Send(vec![masters_request().unwrap()])
     }

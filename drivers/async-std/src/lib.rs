@@ -3,7 +3,7 @@
 
 pub mod runtime;
 
-pub use botmesh_redis_client::ClientStats;
+pub use botmesh_redis_client::{ClientStats, OPERATION_SPAN};
 pub use botmesh_redis_core::*;
 
 /// A client on async-std / smol.

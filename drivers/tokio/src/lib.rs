@@ -3,7 +3,7 @@
 
 pub mod runtime;
 
-pub use botmesh_redis_client::ClientStats;
+pub use botmesh_redis_client::{ClientStats, OPERATION_SPAN};
 pub use botmesh_redis_core::*;
 
 /// A client on tokio. Must be started within a tokio runtime (multi-thread or current-thread).

@@ -55,6 +55,10 @@ struct Together(Option<Vec<Request>>);
 impl Plan for Together {
     type Output = Vec<Reply>;
 
+    fn operation(&self) -> &'static str {
+        "together"
+    }
+
     fn start(&mut self) -> Step<Vec<Reply>> {
         Step::Send(self.0.take().unwrap_or_default())
     }

@@ -188,6 +188,10 @@ struct BeforeRead<P> {
 impl<P: Plan> Plan for BeforeRead<P> {
     type Output = P::Output;
 
+    fn operation(&self) -> &'static str {
+        self.plan.operation()
+    }
+
     fn start(&mut self) -> Step<P::Output> {
         let step = self.plan.start();
         self.expiry.before(&step);

@@ -21,7 +21,7 @@ use crate::addr::{DialTarget, NodeAddr};
 use crate::error::Error;
 use crate::plan::{Plan, Reply};
 use crate::request::Request;
-use crate::session::{Config, ConnId, Output, Session};
+use crate::session::{Config, ConnId, Output, Session, Summary};
 use crate::testing::Batch;
 use crate::testing::{Ticket, Tickets, Token};
 
@@ -94,6 +94,8 @@ pub struct Harness {
     actions: Vec<(Instant, u64, Action)>,
     /// When each plan completed, by name.
     completions: BTreeMap<Token, Instant>,
+    /// What became of each completed plan, as the session summed it up.
+    summaries: BTreeMap<Token, Summary>,
     next_token: u64,
     chunking: Chunking,
     rng: u64,
@@ -134,6 +136,7 @@ impl Harness {
             last_delivery: BTreeMap::new(),
             actions: Vec::new(),
             completions: BTreeMap::new(),
+            summaries: BTreeMap::new(),
             next_token: 1,
             chunking: Chunking::Whole,
             rng: 0x9E37_79B9,
@@ -248,6 +251,11 @@ impl Harness {
         self.completions
             .get(&ticket.token())
             .map(|at| *at - self.start)
+    }
+
+    /// What became of a completed plan: the session's [`Summary`] handed out with it.
+    pub fn summary<T>(&self, ticket: &Ticket<T>) -> Option<&Summary> {
+        self.summaries.get(&ticket.token())
     }
 
     /// Closes the session and drains its outputs.
@@ -445,7 +453,9 @@ impl Harness {
                     self.sim.close(conn);
                 }
                 Output::Complete(completion) => {
+                    let summary = completion.summary().clone();
                     let token = completion.deliver();
+                    self.summaries.insert(token, summary);
                     self.log(format!("{t:>8?} complete {token:?}"));
                     self.completions.insert(token, now);
                 }
