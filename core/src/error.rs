@@ -499,6 +499,7 @@ impl Error {
             Error::KeyspaceNotReady { .. } => "keyspace_not_ready",
             Error::Discovery { .. } => "discovery",
             Error::SentinelDiscovery { .. } => "sentinel_discovery",
+            Error::ScriptStoppedPartWay { .. } => "script_stopped_part_way",
             Error::Closed => "closed",
         }
     }

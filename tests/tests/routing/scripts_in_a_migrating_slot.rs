@@ -299,6 +299,10 @@ struct PauseAfterFirstStep<P> {
 impl<P: Plan> Plan for PauseAfterFirstStep<P> {
     type Output = P::Output;
 
+    fn operation(&self) -> &'static str {
+        self.plan.operation()
+    }
+
     fn start(&mut self) -> Step<P::Output> {
         self.plan.start()
     }
