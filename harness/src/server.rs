@@ -962,16 +962,16 @@ mod tests {
     }
 }
 
-/// The first words of the error a TLS test gets from a server built without TLS; the tests and
-/// `scripts/servers` look for them.
-pub const WITHOUT_TLS: &str =
-    "this redis-server was built without TLS: it does not know `tls-port`";
+/// The first words of the error a TLS test gets from a server built without TLS.
+pub const WITHOUT_TLS: &str = "this redis-server was built without TLS: it cannot serve `tls-port`";
 
-/// Whether a server's startup log says it refused the `tls-port` line of its config as a
-/// directive it does not know, as a build without TLS does (`>>> 'tls-port N'` then `Bad
-/// directive or wrong number of arguments`).
+/// Whether a server's startup log says it was built without TLS: Redis refuses the `tls-port`
+/// line as a directive it does not know (`>>> 'tls-port N'` then `Bad directive or wrong
+/// number of arguments`); Valkey knows the directive but finds no TLS connection type
+/// (`Failed finding TLS support`).
 fn built_without_tls(log: &str) -> bool {
-    log.contains(">>> 'tls-port") && log.contains("Bad directive")
+    (log.contains(">>> 'tls-port") && log.contains("Bad directive"))
+        || log.contains("Failed finding TLS support")
 }
 
 #[cfg(test)]
