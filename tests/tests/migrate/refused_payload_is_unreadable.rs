@@ -110,6 +110,54 @@ async fn one_refused_payload_spoils_only_its_key<R: Runtime>() {
     client.close().await;
 }
 
+/// An overwriting `migrate_restore` that meets the value it would write keeps the key, even
+/// when the payload came from another server version: the footer (RDB version and CRC64) names
+/// the writer, not the value. Two keys: one whose payload differs only in its footer (code 0,
+/// the value and its new TTL in place), one whose body differs (code 2, replaced).
+async fn another_versions_payload_of_the_same_value_is_kept<R: Runtime>() {
+    let node = Node::shared_single();
+    let client = node.client::<R>().await;
+    let tag = format!("{{{}}}", unique_prefix("restore-footer"));
+    let (same, changed) = (format!("{tag}:same"), format!("{tag}:changed"));
+    node.run(&[
+        Cmd::new("SET", &same).arg("the value"),
+        Cmd::new("SET", &changed).arg("the old value"),
+        Cmd::new("SET", format!("{tag}:scratch")).arg("the new value"),
+    ]);
+    let mut other_version = dump(node, &same);
+    let footer = other_version.len() - FOOTER;
+    let version = u16::from_le_bytes([other_version[footer], other_version[footer + 1]]);
+    other_version[footer..footer + 2].copy_from_slice(&(version - 1).to_le_bytes());
+    other_version[footer + 2..].fill(0xA5);
+    let new_value = dump(node, &format!("{tag}:scratch"));
+
+    let keys = vec![Key::new(same.clone()), Key::new(changed.clone())];
+    let args = vec![
+        Bytes::from_static(b"1"),
+        Bytes::from_static(b"0"),
+        Bytes::from(other_version),
+        Bytes::from_static(b"600000"),
+        Bytes::from(new_value),
+        Bytes::from_static(b"0"),
+    ];
+    let call = Request::script(&MIGRATE_RESTORE, Access::Write, keys, args).unwrap();
+    assert_eq!(
+        client.call(call).await,
+        Ok(Value::Array(vec![Value::Int(0), Value::Int(2)]))
+    );
+    assert_eq!(get(node, same.as_bytes()), Some(b"the value".to_vec()));
+    assert_eq!(
+        get(node, changed.as_bytes()),
+        Some(b"the new value".to_vec())
+    );
+    let ttl = node.call(&Cmd::new("PTTL", &same)).as_int();
+    assert!(
+        ttl.is_some_and(|ms| ms > 0 && ms <= 600_000),
+        "the kept key's TTL: {ttl:?}"
+    );
+    client.close().await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // A Valkey 8.1 node, started by this file
 // ---------------------------------------------------------------------------------------------
@@ -293,6 +341,7 @@ async fn newer_payloads_are_unreadable<R: Runtime>(host: Node<'static>) {
 }
 
 both_drivers!(one_refused_payload_spoils_only_its_key);
+both_drivers!(another_versions_payload_of_the_same_value_is_kept);
 both_drivers!(newer_payloads_are_unreadable {
     into_the_single_node => Node::shared_single(),
     into_the_cluster => Node::shared_cluster(),
