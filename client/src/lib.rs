@@ -237,6 +237,14 @@ pub struct ClientStats {
     /// The dials (of [`ClientStats::dials`]) to a node that was dialled before: connections
     /// lost or refused and opened again.
     pub reconnects: u64,
+    /// Times the session task woke and worked (a reply read, a call submitted, a timer):
+    /// calls per pass say how many calls each wake serves.
+    pub passes: u64,
+    /// Writes to the connections' sockets (each carries every request queued for its
+    /// connection when it is made): calls per write say how well requests are batched.
+    pub writes: u64,
+    /// Reads from the connections' sockets that returned bytes.
+    pub reads: u64,
 }
 
 #[derive(Debug, Default)]
@@ -245,6 +253,9 @@ struct Counters {
     reconnects: AtomicU64,
     tasks: AtomicU64,
     connections: AtomicU64,
+    passes: AtomicU64,
+    writes: AtomicU64,
+    reads: AtomicU64,
 }
 
 /// Counts a task as alive from its spawning until it ends or is cancelled.
@@ -397,6 +408,9 @@ impl<R: Runtime> Client<R> {
             tasks: counters.tasks.load(Ordering::Relaxed),
             connections: counters.connections.load(Ordering::Relaxed),
             reconnects: counters.reconnects.load(Ordering::Relaxed),
+            passes: counters.passes.load(Ordering::Relaxed),
+            writes: counters.writes.load(Ordering::Relaxed),
+            reads: counters.reads.load(Ordering::Relaxed),
         }
     }
 
@@ -609,6 +623,7 @@ async fn run<R: Runtime>(
             }
             None => inbox.await,
         };
+        task.counters.passes.fetch_add(1, Ordering::Relaxed);
         let msg = match woke {
             Woke::Timer => {
                 let now = Instant::now();
@@ -815,6 +830,7 @@ impl<R: Runtime> SessionTask<R> {
             Some(WriteSide::Ready(half)) => half,
             None => return,
         };
+        self.counters.writes.fetch_add(1, Ordering::Relaxed);
         let mut written = 0;
         while written < bytes.len() {
             match half.try_write(&bytes[written..]) {
@@ -872,6 +888,7 @@ async fn open<R: Runtime>(
     // reached` on accept) must not have its words reach the session ahead of the connection.
     let _ = tx.unbounded_send(event(ConnEvent::Connected(write)));
     let reader_tx = tx.clone();
+    let reads = Arc::clone(&counters);
     let reader = R::spawn(counted(&counters, async move {
         let mut buf = BytesMut::with_capacity(64 * 1024);
         let reason = loop {
@@ -881,6 +898,7 @@ async fn open<R: Runtime>(
             match read.read(&mut buf).await {
                 Ok(0) => break "closed by the server".to_owned(),
                 Ok(_) => {
+                    reads.reads.fetch_add(1, Ordering::Relaxed);
                     let bytes = buf.split();
                     if reader_tx
                         .unbounded_send(event(ConnEvent::Read(bytes)))

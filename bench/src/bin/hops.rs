@@ -1,0 +1,241 @@
+//! Where a call's time goes in our driver: a closed loop of `GET`s against servers this binary
+//! starts, with what the client's counters ([`ClientStats`]) say per call, beside throughput
+//! and client CPU.
+//!
+//! ```text
+//! cargo run --release -p botmesh-redis-bench --bin hops --
+//!     [--deployment standalone|cluster] [--runtime multi|current] [--callers N] [--seconds S]
+//! ```
+//!
+//! Prints one line:
+//!
+//! ```text
+//! hops deployment=standalone runtime=multi callers=64 calls_per_s=... cpu_us_per_call=...
+//!     calls_per_pass=... calls_per_write=... calls_per_read=... switches_per_call=...
+//! ```
+//!
+//! - `calls_per_pass`: calls served by each wake of the session task (a read, a submit, a
+//!   timer); the fewer passes per call, the fewer task hand-offs.
+//! - `calls_per_write`, `calls_per_read`: how many requests one socket write carries and how
+//!   many replies one read brings (the batching the server sees).
+//! - `switches_per_call`: the process's context switches (voluntary and not, every thread,
+//!   from `/proc/self/task/*/status`) per call: a thread that parks for want of work and is
+//!   woken again costs two.
+//!
+//! The values are 100 bytes, 100,000 keys preloaded; each caller loops `GET`s of the next key
+//! for `--seconds` (5 by default) after one second of warm-up.
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use botmesh_redis_client::{Client, ClientStats};
+use botmesh_redis_core::{Access, ClientOptions, Executor, Key, Request, Value};
+use botmesh_redis_harness::{ClusterOptions, RedisCluster, ServerOptions, SingleNode};
+use botmesh_redis_tokio::runtime::Tokio;
+
+const KEYS: usize = 100_000;
+const VALUE_LEN: usize = 100;
+/// Each caller reads every `STRIDE`-th key from its own start, so callers do not read the
+/// same keys in step.
+const STRIDE: usize = 7919;
+
+struct Args {
+    cluster: bool,
+    multi: bool,
+    callers: usize,
+    seconds: u64,
+}
+
+fn args() -> Args {
+    let mut args = Args {
+        cluster: false,
+        multi: true,
+        callers: 64,
+        seconds: 5,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it
+            .next()
+            .unwrap_or_else(|| usage(&format!("{flag} needs a value")));
+        match (flag.as_str(), value.as_str()) {
+            ("--deployment", "standalone") => args.cluster = false,
+            ("--deployment", "cluster") => args.cluster = true,
+            ("--runtime", "multi") => args.multi = true,
+            ("--runtime", "current") => args.multi = false,
+            ("--callers", n) => args.callers = n.parse().unwrap_or_else(|_| usage(n)),
+            ("--seconds", n) => args.seconds = n.parse().unwrap_or_else(|_| usage(n)),
+            _ => usage(&format!("{flag} {value}")),
+        }
+    }
+    args
+}
+
+fn usage(problem: &str) -> ! {
+    eprintln!(
+        "hops: {problem}\nusage: hops [--deployment standalone|cluster] [--runtime multi|current] \
+         [--callers N] [--seconds S]"
+    );
+    std::process::exit(2)
+}
+
+/// Context switches of every thread of this process so far.
+fn switches() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
+/// This process's user + system CPU seconds so far.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // Fields 14 and 15 of the file; 12 and 13 after the name's closing parenthesis.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+async fn get(client: &Client<Tokio>, n: usize) {
+    let get = Request::cmd(Access::Read, "GET")
+        .key(&Key::new(format!("bench:k:{n}")))
+        .build()
+        .expect("a GET");
+    match client.call(get).await {
+        Ok(Value::Bulk(b)) if b.len() == VALUE_LEN => {}
+        other => panic!("GET bench:k:{n}: {other:?}"),
+    }
+}
+
+async fn measure(options: ClientOptions, args: &Args) -> String {
+    let client = Client::<Tokio>::connect(options).await.expect("connect");
+    let (calls, stop) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let mut callers = Vec::new();
+    for c in 0..args.callers {
+        let (client, calls, stop) = (client.clone(), calls.clone(), stop.clone());
+        callers.push(tokio::spawn(async move {
+            let mut n = c;
+            while !stop.load(Ordering::Relaxed) {
+                get(&client, n % KEYS).await;
+                calls.fetch_add(1, Ordering::Relaxed);
+                n += STRIDE;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (stats0, calls0, cpu0, sw0, t0) = (
+        client.stats(),
+        calls.load(Ordering::Relaxed),
+        cpu_seconds(),
+        switches(),
+        Instant::now(),
+    );
+    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+    let (stats1, calls1, cpu1, sw1, t1) = (
+        client.stats(),
+        calls.load(Ordering::Relaxed),
+        cpu_seconds(),
+        switches(),
+        Instant::now(),
+    );
+    stop.store(true, Ordering::Relaxed);
+    for caller in callers {
+        caller.await.expect("a caller");
+    }
+    client.close().await;
+    let n = (calls1 - calls0) as f64;
+    let per = |a: u64, b: u64| n / (b - a).max(1) as f64;
+    let ClientStats {
+        passes,
+        writes,
+        reads,
+        ..
+    } = stats1;
+    format!(
+        "calls_per_s={:.0} cpu_us_per_call={:.2} calls_per_pass={:.2} calls_per_write={:.2} \
+         calls_per_read={:.2} switches_per_call={:.3}",
+        n / (t1 - t0).as_secs_f64(),
+        (cpu1 - cpu0) * 1e6 / n,
+        per(stats0.passes, passes),
+        per(stats0.writes, writes),
+        per(stats0.reads, reads),
+        (sw1 - sw0) as f64 / n,
+    )
+}
+
+fn main() {
+    let args = args();
+    let (cluster, node);
+    let options = if args.cluster {
+        cluster = RedisCluster::start(ClusterOptions::new().masters(3).replicas_per_master(0));
+        ClientOptions::cluster(cluster.seeds())
+    } else {
+        node = SingleNode::start(ServerOptions::new());
+        ClientOptions::url(node.url())
+    };
+    let runtime = match args.multi {
+        true => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
+        false => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+    }
+    .expect("a tokio runtime");
+    let line = runtime.block_on(async {
+        preload(options.clone()).await;
+        measure(options, &args).await
+    });
+    println!(
+        "hops deployment={} runtime={} callers={} {line}",
+        if args.cluster {
+            "cluster"
+        } else {
+            "standalone"
+        },
+        if args.multi { "multi" } else { "current" },
+        args.callers,
+    );
+}
+
+/// Writes the keys the callers read.
+async fn preload(options: ClientOptions) {
+    let client = Client::<Tokio>::connect(options).await.expect("connect");
+    let value = "v".repeat(VALUE_LEN);
+    for chunk in (0..KEYS).collect::<Vec<_>>().chunks(1000) {
+        let sets = chunk.iter().map(|n| {
+            let set = Request::cmd(Access::Write, "SET")
+                .key(&Key::new(format!("bench:k:{n}")))
+                .arg(value.as_str())
+                .build()
+                .expect("a SET");
+            client.call(set)
+        });
+        for set in futures_util::future::join_all(sets).await {
+            set.expect("SET");
+        }
+    }
+    client.close().await;
+}
