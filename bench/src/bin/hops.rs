@@ -23,7 +23,9 @@
 //!   woken again costs two.
 //!
 //! The values are 100 bytes, 100,000 keys preloaded; each caller loops `GET`s of the next key
-//! for `--seconds` (5 by default) after one second of warm-up.
+//! for `--seconds` (5 by default) after one second of warm-up. A benchmark stops at its first
+//! failure, so it unwraps.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
