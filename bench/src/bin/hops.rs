@@ -18,6 +18,8 @@
 //!   timer); the fewer passes per call, the fewer task hand-offs.
 //! - `calls_per_write`, `calls_per_read`: how many requests one socket write carries and how
 //!   many replies one read brings (the batching the server sees).
+//! - `server_busy`: the servers' CPU seconds per second of the run (1.00: one server never
+//!   idle); what a client leaves of the server's time is what it loses.
 //! - `switches_per_call`: the process's context switches (voluntary and not, every thread,
 //!   from `/proc/self/task/*/status`) per call: a thread that parks for want of work and is
 //!   woken again costs two.
@@ -99,9 +101,9 @@ fn switches() -> u64 {
         .sum()
 }
 
-/// This process's user + system CPU seconds so far.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+/// The user + system CPU seconds so far of the process `pid` (`self` for this one).
+fn cpu_seconds(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let fields: Vec<&str> = stat
         .rsplit_once(')')
         .map_or("", |(_, rest)| rest)
@@ -128,7 +130,12 @@ async fn get(client: &Client<Tokio>, n: usize) {
     }
 }
 
-async fn measure(options: ClientOptions, args: &Args) -> String {
+/// The servers' CPU seconds so far, summed.
+fn servers_cpu(pids: &[String]) -> f64 {
+    pids.iter().map(|pid| cpu_seconds(pid)).sum()
+}
+
+async fn measure(options: ClientOptions, args: &Args, pids: &[String]) -> String {
     let client = Client::<Tokio>::connect(options).await.expect("connect");
     let (calls, stop) = (
         Arc::new(AtomicU64::new(0)),
@@ -147,19 +154,21 @@ async fn measure(options: ClientOptions, args: &Args) -> String {
         }));
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (stats0, calls0, cpu0, sw0, t0) = (
+    let (stats0, calls0, cpu0, sw0, srv0, t0) = (
         client.stats(),
         calls.load(Ordering::Relaxed),
-        cpu_seconds(),
+        cpu_seconds("self"),
         switches(),
+        servers_cpu(pids),
         Instant::now(),
     );
     tokio::time::sleep(Duration::from_secs(args.seconds)).await;
-    let (stats1, calls1, cpu1, sw1, t1) = (
+    let (stats1, calls1, cpu1, sw1, srv1, t1) = (
         client.stats(),
         calls.load(Ordering::Relaxed),
-        cpu_seconds(),
+        cpu_seconds("self"),
         switches(),
+        servers_cpu(pids),
         Instant::now(),
     );
     stop.store(true, Ordering::Relaxed);
@@ -177,25 +186,31 @@ async fn measure(options: ClientOptions, args: &Args) -> String {
     } = stats1;
     format!(
         "calls_per_s={:.0} cpu_us_per_call={:.2} calls_per_pass={:.2} calls_per_write={:.2} \
-         calls_per_read={:.2} switches_per_call={:.3}",
+         calls_per_read={:.2} switches_per_call={:.3} server_busy={:.2}",
         n / (t1 - t0).as_secs_f64(),
         (cpu1 - cpu0) * 1e6 / n,
         per(stats0.passes, passes),
         per(stats0.writes, writes),
         per(stats0.reads, reads),
         (sw1 - sw0) as f64 / n,
+        (srv1 - srv0) / (t1 - t0).as_secs_f64(),
     )
 }
 
 fn main() {
     let args = args();
     let (cluster, node);
-    let options = if args.cluster {
+    let (options, pids) = if args.cluster {
         cluster = RedisCluster::start(ClusterOptions::new().masters(3).replicas_per_master(0));
-        ClientOptions::cluster(cluster.seeds())
+        let pids = cluster
+            .nodes()
+            .into_iter()
+            .map(|addr| cluster.server(addr).expect("a node").pid().to_string());
+        (ClientOptions::cluster(cluster.seeds()), pids.collect())
     } else {
         node = SingleNode::start(ServerOptions::new());
-        ClientOptions::url(node.url())
+        let pids = vec![node.server().pid().to_string()];
+        (ClientOptions::url(node.url()), pids)
     };
     let runtime = match args.multi {
         true => tokio::runtime::Builder::new_multi_thread()
@@ -208,7 +223,7 @@ fn main() {
     .expect("a tokio runtime");
     let line = runtime.block_on(async {
         preload(options.clone()).await;
-        measure(options, &args).await
+        measure(options, &args, &pids).await
     });
     println!(
         "hops deployment={} runtime={} callers={} {line}",
