@@ -116,6 +116,15 @@ pub trait Runtime: Send + Sync + 'static {
     ) -> impl Future<Output = io::Result<(Self::Reader, Self::Writer)>> + Send;
 }
 
+/// The error a runtime without Unix sockets (not on Unix) answers to a connect to `path`,
+/// the same from every driver.
+pub fn unix_sockets_unsupported(path: &std::path::Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!("{}: Unix sockets exist only on Unix", path.display()),
+    )
+}
+
 /// Reads from a connection.
 pub trait ReadHalf: Send + 'static {
     /// Reads what is available into `buf`'s spare capacity; `Ok(0)` at the end of the stream.

@@ -110,10 +110,7 @@ async fn connect_unix(path: &Path) -> io::Result<(Reader, Writer)> {
 
 #[cfg(not(unix))]
 async fn connect_unix(path: &Path) -> io::Result<(Reader, Writer)> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        format!("{}: Unix sockets exist only on Unix", path.display()),
-    ))
+    Err(botmesh_redis_client::unix_sockets_unsupported(path))
 }
 
 /// Runs the TLS handshake over `stream`, and splits it.
