@@ -243,6 +243,7 @@ impl<W: Waiters> Session<W> {
         let named = answer.and_then(|frame| parse_master_addr(frame, &master_name));
         match named {
             Ok(addr) => {
+                self.tally.count(super::Event::RefreshSucceeded);
                 self.refresh.failures = 0;
                 self.refresh.not_before = None;
                 self.follow_master(now, addr);
@@ -259,6 +260,7 @@ impl<W: Waiters> Session<W> {
             Err(e) => {
                 let addr = self.nodes[sentinel].clone();
                 tracing::warn!(sentinel = %addr, error = %e, "a sentinel named no master");
+                self.tally.count(super::Event::RefreshFailed);
                 self.refresh.record(!self.map_loaded, &addr, e);
                 self.round_failed(now);
             }

@@ -97,9 +97,10 @@ pub enum Event {
     ResponseTimeout,
     /// A connect (TCP and handshake) took longer than the connect timeout.
     ConnectTimeout,
-    /// A topology refresh round ended with a slot map.
+    /// A topology refresh round ended with a slot map (or, on Sentinel, a sentinel named the
+    /// master).
     RefreshSucceeded,
-    /// A topology refresh round ended without one.
+    /// A topology refresh round ended without one (a sentinel named no master).
     RefreshFailed,
 }
 

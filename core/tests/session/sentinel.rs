@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use botmesh_redis_core::driver::session::{
-    Auth, Config, ConnId, DialTarget, Endpoints, Output, Session,
+    Auth, Config, ConnId, DialTarget, Endpoints, Event, Output, Session,
 };
 use botmesh_redis_core::driver::Reply;
 use botmesh_redis_core::testing::sim::encode_reply;
@@ -340,6 +340,15 @@ fn a_sentinel_that_knows_no_such_master_is_passed_over() {
     assert_eq!(net.run_set("k"), OK);
     assert_eq!(net.questions(), 2);
     assert_eq!(net.received("s2")[1], "SENTINEL get-master-addr-by-name m");
+    // Each question is a topology round for the metrics: one failed, one named the master.
+    let tally = net.session.tally();
+    assert_eq!(
+        (
+            tally.get(Event::RefreshFailed),
+            tally.get(Event::RefreshSucceeded)
+        ),
+        (1, 1)
+    );
 }
 
 #[test]
