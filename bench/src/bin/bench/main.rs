@@ -1741,7 +1741,6 @@ async fn run<R: Runtime>(args: Args, servers: Servers, name: &str, peers: Peers)
     let run_ours = args.runs_client("botmesh");
     warm_up(rt, run_ours.then_some(&ours), &peers, probe).await;
     let ks = Keyspace::new(Layout::Cluster, "bench").expect("keyspace");
-    let payload = Bytes::from(vec![b'p'; PAYLOAD_LEN]);
 
     let workloads = Workloads {
         args: &args,
@@ -1762,56 +1761,7 @@ async fn run<R: Runtime>(args: Args, servers: Servers, name: &str, peers: Peers)
         workloads.w3().await;
     }
 
-    // Store-level workloads (ours only: they measure the store's plans end to end), in the
-    // layout a user of the deployment gets by default.
-    let store = Store::new(ours.clone(), StoreOptions::new("bench-store")).expect("store");
-    if args.runs("S1") {
-        let total = args.scaled(100_000);
-        servers.flush();
-        eprintln!("# S1: Store::save_message over {CHATS} chats, {PAYLOAD_LEN}-byte payloads");
-        let m = drive(rt, total, CALLERS, probe, || StoreSave {
-            store: store.clone(),
-            payload: payload.clone(),
-        })
-        .await;
-        report(&bench, &Setting::store("S1", Some(PAYLOAD_LEN)), name, &m);
-    }
-    if args.runs("S2") {
-        let total = args.scaled(20_000);
-        servers.flush();
-        let loaded = drive(rt, S2_CHATS * S2_MESSAGES, CALLERS, probe, || StoreLoad {
-            store: store.clone(),
-            payload: payload.clone(),
-        })
-        .await;
-        assert_eq!(loaded.errors, 0, "S2 preload: {:?}", loaded.first_error);
-        eprintln!(
-            "# S2: Store::list_messages, first page of 50, of {S2_CHATS} chats holding \
-             {S2_MESSAGES} messages each"
-        );
-        let m = drive(rt, total, CALLERS, probe, || StoreListMessages {
-            store: store.clone(),
-        })
-        .await;
-        report(&bench, &Setting::store("S2", Some(PAYLOAD_LEN)), name, &m);
-    }
-    if args.runs("S3") {
-        let total = args.scaled(5_000);
-        servers.flush();
-        let loaded = drive(rt, S3_CHATS, CALLERS, probe, || StoreUpsertChat {
-            store: store.clone(),
-        })
-        .await;
-        assert_eq!(loaded.errors, 0, "S3 preload: {:?}", loaded.first_error);
-        eprintln!(
-            "# S3: Store::list_chats, a page of 50 from a random place, over {S3_CHATS} chats"
-        );
-        let m = drive(rt, total, CALLERS, probe, || StoreListChats {
-            store: store.clone(),
-        })
-        .await;
-        report(&bench, &Setting::store("S3", None), name, &m);
-    }
+    workloads.stores().await;
 
     ours.close().await;
     for fred in [&peers.fred, &peers.fred_pool].into_iter().flatten() {
@@ -1819,7 +1769,7 @@ async fn run<R: Runtime>(args: Args, servers: Servers, name: &str, peers: Peers)
     }
 }
 
-/// What the workloads W1-W3 of a run share.
+/// What the workloads of a run share.
 struct Workloads<'a, R: Runtime> {
     args: &'a Args,
     servers: &'a Servers,
@@ -1866,6 +1816,61 @@ impl<'a, R: Runtime> Workloads<'a, R> {
         let measured = measure()?;
         ceiling::report(self.bench, setting, &measured);
         Some(measured.ops_per_s)
+    }
+
+    /// S1-S3: the store's plans end to end (ours only), in the layout a user of the
+    /// deployment gets by default.
+    async fn stores(&self) {
+        let (rt, probe, bench, name) = (self.args.runtime, self.bench.probe, self.bench, self.name);
+        let payload = Bytes::from(vec![b'p'; PAYLOAD_LEN]);
+        let store = Store::new(self.ours.clone(), StoreOptions::new("bench-store")).expect("store");
+        if self.args.runs("S1") {
+            let total = self.args.scaled(100_000);
+            self.servers.flush();
+            eprintln!("# S1: Store::save_message over {CHATS} chats, {PAYLOAD_LEN}-byte payloads");
+            let m = drive(rt, total, CALLERS, probe, || StoreSave {
+                store: store.clone(),
+                payload: payload.clone(),
+            })
+            .await;
+            report(bench, &Setting::store("S1", Some(PAYLOAD_LEN)), name, &m);
+        }
+        if self.args.runs("S2") {
+            let total = self.args.scaled(20_000);
+            self.servers.flush();
+            let loaded = drive(rt, S2_CHATS * S2_MESSAGES, CALLERS, probe, || StoreLoad {
+                store: store.clone(),
+                payload: payload.clone(),
+            })
+            .await;
+            assert_eq!(loaded.errors, 0, "S2 preload: {:?}", loaded.first_error);
+            eprintln!(
+                "# S2: Store::list_messages, first page of 50, of {S2_CHATS} chats holding \
+                 {S2_MESSAGES} messages each"
+            );
+            let m = drive(rt, total, CALLERS, probe, || StoreListMessages {
+                store: store.clone(),
+            })
+            .await;
+            report(bench, &Setting::store("S2", Some(PAYLOAD_LEN)), name, &m);
+        }
+        if self.args.runs("S3") {
+            let total = self.args.scaled(5_000);
+            self.servers.flush();
+            let loaded = drive(rt, S3_CHATS, CALLERS, probe, || StoreUpsertChat {
+                store: store.clone(),
+            })
+            .await;
+            assert_eq!(loaded.errors, 0, "S3 preload: {:?}", loaded.first_error);
+            eprintln!(
+                "# S3: Store::list_chats, a page of 50 from a random place, over {S3_CHATS} chats"
+            );
+            let m = drive(rt, total, CALLERS, probe, || StoreListChats {
+                store: store.clone(),
+            })
+            .await;
+            report(bench, &Setting::store("S3", None), name, &m);
+        }
     }
 
     /// W1 at each payload size and caller count.
