@@ -7,7 +7,10 @@
 //! from when it was sent: a client that falls behind shows it as queueing in the percentiles
 //! instead of hiding it by sending later (coordinated omission). The schedule is kept by one
 //! dispatching task that sleeps until the next call is due; the runtime's timers have a
-//! millisecond's resolution, so the calls due within a millisecond start together.
+//! millisecond's resolution, so the calls due within a millisecond start together, at its end:
+//! up to a millisecond of a call's latency (half on average) is the dispatcher's, and the
+//! percentiles do not resolve below it. Each call's task ends when its reply is in, reporting
+//! over a channel, so that memory stays flat however many calls a level offers.
 
 use std::future::Future;
 use std::io::Write;
@@ -18,7 +21,7 @@ use std::time::{Duration, Instant};
 use botmesh_redis_bench::figures::Kind;
 
 use crate::sweep::Setting;
-use crate::{spawn, Bench, Compared, Contender, Measured, Probe, RuntimeKind, Worker};
+use crate::{Bench, Compared, Contender, Measured, Probe, RuntimeKind, Worker};
 
 /// The shares of a client's closed-loop peak it is offered.
 const SHARES: [f64; 3] = [0.25, 0.5, 0.8];
@@ -54,8 +57,10 @@ impl Level {
         let count = ((rate * self.seconds) as usize).max(1);
         let counts_before = probe.counts();
         let cpu_before = probe.cpu();
+        // Each call reports its outcome here and its task ends: a finished call's task is
+        // freed at once instead of held, with its output, until every call has finished.
+        let (done, outcomes) = std::sync::mpsc::channel::<Outcome>();
         let start = Instant::now();
-        let mut tasks = Vec::with_capacity(count);
         for i in 0..count {
             let due = start + Duration::from_secs_f64(i as f64 / rate);
             if Instant::now() < due {
@@ -66,38 +71,68 @@ impl Level {
             }
             let mut worker = make();
             let n = i % self.keyspace;
-            tasks.push(spawn(self.runtime, async move {
+            let done = done.clone();
+            spawn_detached(self.runtime, async move {
                 let result = worker.op(n).await;
-                (due.elapsed().as_nanos() as u64, result.err())
-            }));
+                let outcome = Outcome {
+                    latency_ns: due.elapsed().as_nanos() as u64,
+                    finished: Instant::now(),
+                    error: result.err(),
+                };
+                let _ = done.send(outcome);
+            });
         }
+        drop(done);
         let mut results = Vec::with_capacity(count);
-        for task in tasks {
-            results.push(task.await);
+        while results.len() < count {
+            match outcomes.try_recv() {
+                Ok(outcome) => results.push(outcome),
+                Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    sleep_until(self.runtime, Instant::now() + Duration::from_millis(1)).await
+                }
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+            }
         }
-        let wall = start.elapsed();
         let cpu_after = probe.cpu();
         let counts_after = probe.counts();
+        let last = results.iter().map(|o| o.finished).max().unwrap_or(start);
         let mut measured = Measured {
-            ops: count,
-            wall,
+            ops: results.len(),
+            wall: last - start,
             cpu_s: cpu_after.0 - cpu_before.0,
             server_cpu_s: cpu_after.1 - cpu_before.1,
             server_reads: counts_after.reads - counts_before.reads,
             server_writes: counts_after.writes - counts_before.writes,
             latencies: Vec::with_capacity(count),
-            errors: 0,
+            errors: count - results.len(),
             first_error: None,
         };
-        for (latency, error) in results {
-            measured.latencies.push(latency);
-            if let Some(e) = error {
+        for outcome in results {
+            measured.latencies.push(outcome.latency_ns);
+            if let Some(e) = outcome.error {
                 measured.errors += 1;
                 measured.first_error.get_or_insert(e);
             }
         }
         measured.latencies.sort_unstable();
         measured
+    }
+}
+
+/// What one call of the open loop reports.
+struct Outcome {
+    /// From the call's scheduled start to its reply.
+    latency_ns: u64,
+    finished: Instant,
+    error: Option<String>,
+}
+
+/// Runs `task` on the benchmark's runtime, not waited for: its task is freed when it ends.
+fn spawn_detached(rt: RuntimeKind, task: impl Future<Output = ()> + Send + 'static) {
+    match rt {
+        RuntimeKind::AsyncStd => async_global_executor::spawn(task).detach(),
+        // Dropping a tokio JoinHandle detaches the task.
+        RuntimeKind::Multi | RuntimeKind::Current => drop(tokio::spawn(task)),
     }
 }
 
