@@ -141,7 +141,7 @@ pub(crate) fn w1(servers: &Servers, ks: &Keyspace, sha: &str, payload: usize) ->
             }
         })
         .collect();
-    let requests = MIN_REQUESTS.min(crate::sweep::w1_calls(MIN_REQUESTS, payload));
+    let requests = crate::sweep::w1_calls(MIN_REQUESTS, payload);
     let stdin = vec![b'p'; payload];
     let ceiling = measure(processes, requests, requests, payload, Some(&stdin));
     servers.flush();

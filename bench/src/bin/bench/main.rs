@@ -1720,8 +1720,14 @@ async fn warm_up<R: Runtime>(
 }
 
 /// Runs the workloads with our client on runtime `R` (named `name` in the lines) and with the
-/// peers given.
-async fn run<R: Runtime>(args: Args, servers: Servers, name: &str, peers: Peers) {
+/// peers given; the figures also go to `figures` (`--csv`).
+async fn run<R: Runtime>(
+    args: Args,
+    servers: Servers,
+    name: &str,
+    peers: Peers,
+    figures: Option<figures::Writer>,
+) {
     let rt = args.runtime;
     let probe = &Probe::new(&servers);
     let bench = Bench {
@@ -1730,10 +1736,7 @@ async fn run<R: Runtime>(args: Args, servers: Servers, name: &str, peers: Peers)
         rounds: args.rounds,
         probe,
         quick: args.quick,
-        figures: args.csv.as_deref().map(|path| {
-            let writer = figures::Writer::create(path).unwrap_or_else(|e| usage(&e));
-            RefCell::new(writer)
-        }),
+        figures: figures.map(RefCell::new),
     };
     let ours = Client::<R>::connect(servers.our_options())
         .await
@@ -2206,6 +2209,11 @@ fn main() {
     if args.ceiling && (args.runs("W1") || args.runs("W2")) {
         ceiling::require_tool();
     }
+    // Before the servers: an exit past their start would leave their folders behind.
+    let figures = args
+        .csv
+        .as_deref()
+        .map(|path| figures::Writer::create(path).unwrap_or_else(|e| usage(&e)));
     let servers = Servers::start(args.deployment);
     let runtime = match args.runtime {
         RuntimeKind::AsyncStd => {
@@ -2215,7 +2223,7 @@ fn main() {
                 fred: None,
                 fred_pool: None,
             };
-            let run = run::<AsyncStd>(args, servers, "botmesh-async-std", peers);
+            let run = run::<AsyncStd>(args, servers, "botmesh-async-std", peers, figures);
             return async_global_executor::block_on(run);
         }
         RuntimeKind::Multi => tokio::runtime::Builder::new_multi_thread()
@@ -2250,6 +2258,6 @@ fn main() {
             fred,
             fred_pool,
         };
-        run::<Tokio>(args, servers, "botmesh-tokio", peers).await
+        run::<Tokio>(args, servers, "botmesh-tokio", peers, figures).await
     });
 }
