@@ -6,7 +6,12 @@
 //!     [--deployment cluster|standalone|standalone-unix]
 //!     [--runtime multi|current|async-std] [--quick] [--only W1,W2,W3,S1,S2,S3] [--client LIST]
 //!     [--w3-callers N] [--rounds N] [--fred-pool N]
+//!     [--callers LIST] [--payload LIST] [--no-ceiling] [--open-loop] [--csv PATH]
 //! ```
+//!
+//! The charts of `docs/performance.md` (`docs/img/*.svg`) are drawn from this binary's
+//! `--csv` figures by the `charts` binary; one command runs the bench runs they need and draws
+//! them: `scripts/charts` (`scripts/charts --quick` for a smoke run).
 //!
 //! The binary starts its own servers with the test harness: with `--deployment cluster` (the
 //! default) a Redis Cluster of 3 masters and **no replicas**, so that the numbers measure the
@@ -78,6 +83,28 @@
 //!   answered (and runs the form, should a later redis-rs accept it). fred's pipeline routes
 //!   each command to its own node, so `fred-pipe` runs on both deployments.
 //!
+//! # Sweeps, the ceiling and the open loop
+//!
+//! - `--callers LIST` (default `64`; e.g. `--callers 1,8,64,512`) runs each of W1-W3 at each
+//!   caller count, one comparison (and ratio line) per count; `--w3-callers N`, when given,
+//!   keeps W3 at N.
+//! - `--payload LIST` (bytes, default `200`; e.g. `--payload 100,10000,1000000`) runs W1 at
+//!   each message payload size. Past 512 MiB of payload per client's run the calls are scaled
+//!   down (at 1 MB: 536 calls instead of 200,000, 53 with `--quick`), so that a run stays
+//!   within seconds and the servers' memory within half a gigabyte.
+//! - The servers' ceiling (see `ceiling.rs`): before a workload's runs, `redis-benchmark -P 16
+//!   -c 64` (Debian's, package `redis-tools`, on `PATH`) against the same servers, for W1 (the
+//!   same script, keys of the same shape, the run's payload) and W2 (`GET` of existing 100-byte
+//!   values); W3 has none. It prints a `ceiling` line, and every client's line and the ratio
+//!   line of the workload then end with `ceiling_share`, the throughput over the ceiling
+//!   (ours, the median of the rounds, on the ratio line). `--no-ceiling` skips it.
+//! - `--open-loop` (see `open_loop.rs`): after a workload's closed-loop runs, each client is
+//!   offered 25%, 50% and 80% of its closed-loop peak as a fixed arrival rate, each call on its
+//!   own task, its latency measured from its scheduled start, for 2 s per level (0.5 s with
+//!   `--quick`).
+//! - `--csv PATH` writes every figure line (closed loop, open loop, ceiling) as a row of a
+//!   CSV file as well (`bench/src/figures.rs` holds the format), which `charts` reads.
+//!
 //! `--rounds N` runs each of W1-W3 N times with every client, in an order that rotates by
 //! round (round r starts with the client after the one that started round r - 1), so that no
 //! client always runs first or last on the servers; each workload ends with a ratio line (see
@@ -92,11 +119,21 @@
 //! One line per workload and client run on stdout:
 //!
 //! ```text
-//! W1 client=botmesh-tokio deployment=cluster runtime=multi ops_per_s=... p50_us=... p99_us=... cpu_s_per_100k=...
+//! W1 client=botmesh-tokio deployment=cluster runtime=multi ops_per_s=... p50_us=... p99_us=... cpu_s_per_100k=... p999_us=... callers=64 payload=200 ceiling_share=0.81
+//! ```
+//!
+//! The fields after `cpu_s_per_100k` are newer than the others and come last, so that readers
+//! of the older lines keep working: `p999_us`, the setting (`callers`, and `payload`, W1's
+//! message or W2's value size, `-` for W3) and, where the workload has a ceiling,
+//! `ceiling_share`. The ceiling and the open-loop levels get lines of their own:
+//!
+//! ```text
+//! W2 ceiling deployment=standalone runtime=multi tool=redis-benchmark pipeline=16 clients=64 ops_per_s=... callers=64 payload=100
+//! W2 open-loop client=fred deployment=standalone runtime=multi offered_per_s=... achieved_per_s=... p50_us=... p99_us=... p999_us=... cpu_s_per_100k=... callers=open payload=100
 //! ```
 //!
 //! - `ops_per_s`: operations over the wall time from the first call to the last reply.
-//! - `p50_us`, `p99_us`: percentiles of the per-call latencies (every call is timed with
+//! - `p50_us`, `p99_us`, `p999_us`: percentiles of the per-call latencies (every call is timed with
 //!   `Instant` around its `.await`; all timings are sorted).
 //! - `cpu_s_per_100k`: the process's user + system CPU time over the workload, scaled to 100,000
 //!   operations. It is read from `/proc/self/stat` (fields 14 `utime` and 15 `stime`, summed over
@@ -107,7 +144,7 @@
 //! After the rounds of a workload, one line compares ours with the best peer:
 //!
 //! ```text
-//! W1 ratio deployment=cluster runtime=multi rounds=5 best_peer=fred ops_per_s_x=1.41 (1.30-1.52) cpu_per_op_x=0.55 (0.50-0.60)
+//! W1 ratio deployment=cluster runtime=multi rounds=5 best_peer=fred ops_per_s_x=1.41 (1.30-1.52) cpu_per_op_x=0.55 (0.50-0.60) callers=64 payload=200 ceiling_share=0.81
 //! ```
 //!
 //! In each round the best peer is the peer's run (any form: `fred-pipe` is one) with the highest
@@ -135,6 +172,11 @@
 //! the standalone server.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod ceiling;
+mod open_loop;
+mod sweep;
+
+use std::cell::RefCell;
 use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -143,6 +185,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use botmesh_redis_async_std::runtime::AsyncStd;
+use botmesh_redis_bench::figures::{self, Kind, Row};
+use botmesh_redis_bench::{CALLERS, PAYLOAD_LEN};
 use botmesh_redis_client::{Client, Runtime};
 // The real-server harness.
 use botmesh_redis_harness::{
@@ -156,13 +200,10 @@ use bytes::Bytes;
 use fred::interfaces::{ClientLike, KeysInterface, LuaInterface, SortedSetsInterface};
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
+use sweep::Setting;
 
-/// Concurrent callers of every workload.
-const CALLERS: usize = 64;
 /// W1: chats the messages are spread over.
 const CHATS: usize = 10_000;
-/// W1: payload size.
-const PAYLOAD_LEN: usize = 200;
 /// W2: value size of the preloaded keys.
 const VALUE_LEN: usize = 100;
 /// W3: buckets of one listing, and members of each bucket's index.
@@ -233,9 +274,20 @@ struct Args {
     quick: bool,
     only: Option<Vec<String>>,
     clients: Option<Vec<String>>,
-    w3_callers: usize,
+    /// W3's callers when given (`--w3-callers`), else W3 sweeps `callers` too.
+    w3_callers: Option<usize>,
     rounds: usize,
     fred_pool: usize,
+    /// The caller counts every workload runs at (`--callers`).
+    callers: Vec<usize>,
+    /// W1's payload sizes (`--payload`).
+    payloads: Vec<usize>,
+    /// Whether each workload's ceiling is measured (`--no-ceiling` clears it).
+    ceiling: bool,
+    /// Whether each workload ends with the open-loop levels (`--open-loop`).
+    open_loop: bool,
+    /// Where the figures go as CSV (`--csv PATH`).
+    csv: Option<std::path::PathBuf>,
 }
 
 impl Args {
@@ -246,9 +298,14 @@ impl Args {
             quick: false,
             only: None,
             clients: None,
-            w3_callers: CALLERS,
+            w3_callers: None,
             rounds: 1,
             fred_pool: FRED_POOL_SIZE,
+            callers: vec![CALLERS],
+            payloads: vec![PAYLOAD_LEN],
+            ceiling: true,
+            open_loop: false,
+            csv: None,
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -293,7 +350,17 @@ impl Args {
                     args.clients = Some(list);
                 }
                 "--rounds" => args.rounds = positive(it.next(), "--rounds"),
-                "--w3-callers" => args.w3_callers = positive(it.next(), "--w3-callers"),
+                "--w3-callers" => args.w3_callers = Some(positive(it.next(), "--w3-callers")),
+                "--callers" => args.callers = sweep::positive_list(it.next(), "--callers"),
+                "--payload" => args.payloads = sweep::positive_list(it.next(), "--payload"),
+                "--no-ceiling" => args.ceiling = false,
+                "--open-loop" => args.open_loop = true,
+                "--csv" => {
+                    let path = it
+                        .next()
+                        .unwrap_or_else(|| usage("--csv wants a file's path"));
+                    args.csv = Some(path.into());
+                }
                 "--fred-pool" => {
                     args.fred_pool = match it.next().and_then(|n| n.parse().ok()) {
                         Some(n) if n != 1 => n,
@@ -350,7 +417,8 @@ fn usage(problem: &str) -> ! {
     eprintln!(
         "usage: bench [--deployment cluster|standalone|standalone-unix] [--runtime multi|current|async-std] \
          [--quick] [--only W1,W2,W3,S1,S2,S3] [--client botmesh,redis-rs,redis-rs-pipe,fred,\
-         fred-pipe,fred-pool,fred-pool-pipe] [--w3-callers N] [--rounds N] [--fred-pool N]"
+         fred-pipe,fred-pool,fred-pool-pipe] [--w3-callers N] [--rounds N] [--fred-pool N] \
+         [--callers LIST] [--payload LIST] [--no-ceiling] [--open-loop] [--csv PATH]"
     );
     std::process::exit(2)
 }
@@ -587,11 +655,12 @@ struct Measured {
 }
 
 impl Measured {
-    fn percentile_us(&self, p: usize) -> f64 {
+    /// The latency below which a share `q` (0.5, 0.99, 0.999) of the calls stayed.
+    fn percentile_us(&self, q: f64) -> f64 {
         if self.latencies.is_empty() {
             return 0.0;
         }
-        let i = (self.latencies.len() - 1) * p / 100;
+        let i = ((self.latencies.len() - 1) as f64 * q) as usize;
         self.latencies[i] as f64 / 1000.0
     }
 }
@@ -685,11 +754,48 @@ struct Bench<'a> {
     deployment: Deployment,
     rounds: usize,
     probe: &'a Probe,
+    /// Whether the runs are a tenth of their size (`--quick`).
+    quick: bool,
+    /// Where the figures go besides stdout (`--csv PATH`).
+    figures: Option<RefCell<figures::Writer>>,
+}
+
+impl Bench<'_> {
+    /// A row of the figures file for this run's deployment and runtime.
+    fn row(&self, kind: Kind, setting: &Setting, client: &str, ops_per_s: f64) -> Row {
+        Row {
+            kind,
+            workload: setting.workload.to_owned(),
+            deployment: self.deployment.name().to_owned(),
+            runtime: self.runtime.name().to_owned(),
+            client: client.to_owned(),
+            callers: setting.callers,
+            payload: setting.payload,
+            offered_per_s: None,
+            ops_per_s,
+            p50_us: None,
+            p99_us: None,
+            p999_us: None,
+            cpu_s_per_100k: None,
+        }
+    }
+
+    /// Adds `row` to the figures file, if there is one.
+    fn record(&self, row: Row) {
+        if let Some(figures) = &self.figures {
+            if let Err(e) = figures.borrow_mut().write(&row) {
+                eprintln!("# {e}");
+            }
+        }
+    }
 }
 
 /// A run of one workload by one client, measured; boxed so that clients whose workers differ
 /// in type sit in one list.
 type RunFn<'a> = Box<dyn Fn() -> Pin<Box<dyn Future<Output = Measured> + 'a>> + 'a>;
+
+/// An open-loop level of one workload by one client at an arrival rate (calls per second).
+type OfferFn<'a> = Box<dyn Fn(f64) -> Pin<Box<dyn Future<Output = Measured> + 'a>> + 'a>;
 
 /// One client in a workload's comparison.
 struct Contender<'a> {
@@ -698,13 +804,18 @@ struct Contender<'a> {
     /// A peer, or ours.
     peer: bool,
     run: RunFn<'a>,
+    offer: OfferFn<'a>,
 }
 
 /// One workload run by several clients, round after round.
+#[derive(Clone, Copy)]
 struct Compared<'a> {
-    workload: &'static str,
+    /// The workload and its callers, payload and ceiling.
+    setting: Setting,
     total: usize,
-    callers: usize,
+    /// Operation numbers of the open loop wrap at this count (W2 has `total` keys); W1's do
+    /// not wrap, so that every message is new.
+    keyspace: usize,
     /// Run before each client's run (W1 empties the servers).
     before_each: &'a dyn Fn(),
 }
@@ -718,9 +829,16 @@ impl<'a> Compared<'a> {
         peer: bool,
         make: impl Fn() -> W + 'a,
     ) -> Contender<'a> {
-        let (rt, total, callers, probe) = (bench.runtime, self.total, self.callers, bench.probe);
+        let (rt, total, probe) = (bench.runtime, self.total, bench.probe);
+        let callers = self.setting.callers;
+        let level = open_loop::Level {
+            runtime: rt,
+            seconds: open_loop::seconds(bench.quick),
+            keyspace: self.keyspace,
+        };
         // Each run gets its own handle on `make`, so that the run's future owns what it uses.
         let make = std::rc::Rc::new(make);
+        let offered = make.clone();
         Contender {
             name: name.to_owned(),
             peer,
@@ -728,11 +846,16 @@ impl<'a> Compared<'a> {
                 let make = make.clone();
                 Box::pin(drive(rt, total, callers, probe, move || make()))
             }),
+            offer: Box::new(move |rate| {
+                let make = offered.clone();
+                Box::pin(level.offer(rate, probe, move || make()))
+            }),
         }
     }
 
-    /// Runs the rounds, prints a line per run and the ratio line.
-    async fn run(&self, bench: &Bench<'_>, contenders: Vec<Contender<'_>>) {
+    /// Runs the rounds, prints a line per run and the ratio line; yields each contender's
+    /// highest throughput over the rounds (its closed-loop peak).
+    async fn run(&self, bench: &Bench<'_>, contenders: &[Contender<'_>]) -> Vec<f64> {
         let count = contenders.len();
         let mut rounds = Vec::with_capacity(bench.rounds);
         for round in 0..bench.rounds {
@@ -745,18 +868,26 @@ impl<'a> Compared<'a> {
                 let contender = &contenders[i];
                 (self.before_each)();
                 let m = (contender.run)().await;
-                figures[i] = Some(report(bench, self.workload, &contender.name, &m));
+                figures[i] = Some(report(bench, &self.setting, &contender.name, &m));
             }
             rounds.push(figures);
         }
-        summarize(bench, self.workload, &contenders, &rounds);
+        summarize(bench, &self.setting, contenders, &rounds);
+        (0..count)
+            .map(|i| {
+                rounds
+                    .iter()
+                    .filter_map(|figures| figures[i].map(|f| f.ops_per_s))
+                    .fold(0.0, f64::max)
+            })
+            .collect()
     }
 }
 
 /// Prints the ratio line of a workload: each round's ours / best peer, their median and range.
 fn summarize(
     bench: &Bench<'_>,
-    workload: &str,
+    setting: &Setting,
     contenders: &[Contender<'_>],
     rounds: &[Vec<Option<Figures>>],
 ) {
@@ -765,6 +896,7 @@ fn summarize(
     };
     let mut speed = Vec::new();
     let mut cpu = Vec::new();
+    let mut ours_per_s = Vec::new();
     // How many rounds each peer was the best of, in the order of first being best.
     let mut best_counts: Vec<(&str, usize)> = Vec::new();
     for figures in rounds {
@@ -777,6 +909,7 @@ fn summarize(
             .max_by(|a, b| a.1.ops_per_s.total_cmp(&b.1.ops_per_s));
         let Some((name, best)) = best else { continue };
         speed.push(our.ops_per_s / best.ops_per_s);
+        ours_per_s.push(our.ops_per_s);
         cpu.push(our.cpu_per_100k / best.cpu_per_100k);
         match best_counts.iter_mut().find(|(n, _)| *n == name) {
             Some((_, count)) => *count += 1,
@@ -784,7 +917,9 @@ fn summarize(
         }
     }
     let compared = speed.len();
-    let (Some(speed), Some(cpu)) = (Spread::of(speed), Spread::of(cpu)) else {
+    let (Some(speed), Some(cpu), Some(ours_per_s)) =
+        (Spread::of(speed), Spread::of(cpu), Spread::of(ours_per_s))
+    else {
         return;
     };
     let best_peer = match best_counts.as_slice() {
@@ -802,8 +937,9 @@ fn summarize(
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "{workload} ratio deployment={} runtime={} rounds={compared} best_peer={best_peer} \
-         ops_per_s_x={:.2} ({:.2}-{:.2}) cpu_per_op_x={:.2} ({:.2}-{:.2})",
+        "{} ratio deployment={} runtime={} rounds={compared} best_peer={best_peer} \
+         ops_per_s_x={:.2} ({:.2}-{:.2}) cpu_per_op_x={:.2} ({:.2}-{:.2}) {}",
+        setting.workload,
         bench.deployment.name(),
         bench.runtime.name(),
         speed.median,
@@ -812,6 +948,7 @@ fn summarize(
         cpu.median,
         cpu.min,
         cpu.max,
+        setting.fields(ours_per_s.median),
     );
     let _ = out.flush();
 }
@@ -840,21 +977,35 @@ impl Spread {
     }
 }
 
-fn report(bench: &Bench<'_>, workload: &str, client: &str, m: &Measured) -> Figures {
+/// Prints the line of a closed-loop run, records its row and the servers' side on stderr.
+fn report(bench: &Bench<'_>, setting: &Setting, client: &str, m: &Measured) -> Figures {
+    let workload = setting.workload;
     let ops_per_s = m.ops as f64 / m.wall.as_secs_f64();
     let cpu_per_100k = m.cpu_s * 100_000.0 / m.ops as f64;
+    let (p50, p99, p999) = (
+        m.percentile_us(0.5),
+        m.percentile_us(0.99),
+        m.percentile_us(0.999),
+    );
     // A closed stdout (`bench | head -1`) must not panic: a panic keeps the servers' folders.
+    // New fields go after the old ones, so that readers of the old lines keep working.
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
         "{workload} client={client} deployment={} runtime={} ops_per_s={ops_per_s:.0} \
-         p50_us={:.1} p99_us={:.1} cpu_s_per_100k={cpu_per_100k:.3}",
+         p50_us={p50:.1} p99_us={p99:.1} cpu_s_per_100k={cpu_per_100k:.3} p999_us={p999:.1} {}",
         bench.deployment.name(),
         bench.runtime.name(),
-        m.percentile_us(50),
-        m.percentile_us(99),
+        setting.fields(ops_per_s),
     );
     let _ = out.flush();
+    bench.record(Row {
+        p50_us: Some(p50),
+        p99_us: Some(p99),
+        p999_us: Some(p999),
+        cpu_s_per_100k: Some(cpu_per_100k),
+        ..bench.row(Kind::Closed, setting, client, ops_per_s)
+    });
     if m.errors > 0 {
         eprintln!(
             "# {workload} client={client}: {} of {} calls FAILED; first: {}",
@@ -1569,8 +1720,14 @@ async fn warm_up<R: Runtime>(
 }
 
 /// Runs the workloads with our client on runtime `R` (named `name` in the lines) and with the
-/// peers given.
-async fn run<R: Runtime>(args: Args, servers: Servers, name: &str, peers: Peers) {
+/// peers given; the figures also go to `figures` (`--csv`).
+async fn run<R: Runtime>(
+    args: Args,
+    servers: Servers,
+    name: &str,
+    peers: Peers,
+    figures: Option<figures::Writer>,
+) {
     let rt = args.runtime;
     let probe = &Probe::new(&servers);
     let bench = Bench {
@@ -1578,73 +1735,218 @@ async fn run<R: Runtime>(args: Args, servers: Servers, name: &str, peers: Peers)
         deployment: servers.deployment(),
         rounds: args.rounds,
         probe,
+        quick: args.quick,
+        figures: figures.map(RefCell::new),
     };
     let ours = Client::<R>::connect(servers.our_options())
         .await
         .expect("botmesh client connects");
     let run_ours = args.runs_client("botmesh");
-    // A peer's form runs when selected and its connection is there.
-    let redis = |form: &str| peers.redis.as_ref().filter(|_| args.runs_client(form));
-    let fred = |form: &str| {
-        match form.starts_with(FRED_POOL) {
-            true => peers.fred_pool.as_ref(),
-            false => peers.fred.as_ref(),
-        }
-        .filter(|_| args.runs_client(form))
-    };
     warm_up(rt, run_ours.then_some(&ours), &peers, probe).await;
     let ks = Keyspace::new(Layout::Cluster, "bench").expect("keyspace");
-    let payload = Bytes::from(vec![b'p'; PAYLOAD_LEN]);
 
+    let workloads = Workloads {
+        args: &args,
+        servers: &servers,
+        bench: &bench,
+        ours: &ours,
+        name,
+        peers: &peers,
+        ks,
+    };
     if args.runs("W1") {
-        let total = args.scaled(200_000);
-        let source = botmesh_redis_core::driver::scripts::SAVE_MESSAGE.source();
-        // fred is given the digest as the servers computed it (redis-rs's `Script` and our
-        // client compute the same one themselves).
-        let sha = fred::bytes_utils::Str::from(servers.load_script(source));
-        let script = Arc::new(redis::Script::new(source));
-        eprintln!(
-            "# W1: save_message over {CHATS} chats, {PAYLOAD_LEN}-byte payloads, \
-             {total} calls, {CALLERS} callers"
-        );
-        let compared = Compared {
-            workload: "W1",
-            total,
-            callers: CALLERS,
-            // Every client inserts new data.
-            before_each: &|| servers.flush(),
-        };
-        let mut contenders = Vec::new();
-        if run_ours {
-            contenders.push(compared.contender(&bench, name, false, || SaveOurs {
-                client: ours.clone(),
-                ks: ks.clone(),
-                payload: payload.clone(),
-            }));
-        }
-        if let Some(conn) = redis(REDIS_RS) {
-            contenders.push(compared.contender(&bench, REDIS_RS, true, || SaveRedis {
-                conn: conn.clone(),
-                script: script.clone(),
-                ks: ks.clone(),
-                payload: payload.clone(),
-            }));
-        }
-        for form in [FRED, FRED_POOL] {
-            let Some(conn) = fred(form) else { continue };
-            contenders.push(compared.contender(&bench, form, true, || SaveFred {
-                conn: conn.clone(),
-                sha: sha.clone(),
-                ks: ks.clone(),
-                payload: payload.clone(),
-            }));
-        }
-        compared.run(&bench, contenders).await;
+        workloads.w1().await;
+    }
+    if args.runs("W2") {
+        workloads.w2().await;
+    }
+    if args.runs("W3") {
+        workloads.w3().await;
     }
 
-    if args.runs("W2") {
-        let total = args.scaled(100_000);
-        servers.flush();
+    workloads.stores().await;
+
+    ours.close().await;
+    for fred in [&peers.fred, &peers.fred_pool].into_iter().flatten() {
+        fred.quit().await;
+    }
+}
+
+/// What the workloads of a run share.
+struct Workloads<'a, R: Runtime> {
+    args: &'a Args,
+    servers: &'a Servers,
+    bench: &'a Bench<'a>,
+    ours: &'a Client<R>,
+    /// Ours in the lines.
+    name: &'a str,
+    peers: &'a Peers,
+    ks: Keyspace,
+}
+
+impl<'a, R: Runtime> Workloads<'a, R> {
+    /// Whether ours runs.
+    fn ours(&self) -> bool {
+        self.args.runs_client("botmesh")
+    }
+
+    /// redis-rs's connection when its `form` is selected.
+    fn redis(&self, form: &str) -> Option<&'a RedisConn> {
+        self.peers
+            .redis
+            .as_ref()
+            .filter(|_| self.args.runs_client(form))
+    }
+
+    /// fred's client or pool when its `form` is selected.
+    fn fred(&self, form: &str) -> Option<&'a FredConn> {
+        match form.starts_with(FRED_POOL) {
+            true => self.peers.fred_pool.as_ref(),
+            false => self.peers.fred.as_ref(),
+        }
+        .filter(|_| self.args.runs_client(form))
+    }
+
+    /// The ceiling of a setting, measured and printed, unless `--no-ceiling`.
+    fn ceiling(
+        &self,
+        setting: &Setting,
+        measure: impl FnOnce() -> Option<ceiling::Ceiling>,
+    ) -> Option<f64> {
+        if !self.args.ceiling {
+            return None;
+        }
+        let measured = measure()?;
+        ceiling::report(self.bench, setting, &measured);
+        Some(measured.ops_per_s)
+    }
+
+    /// S1-S3: the store's plans end to end (ours only), in the layout a user of the
+    /// deployment gets by default.
+    async fn stores(&self) {
+        let (rt, probe, bench, name) = (self.args.runtime, self.bench.probe, self.bench, self.name);
+        let payload = Bytes::from(vec![b'p'; PAYLOAD_LEN]);
+        let store = Store::new(self.ours.clone(), StoreOptions::new("bench-store")).expect("store");
+        if self.args.runs("S1") {
+            let total = self.args.scaled(100_000);
+            self.servers.flush();
+            eprintln!("# S1: Store::save_message over {CHATS} chats, {PAYLOAD_LEN}-byte payloads");
+            let m = drive(rt, total, CALLERS, probe, || StoreSave {
+                store: store.clone(),
+                payload: payload.clone(),
+            })
+            .await;
+            report(bench, &Setting::store("S1", Some(PAYLOAD_LEN)), name, &m);
+        }
+        if self.args.runs("S2") {
+            let total = self.args.scaled(20_000);
+            self.servers.flush();
+            let loaded = drive(rt, S2_CHATS * S2_MESSAGES, CALLERS, probe, || StoreLoad {
+                store: store.clone(),
+                payload: payload.clone(),
+            })
+            .await;
+            assert_eq!(loaded.errors, 0, "S2 preload: {:?}", loaded.first_error);
+            eprintln!(
+                "# S2: Store::list_messages, first page of 50, of {S2_CHATS} chats holding \
+                 {S2_MESSAGES} messages each"
+            );
+            let m = drive(rt, total, CALLERS, probe, || StoreListMessages {
+                store: store.clone(),
+            })
+            .await;
+            report(bench, &Setting::store("S2", Some(PAYLOAD_LEN)), name, &m);
+        }
+        if self.args.runs("S3") {
+            let total = self.args.scaled(5_000);
+            self.servers.flush();
+            let loaded = drive(rt, S3_CHATS, CALLERS, probe, || StoreUpsertChat {
+                store: store.clone(),
+            })
+            .await;
+            assert_eq!(loaded.errors, 0, "S3 preload: {:?}", loaded.first_error);
+            eprintln!(
+                "# S3: Store::list_chats, a page of 50 from a random place, over {S3_CHATS} chats"
+            );
+            let m = drive(rt, total, CALLERS, probe, || StoreListChats {
+                store: store.clone(),
+            })
+            .await;
+            report(bench, &Setting::store("S3", None), name, &m);
+        }
+    }
+
+    /// W1 at each payload size and caller count.
+    async fn w1(&self) {
+        let source = botmesh_redis_core::driver::scripts::SAVE_MESSAGE.source();
+        let digest = self.servers.load_script(source);
+        // fred is given the digest as the servers computed it (redis-rs's `Script` and our
+        // client compute the same one themselves).
+        let sha = fred::bytes_utils::Str::from(digest.as_str());
+        let script = Arc::new(redis::Script::new(source));
+        let flush = || self.servers.flush();
+        for &size in &self.args.payloads {
+            let total = self.args.scaled(sweep::w1_calls(200_000, size));
+            let payload = Bytes::from(vec![b'p'; size]);
+            eprintln!("# W1: save_message over {CHATS} chats, {size}-byte payloads, {total} calls");
+            let mut setting = Setting {
+                workload: "W1",
+                callers: CALLERS,
+                payload: Some(size),
+                ceiling: None,
+            };
+            setting.ceiling = self.ceiling(&setting, || {
+                ceiling::w1(self.servers, &self.ks, &digest, size)
+            });
+            let compared = Compared {
+                setting,
+                total,
+                keyspace: usize::MAX,
+                // Every client inserts new data.
+                before_each: &flush,
+            };
+            self.sweep(compared, &self.args.callers, |compared| {
+                let mut list = Vec::new();
+                if self.ours() {
+                    list.push(
+                        compared.contender(self.bench, self.name, false, || SaveOurs {
+                            client: self.ours.clone(),
+                            ks: self.ks.clone(),
+                            payload: payload.clone(),
+                        }),
+                    );
+                }
+                if let Some(conn) = self.redis(REDIS_RS) {
+                    list.push(
+                        compared.contender(self.bench, REDIS_RS, true, || SaveRedis {
+                            conn: conn.clone(),
+                            script: script.clone(),
+                            ks: self.ks.clone(),
+                            payload: payload.clone(),
+                        }),
+                    );
+                }
+                for form in [FRED, FRED_POOL] {
+                    let Some(conn) = self.fred(form) else {
+                        continue;
+                    };
+                    list.push(compared.contender(self.bench, form, true, || SaveFred {
+                        conn: conn.clone(),
+                        sha: sha.clone(),
+                        ks: self.ks.clone(),
+                        payload: payload.clone(),
+                    }));
+                }
+                list
+            })
+            .await;
+        }
+    }
+
+    /// W2 at each caller count.
+    async fn w2(&self) {
+        let total = self.args.scaled(100_000);
+        self.servers.flush();
         let value = Bytes::from(vec![b'v'; VALUE_LEN]);
         let set = Arc::new(move |n: usize| {
             Request::cmd(Access::Write, "SET")
@@ -1653,42 +1955,57 @@ async fn run<R: Runtime>(args: Args, servers: Servers, name: &str, peers: Peers)
                 .build()
                 .expect("SET")
         });
-        let loaded = drive(rt, total, CALLERS, probe, || Load {
-            client: ours.clone(),
+        let rt = self.args.runtime;
+        let loaded = drive(rt, total, CALLERS, self.bench.probe, || Load {
+            client: self.ours.clone(),
             request: set.clone(),
         })
         .await;
         assert_eq!(loaded.errors, 0, "W2 preload: {:?}", loaded.first_error);
-        eprintln!("# W2: GET of {total} existing keys, {CALLERS} callers");
-        let compared = Compared {
+        eprintln!("# W2: GET of {total} existing keys");
+        let mut setting = Setting {
             workload: "W2",
-            total,
             callers: CALLERS,
+            payload: Some(VALUE_LEN),
+            ceiling: None,
+        };
+        setting.ceiling = self.ceiling(&setting, || ceiling::w2(self.servers, total, VALUE_LEN));
+        let compared = Compared {
+            setting,
+            total,
+            keyspace: total,
             before_each: &|| {},
         };
-        let mut contenders = Vec::new();
-        if run_ours {
-            contenders.push(compared.contender(&bench, name, false, || GetOurs {
-                client: ours.clone(),
-            }));
-        }
-        if let Some(conn) = redis(REDIS_RS) {
-            contenders.push(
-                compared.contender(&bench, REDIS_RS, true, || GetRedis { conn: conn.clone() }),
-            );
-        }
-        for form in [FRED, FRED_POOL] {
-            let Some(conn) = fred(form) else { continue };
-            contenders
-                .push(compared.contender(&bench, form, true, || GetFred { conn: conn.clone() }));
-        }
-        compared.run(&bench, contenders).await;
+        self.sweep(compared, &self.args.callers, |compared| {
+            let mut list = Vec::new();
+            if self.ours() {
+                list.push(
+                    compared.contender(self.bench, self.name, false, || GetOurs {
+                        client: self.ours.clone(),
+                    }),
+                );
+            }
+            if let Some(conn) = self.redis(REDIS_RS) {
+                list.push(compared.contender(self.bench, REDIS_RS, true, || GetRedis {
+                    conn: conn.clone(),
+                }));
+            }
+            for form in [FRED, FRED_POOL] {
+                let Some(conn) = self.fred(form) else {
+                    continue;
+                };
+                list.push(
+                    compared.contender(self.bench, form, true, || GetFred { conn: conn.clone() }),
+                );
+            }
+            list
+        })
+        .await;
     }
 
-    if args.runs("W3") {
-        let total = args.scaled(2_000);
-        let callers = args.w3_callers;
-        servers.flush();
+    /// W3's indexes, loaded: our keys and their names.
+    async fn w3_indexes(&self) -> (Arc<Vec<Key>>, Vec<String>) {
+        self.servers.flush();
         let names: Vec<String> = (0..BUCKETS)
             .map(|b| format!("bench:{{ch:{b}}}:idx"))
             .collect();
@@ -1702,131 +2019,148 @@ async fn run<R: Runtime>(args: Args, servers: Servers, name: &str, peers: Peers)
             }
             cmd.build().expect("ZADD")
         });
-        let loaded = drive(rt, BUCKETS, BUCKETS, probe, || Load {
-            client: ours.clone(),
+        let rt = self.args.runtime;
+        let loaded = drive(rt, BUCKETS, BUCKETS, self.bench.probe, || Load {
+            client: self.ours.clone(),
             request: zadd.clone(),
         })
         .await;
         assert_eq!(loaded.errors, 0, "W3 preload: {:?}", loaded.first_error);
-        eprintln!(
-            "# W3: {total} listings of {BUCKETS} x ZRANGE 0 -1 ({MEMBERS} members each), \
-             {callers} callers"
-        );
-        let fred_keys: Arc<Vec<fred::types::Key>> =
-            Arc::new(names.iter().map(fred::types::Key::from).collect());
-        let names = Arc::new(names);
-        // redis-rs's pipeline runs only where redis-rs accepts the listing's pipeline: tried
-        // once, and the answer said.
-        let mut redis_pipe = redis(REDIS_RS_PIPE);
-        if let Some(conn) = redis_pipe {
-            let tried: Result<Vec<redis::Value>, _> =
-                listing_pipe(&names).query_async(&mut conn.clone()).await;
-            if let Err(e) = tried.map_err(describe).and_then(count_redis_members) {
+        (keys, names)
+    }
+
+    /// redis-rs's pipelined listing where redis-rs accepts the listing's pipeline: tried
+    /// once, and the answer said.
+    async fn w3_redis_pipe(&self, names: &[String]) -> Option<&'a RedisConn> {
+        let conn = self.redis(REDIS_RS_PIPE)?;
+        let tried: Result<Vec<redis::Value>, _> =
+            listing_pipe(names).query_async(&mut conn.clone()).await;
+        match tried.map_err(describe).and_then(count_redis_members) {
+            Ok(()) => Some(conn),
+            Err(e) => {
                 eprintln!(
                     "# W3: {REDIS_RS_PIPE} left out on this deployment: redis-rs refused the \
                      listing's pipeline of {BUCKETS} ZRANGEs over {BUCKETS} slots: {e}"
                 );
-                redis_pipe = None;
+                None
             }
         }
-        let compared = Compared {
-            workload: "W3",
-            total,
-            callers,
-            before_each: &|| {},
-        };
-        let mut contenders = Vec::new();
-        if run_ours {
-            contenders.push(compared.contender(&bench, name, false, || ListOurs {
-                client: ours.clone(),
-                keys: keys.clone(),
-            }));
-        }
-        if let Some(conn) = redis(REDIS_RS) {
-            contenders.push(compared.contender(&bench, REDIS_RS, true, || ListRedis {
-                conn: conn.clone(),
-                keys: names.clone(),
-            }));
-        }
-        if let Some(conn) = redis_pipe {
-            contenders.push(
-                compared.contender(&bench, REDIS_RS_PIPE, true, || ListRedisPipe {
-                    conn: conn.clone(),
-                    keys: names.clone(),
-                }),
+    }
+
+    /// W3 at each caller count (or at `--w3-callers`).
+    async fn w3(&self) {
+        let total = self.args.scaled(2_000);
+        let (keys, names) = self.w3_indexes().await;
+        eprintln!("# W3: {total} listings of {BUCKETS} x ZRANGE 0 -1 ({MEMBERS} members each)");
+        if self.args.ceiling {
+            eprintln!(
+                "# W3: no ceiling: a listing is {BUCKETS} ZRANGEs over {BUCKETS} slots as one \
+                 operation, which redis-benchmark cannot issue"
             );
         }
-        for (joined, piped) in [(FRED, FRED_PIPE), (FRED_POOL, FRED_POOL_PIPE)] {
-            if let Some(conn) = fred(joined) {
-                contenders.push(compared.contender(&bench, joined, true, || ListFred {
-                    conn: conn.clone(),
-                    keys: fred_keys.clone(),
-                }));
+        let fred_keys: Arc<Vec<fred::types::Key>> =
+            Arc::new(names.iter().map(fred::types::Key::from).collect());
+        let redis_pipe = self.w3_redis_pipe(&names).await;
+        let names = Arc::new(names);
+        let compared = Compared {
+            setting: Setting {
+                workload: "W3",
+                callers: CALLERS,
+                payload: None,
+                ceiling: None,
+            },
+            total,
+            keyspace: usize::MAX,
+            before_each: &|| {},
+        };
+        let callers = match self.args.w3_callers {
+            Some(n) => vec![n],
+            None => self.args.callers.clone(),
+        };
+        self.sweep(compared, &callers, |compared| {
+            let mut list = Vec::new();
+            if self.ours() {
+                list.push(
+                    compared.contender(self.bench, self.name, false, || ListOurs {
+                        client: self.ours.clone(),
+                        keys: keys.clone(),
+                    }),
+                );
             }
-            if let Some(conn) = fred(piped) {
-                contenders.push(compared.contender(&bench, piped, true, || ListFredPipe {
-                    conn: conn.clone(),
-                    keys: fred_keys.clone(),
-                }));
+            if let Some(conn) = self.redis(REDIS_RS) {
+                list.push(
+                    compared.contender(self.bench, REDIS_RS, true, || ListRedis {
+                        conn: conn.clone(),
+                        keys: names.clone(),
+                    }),
+                );
             }
+            if let Some(conn) = redis_pipe {
+                list.push(
+                    compared.contender(self.bench, REDIS_RS_PIPE, true, || ListRedisPipe {
+                        conn: conn.clone(),
+                        keys: names.clone(),
+                    }),
+                );
+            }
+            for (joined, piped) in [(FRED, FRED_PIPE), (FRED_POOL, FRED_POOL_PIPE)] {
+                if let Some(conn) = self.fred(joined) {
+                    list.push(compared.contender(self.bench, joined, true, || ListFred {
+                        conn: conn.clone(),
+                        keys: fred_keys.clone(),
+                    }));
+                }
+                if let Some(conn) = self.fred(piped) {
+                    list.push(
+                        compared.contender(self.bench, piped, true, || ListFredPipe {
+                            conn: conn.clone(),
+                            keys: fred_keys.clone(),
+                        }),
+                    );
+                }
+            }
+            list
+        })
+        .await;
+    }
+
+    /// Runs `compared` at each caller count with the contenders `contenders` builds for it,
+    /// then, with `--open-loop`, offers each contender the open-loop levels of its peak over
+    /// those runs.
+    async fn sweep<'c>(
+        &self,
+        compared: Compared<'c>,
+        callers: &[usize],
+        contenders: impl Fn(&Compared<'c>) -> Vec<Contender<'c>>,
+    ) where
+        'a: 'c,
+    {
+        let mut peaks: Vec<f64> = Vec::new();
+        let mut last = None;
+        for &n in callers {
+            let compared = Compared {
+                setting: Setting {
+                    callers: n,
+                    ..compared.setting
+                },
+                ..compared
+            };
+            eprintln!("# {}: {n} callers", compared.setting.workload);
+            let list = contenders(&compared);
+            let run = compared.run(self.bench, &list).await;
+            peaks.resize(run.len(), 0.0);
+            for (peak, ops) in peaks.iter_mut().zip(run) {
+                *peak = peak.max(ops);
+            }
+            last = Some((compared, list));
         }
-        compared.run(&bench, contenders).await;
-    }
-
-    // Store-level workloads (ours only: they measure the store's plans end to end), in the
-    // layout a user of the deployment gets by default.
-    let store = Store::new(ours.clone(), StoreOptions::new("bench-store")).expect("store");
-    if args.runs("S1") {
-        let total = args.scaled(100_000);
-        servers.flush();
-        eprintln!("# S1: Store::save_message over {CHATS} chats, {PAYLOAD_LEN}-byte payloads");
-        let m = drive(rt, total, CALLERS, probe, || StoreSave {
-            store: store.clone(),
-            payload: payload.clone(),
-        })
-        .await;
-        report(&bench, "S1", name, &m);
-    }
-    if args.runs("S2") {
-        let total = args.scaled(20_000);
-        servers.flush();
-        let loaded = drive(rt, S2_CHATS * S2_MESSAGES, CALLERS, probe, || StoreLoad {
-            store: store.clone(),
-            payload: payload.clone(),
-        })
-        .await;
-        assert_eq!(loaded.errors, 0, "S2 preload: {:?}", loaded.first_error);
-        eprintln!(
-            "# S2: Store::list_messages, first page of 50, of {S2_CHATS} chats holding \
-             {S2_MESSAGES} messages each"
-        );
-        let m = drive(rt, total, CALLERS, probe, || StoreListMessages {
-            store: store.clone(),
-        })
-        .await;
-        report(&bench, "S2", name, &m);
-    }
-    if args.runs("S3") {
-        let total = args.scaled(5_000);
-        servers.flush();
-        let loaded = drive(rt, S3_CHATS, CALLERS, probe, || StoreUpsertChat {
-            store: store.clone(),
-        })
-        .await;
-        assert_eq!(loaded.errors, 0, "S3 preload: {:?}", loaded.first_error);
-        eprintln!(
-            "# S3: Store::list_chats, a page of 50 from a random place, over {S3_CHATS} chats"
-        );
-        let m = drive(rt, total, CALLERS, probe, || StoreListChats {
-            store: store.clone(),
-        })
-        .await;
-        report(&bench, "S3", name, &m);
-    }
-
-    ours.close().await;
-    for fred in [&peers.fred, &peers.fred_pool].into_iter().flatten() {
-        fred.quit().await;
+        if let (true, Some((compared, list))) = (self.args.open_loop, last) {
+            eprintln!(
+                "# {}: open loop at 25%, 50% and 80% of each client's peak",
+                compared.setting.workload
+            );
+            open_loop::run(self.bench, &compared, &list, &peaks).await;
+        }
     }
 }
 
@@ -1872,6 +2206,14 @@ fn main() {
             "full size"
         }
     );
+    if args.ceiling && (args.runs("W1") || args.runs("W2")) {
+        ceiling::require_tool();
+    }
+    // Before the servers: an exit past their start would leave their folders behind.
+    let figures = args
+        .csv
+        .as_deref()
+        .map(|path| figures::Writer::create(path).unwrap_or_else(|e| usage(&e)));
     let servers = Servers::start(args.deployment);
     let runtime = match args.runtime {
         RuntimeKind::AsyncStd => {
@@ -1881,7 +2223,7 @@ fn main() {
                 fred: None,
                 fred_pool: None,
             };
-            let run = run::<AsyncStd>(args, servers, "botmesh-async-std", peers);
+            let run = run::<AsyncStd>(args, servers, "botmesh-async-std", peers, figures);
             return async_global_executor::block_on(run);
         }
         RuntimeKind::Multi => tokio::runtime::Builder::new_multi_thread()
@@ -1916,6 +2258,6 @@ fn main() {
             fred,
             fred_pool,
         };
-        run::<Tokio>(args, servers, "botmesh-tokio", peers).await
+        run::<Tokio>(args, servers, "botmesh-tokio", peers, figures).await
     });
 }

@@ -1,0 +1,230 @@
+//! The open loop (`--open-loop`): after a workload's closed-loop runs, each client is offered
+//! a fixed arrival rate at 25%, 50% and 80% of its closed-loop peak (its highest `ops_per_s`
+//! over the rounds and caller counts just run).
+//!
+//! Calls start on a schedule, call `i` at `start + i / rate`, each on its own task, whether or
+//! not earlier calls have finished, and a call's latency runs from its scheduled start, not
+//! from when it was sent: a client that falls behind shows it as queueing in the percentiles
+//! instead of hiding it by sending later (coordinated omission). The schedule is kept by one
+//! dispatching task that sleeps until the next call is due; the runtime's timers have a
+//! millisecond's resolution, so the calls due within a millisecond start together, at its end:
+//! up to a millisecond of a call's latency (half on average) is the dispatcher's, and the
+//! percentiles do not resolve below it. Each call's task ends when its reply is in, reporting
+//! over a channel, so that memory stays flat however many calls a level offers.
+
+use std::future::Future;
+use std::io::Write;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use botmesh_redis_bench::figures::Kind;
+
+use crate::sweep::Setting;
+use crate::{Bench, Compared, Contender, Measured, Probe, RuntimeKind, Worker};
+
+/// The shares of a client's closed-loop peak it is offered.
+const SHARES: [f64; 3] = [0.25, 0.5, 0.8];
+
+/// Seconds of calls offered per level: 2, or half a second with `--quick`.
+pub(crate) fn seconds(quick: bool) -> f64 {
+    if quick {
+        0.5
+    } else {
+        2.0
+    }
+}
+
+/// How the levels of one workload are offered.
+#[derive(Clone, Copy)]
+pub(crate) struct Level {
+    pub(crate) runtime: RuntimeKind,
+    /// Seconds of calls per level.
+    pub(crate) seconds: f64,
+    /// Operation numbers wrap at this count (the keys that exist).
+    pub(crate) keyspace: usize,
+}
+
+impl Level {
+    /// Offers `rate` calls per second for the level's seconds, each call from a fresh worker
+    /// of `make` on its own task, and measures them from their scheduled starts.
+    pub(crate) async fn offer<W: Worker>(
+        self,
+        rate: f64,
+        probe: &Probe,
+        mut make: impl FnMut() -> W,
+    ) -> Measured {
+        let count = ((rate * self.seconds) as usize).max(1);
+        let counts_before = probe.counts();
+        let cpu_before = probe.cpu();
+        // Each call reports its outcome here and its task ends: a finished call's task is
+        // freed at once instead of held, with its output, until every call has finished.
+        let (done, outcomes) = std::sync::mpsc::channel::<Outcome>();
+        let start = Instant::now();
+        for i in 0..count {
+            let due = start + Duration::from_secs_f64(i as f64 / rate);
+            if Instant::now() < due {
+                sleep_until(self.runtime, due).await;
+            } else if i % 64 == 0 {
+                // Behind schedule: let the calls already started run now and then.
+                YieldNow(false).await;
+            }
+            let mut worker = make();
+            let n = i % self.keyspace;
+            let done = done.clone();
+            spawn_detached(self.runtime, async move {
+                let result = worker.op(n).await;
+                let outcome = Outcome {
+                    latency_ns: due.elapsed().as_nanos() as u64,
+                    finished: Instant::now(),
+                    error: result.err(),
+                };
+                let _ = done.send(outcome);
+            });
+        }
+        drop(done);
+        let mut results = Vec::with_capacity(count);
+        while results.len() < count {
+            match outcomes.try_recv() {
+                Ok(outcome) => results.push(outcome),
+                Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    sleep_until(self.runtime, Instant::now() + Duration::from_millis(1)).await
+                }
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+            }
+        }
+        let cpu_after = probe.cpu();
+        let counts_after = probe.counts();
+        let last = results.iter().map(|o| o.finished).max().unwrap_or(start);
+        let mut measured = Measured {
+            ops: results.len(),
+            wall: last - start,
+            cpu_s: cpu_after.0 - cpu_before.0,
+            server_cpu_s: cpu_after.1 - cpu_before.1,
+            server_reads: counts_after.reads - counts_before.reads,
+            server_writes: counts_after.writes - counts_before.writes,
+            latencies: Vec::with_capacity(count),
+            errors: count - results.len(),
+            first_error: None,
+        };
+        for outcome in results {
+            measured.latencies.push(outcome.latency_ns);
+            if let Some(e) = outcome.error {
+                measured.errors += 1;
+                measured.first_error.get_or_insert(e);
+            }
+        }
+        measured.latencies.sort_unstable();
+        measured
+    }
+}
+
+/// What one call of the open loop reports.
+struct Outcome {
+    /// From the call's scheduled start to its reply.
+    latency_ns: u64,
+    finished: Instant,
+    error: Option<String>,
+}
+
+/// Runs `task` on the benchmark's runtime, not waited for: its task is freed when it ends.
+fn spawn_detached(rt: RuntimeKind, task: impl Future<Output = ()> + Send + 'static) {
+    match rt {
+        RuntimeKind::AsyncStd => async_global_executor::spawn(task).detach(),
+        // Dropping a tokio JoinHandle detaches the task.
+        RuntimeKind::Multi | RuntimeKind::Current => drop(tokio::spawn(task)),
+    }
+}
+
+/// Offers each contender the levels of its peak (`peaks`, in the contenders' order) and prints
+/// a line per level.
+pub(crate) async fn run(
+    bench: &Bench<'_>,
+    compared: &Compared<'_>,
+    contenders: &[Contender<'_>],
+    peaks: &[f64],
+) {
+    let setting = Setting {
+        callers: 0,
+        ceiling: None,
+        ..compared.setting
+    };
+    for (contender, &peak) in contenders.iter().zip(peaks) {
+        for share in SHARES {
+            let rate = peak * share;
+            if rate < 1.0 {
+                continue;
+            }
+            (compared.before_each)();
+            let m = (contender.offer)(rate).await;
+            report(bench, &setting, &contender.name, rate, &m);
+        }
+    }
+}
+
+/// Prints the line of one level and records its row.
+fn report(bench: &Bench<'_>, setting: &Setting, client: &str, offered: f64, m: &Measured) {
+    let achieved = m.ops as f64 / m.wall.as_secs_f64();
+    let cpu_per_100k = m.cpu_s * 100_000.0 / m.ops as f64;
+    let (p50, p99, p999) = (
+        m.percentile_us(0.5),
+        m.percentile_us(0.99),
+        m.percentile_us(0.999),
+    );
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "{} open-loop client={client} deployment={} runtime={} offered_per_s={offered:.0} \
+         achieved_per_s={achieved:.0} p50_us={p50:.1} p99_us={p99:.1} p999_us={p999:.1} \
+         cpu_s_per_100k={cpu_per_100k:.3} {}",
+        setting.workload,
+        bench.deployment.name(),
+        bench.runtime.name(),
+        setting.fields(achieved),
+    );
+    let _ = out.flush();
+    bench.record(botmesh_redis_bench::figures::Row {
+        offered_per_s: Some(offered),
+        p50_us: Some(p50),
+        p99_us: Some(p99),
+        p999_us: Some(p999),
+        cpu_s_per_100k: Some(cpu_per_100k),
+        ..bench.row(Kind::Open, setting, client, achieved)
+    });
+    if m.errors > 0 {
+        eprintln!(
+            "# {} open-loop client={client} offered_per_s={offered:.0}: {} of {} calls FAILED; \
+             first: {}",
+            setting.workload,
+            m.errors,
+            m.ops,
+            m.first_error.as_deref().unwrap_or("?")
+        );
+    }
+}
+
+/// Sleeps until `due` on the benchmark's runtime.
+async fn sleep_until(rt: RuntimeKind, due: Instant) {
+    match rt {
+        RuntimeKind::AsyncStd => drop(async_io::Timer::at(due).await),
+        RuntimeKind::Multi | RuntimeKind::Current => {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(due)).await
+        }
+    }
+}
+
+/// Gives the other tasks of the runtime a turn: pending once, woken at once.
+struct YieldNow(bool);
+
+impl Future for YieldNow {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            return Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
