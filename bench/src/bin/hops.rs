@@ -154,47 +154,57 @@ async fn measure(options: ClientOptions, args: &Args, pids: &[String]) -> String
         }));
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (stats0, calls0, cpu0, sw0, srv0, t0) = (
-        client.stats(),
-        calls.load(Ordering::Relaxed),
-        cpu_seconds("self"),
-        switches(),
-        servers_cpu(pids),
-        Instant::now(),
-    );
+    let before = Snapshot::take(&client, &calls, pids);
     tokio::time::sleep(Duration::from_secs(args.seconds)).await;
-    let (stats1, calls1, cpu1, sw1, srv1, t1) = (
-        client.stats(),
-        calls.load(Ordering::Relaxed),
-        cpu_seconds("self"),
-        switches(),
-        servers_cpu(pids),
-        Instant::now(),
-    );
+    let after = Snapshot::take(&client, &calls, pids);
     stop.store(true, Ordering::Relaxed);
     for caller in callers {
         caller.await.expect("a caller");
     }
     client.close().await;
-    let n = (calls1 - calls0) as f64;
-    let per = |a: u64, b: u64| n / (b - a).max(1) as f64;
-    let ClientStats {
-        passes,
-        writes,
-        reads,
-        ..
-    } = stats1;
-    format!(
-        "calls_per_s={:.0} cpu_us_per_call={:.2} calls_per_pass={:.2} calls_per_write={:.2} \
-         calls_per_read={:.2} switches_per_call={:.3} server_busy={:.2}",
-        n / (t1 - t0).as_secs_f64(),
-        (cpu1 - cpu0) * 1e6 / n,
-        per(stats0.passes, passes),
-        per(stats0.writes, writes),
-        per(stats0.reads, reads),
-        (sw1 - sw0) as f64 / n,
-        (srv1 - srv0) / (t1 - t0).as_secs_f64(),
-    )
+    after.since(&before)
+}
+
+/// What the counters say at one moment.
+struct Snapshot {
+    stats: ClientStats,
+    calls: u64,
+    cpu: f64,
+    switches: u64,
+    servers_cpu: f64,
+    at: Instant,
+}
+
+impl Snapshot {
+    fn take(client: &Client<Tokio>, calls: &AtomicU64, pids: &[String]) -> Snapshot {
+        Snapshot {
+            stats: client.stats(),
+            calls: calls.load(Ordering::Relaxed),
+            cpu: cpu_seconds("self"),
+            switches: switches(),
+            servers_cpu: servers_cpu(pids),
+            at: Instant::now(),
+        }
+    }
+
+    /// The line's figures, from `before` to this snapshot.
+    fn since(&self, before: &Snapshot) -> String {
+        let n = (self.calls - before.calls) as f64;
+        let per = |a: u64, b: u64| n / (b - a).max(1) as f64;
+        let (now, then) = (&self.stats, &before.stats);
+        let seconds = (self.at - before.at).as_secs_f64();
+        format!(
+            "calls_per_s={:.0} cpu_us_per_call={:.2} calls_per_pass={:.2} calls_per_write={:.2} \
+             calls_per_read={:.2} switches_per_call={:.3} server_busy={:.2}",
+            n / seconds,
+            (self.cpu - before.cpu) * 1e6 / n,
+            per(then.passes, now.passes),
+            per(then.writes, now.writes),
+            per(then.reads, now.reads),
+            (self.switches - before.switches) as f64 / n,
+            (self.servers_cpu - before.servers_cpu) / seconds,
+        )
+    }
 }
 
 fn main() {

@@ -655,6 +655,15 @@ struct Measured {
 }
 
 impl Measured {
+    /// p50, p99 and p999 of the latencies, in microseconds.
+    fn percentiles_us(&self) -> (f64, f64, f64) {
+        (
+            self.percentile_us(0.5),
+            self.percentile_us(0.99),
+            self.percentile_us(0.999),
+        )
+    }
+
     /// The latency below which a share `q` (0.5, 0.99, 0.999) of the calls stayed.
     fn percentile_us(&self, q: f64) -> f64 {
         if self.latencies.is_empty() {
@@ -982,11 +991,7 @@ fn report(bench: &Bench<'_>, setting: &Setting, client: &str, m: &Measured) -> F
     let workload = setting.workload;
     let ops_per_s = m.ops as f64 / m.wall.as_secs_f64();
     let cpu_per_100k = m.cpu_s * 100_000.0 / m.ops as f64;
-    let (p50, p99, p999) = (
-        m.percentile_us(0.5),
-        m.percentile_us(0.99),
-        m.percentile_us(0.999),
-    );
+    let (p50, p99, p999) = m.percentiles_us();
     // A closed stdout (`bench | head -1`) must not panic: a panic keeps the servers' folders.
     // New fields go after the old ones, so that readers of the old lines keep working.
     let mut out = std::io::stdout().lock();

@@ -166,11 +166,7 @@ pub(crate) async fn run(
 fn report(bench: &Bench<'_>, setting: &Setting, client: &str, offered: f64, m: &Measured) {
     let achieved = m.ops as f64 / m.wall.as_secs_f64();
     let cpu_per_100k = m.cpu_s * 100_000.0 / m.ops as f64;
-    let (p50, p99, p999) = (
-        m.percentile_us(0.5),
-        m.percentile_us(0.99),
-        m.percentile_us(0.999),
-    );
+    let (p50, p99, p999) = m.percentiles_us();
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
