@@ -3,8 +3,9 @@
 -- overwrite is set; an overwrite that finds the same value keeps the key (its time to live is
 -- set all the same). Payloads are compared without their last 10 bytes (the RDB version and
 -- the CRC64), which name the server that wrote them, not the value: a payload from another
--- server version whose body matches is the same value. A payload this server refuses (a DUMP of a newer server version) is that
--- key's code, not the call's error: the other keys of the call are written.
+-- server version whose body matches is the same value. A payload this server refuses (a DUMP
+-- of a newer server version) is that key's code, not the call's error: the other keys of the
+-- call are written.
 -- KEYS[1..] the keys
 -- ARGV[1] '1' to overwrite, else '0'
 -- ARGV[2] '1' for a dry run: nothing is written
