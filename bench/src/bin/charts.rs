@@ -292,34 +292,21 @@ fn open_loop(path: &Path, title: &str, rows: &[Row], colors: &Colors) -> Drawn {
     if open.is_empty() {
         return Err("no open-loop figures (bench --open-loop)".into());
     }
-    let names = workloads(&open.iter().map(|r| (*r).clone()).collect::<Vec<_>>());
-    let areas = panels(
-        path,
-        &format!("p99 latency against offered load, {title}"),
-        names.len(),
-    )?;
-    for (area, workload) in areas.iter().zip(&names) {
-        let of_workload: Vec<&Row> = open
-            .iter()
-            .copied()
-            .filter(|r| &r.workload == workload)
-            .collect();
-        let lines = lines(&of_workload, |r| {
-            (
-                r.offered_per_s.unwrap_or(0.0),
-                r.p99_us.unwrap_or(0.0) / 1000.0,
-            )
-        });
-        let axes = Axes {
-            caption: format!("{workload}: p99 (ms) by offered operations/s"),
-            x_desc: "offered operations/s",
-            y_desc: "p99 latency (ms, logarithmic)",
-            log2_x: false,
-            log_y: true,
-        };
-        line_panel(area, &axes, &lines, colors)?;
-    }
-    Ok(())
+    let heading = format!("p99 latency against offered load, {title}");
+    let point = |r: &Row| {
+        (
+            r.offered_per_s.unwrap_or(0.0),
+            r.p99_us.unwrap_or(0.0) / 1000.0,
+        )
+    };
+    let axes = |workload: &str| Axes {
+        caption: format!("{workload}: p99 (ms) by offered operations/s"),
+        x_desc: "offered operations/s",
+        y_desc: "p99 latency (ms, logarithmic)",
+        log2_x: false,
+        log_y: true,
+    };
+    line_panels(path, &heading, &open, point, axes, colors)
 }
 
 /// Throughput against the callers, a line per client, a panel per workload.
@@ -334,27 +321,38 @@ fn callers(path: &Path, title: &str, rows: &[Row], colors: &Colors) -> Drawn {
     if counts.len() < 2 {
         return Err("figures at one caller count only (bench --callers LIST)".into());
     }
-    let names = workloads(rows);
-    let areas = panels(
-        path,
-        &format!("Throughput by callers, {title}"),
-        names.len(),
-    )?;
+    let heading = format!("Throughput by callers, {title}");
+    let point = |r: &Row| ((r.callers as f64).log2(), r.ops_per_s);
+    let axes = |workload: &str| Axes {
+        caption: format!("{workload}: operations/s by callers"),
+        x_desc: "concurrent callers",
+        y_desc: "operations/s",
+        log2_x: true,
+        log_y: false,
+    };
+    line_panels(path, &heading, &closed, point, axes, colors)
+}
+
+/// A chart of line panels, one per workload of `rows`: a line per client through the points
+/// `point` reads off its rows.
+fn line_panels(
+    path: &Path,
+    heading: &str,
+    rows: &[&Row],
+    point: impl Fn(&Row) -> (f64, f64),
+    axes: impl Fn(&str) -> Axes,
+    colors: &Colors,
+) -> Drawn {
+    let names = workloads(&rows.iter().map(|r| (*r).clone()).collect::<Vec<_>>());
+    let areas = panels(path, heading, names.len())?;
     for (area, workload) in areas.iter().zip(&names) {
-        let of_workload: Vec<&Row> = closed
+        let of_workload: Vec<&Row> = rows
             .iter()
             .copied()
             .filter(|r| &r.workload == workload)
             .collect();
-        let lines = lines(&of_workload, |r| ((r.callers as f64).log2(), r.ops_per_s));
-        let axes = Axes {
-            caption: format!("{workload}: operations/s by callers"),
-            x_desc: "concurrent callers",
-            y_desc: "operations/s",
-            log2_x: true,
-            log_y: false,
-        };
-        line_panel(area, &axes, &lines, colors)?;
+        let lines = lines(&of_workload, &point);
+        line_panel(area, &axes(workload), &lines, colors)?;
     }
     Ok(())
 }
