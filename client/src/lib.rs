@@ -22,7 +22,11 @@
 //! requests submitted meanwhile leave in one write per connection, which it makes itself while
 //! the socket takes the bytes. It keeps two inboxes and takes the connections' (replies,
 //! closes, flushed writes) before the callers', so a backlog of new calls never delays the
-//! replies of earlier ones; and it fires due timers on every pass, whatever woke it.
+//! replies of earlier ones; and it fires due timers on every pass, whatever woke it. Before it
+//! writes, it yields once, so that callers its last results woke (on other worker threads too)
+//! add their requests to the same write; a call that is the only one in the session, with
+//! nobody else woken, is written at once instead (a lone caller does not pay the yield's
+//! scheduling round).
 //!
 //! ## TLS
 //!
@@ -591,6 +595,9 @@ struct SessionTask<R: Runtime> {
     dialled: HashSet<NodeAddr>,
     /// The metric handles (nothing without the `metrics` feature).
     instruments: instruments::Instruments,
+    /// Callers the last drain woke (results delivered) that have not submitted since, as far
+    /// as the count of submits tells: the ones the yield before a drain waits for.
+    awaited: usize,
 }
 
 /// The session task: feeds every input to the session and carries out its outputs.
@@ -616,6 +623,7 @@ async fn run<R: Runtime>(
         grace_until: None,
         dialled: HashSet::new(),
         instruments,
+        awaited: 0,
     };
     let mut deadline: Option<Instant> = None;
     loop {
@@ -648,13 +656,24 @@ async fn run<R: Runtime>(
             // `Close` before its sender goes: neither inbox ends while the task runs.
             Woke::Msg(None) => break,
         };
+        let submit = matches!(msg, Msg::Submit(_));
         let mut closing = task.apply(msg, Instant::now());
+        // A submitted plan that is the only one in the session, when the last results woke no
+        // other caller, has nobody to wait for (a lone caller, calls arriving one at a time):
+        // it is written at once, without the scheduling round of the yield.
+        let lone = submit && task.awaited == 0 && task.session.in_flight() <= 1;
         // Take everything already queued before draining, so that all requests submitted
         // meanwhile leave in one write per connection. One yield first lets callers on other
-        // worker threads add theirs: on a multi-thread runtime the task would otherwise wake
-        // for nearly every submit, and send one request per write.
-        future::yield_now().await;
+        // worker threads add theirs (those woken by the last results, above all): on a
+        // multi-thread runtime the task would otherwise wake for nearly every submit, and send
+        // one request per write.
+        if !lone {
+            future::yield_now().await;
+        }
         closing |= task.apply_queued(&mut events, &mut calls);
+        // The callers woken before had their chance to submit; what this pass's drain delivers
+        // counts afresh.
+        task.awaited = 0;
         if closing || task.drained(Instant::now()) {
             break;
         }
@@ -712,6 +731,7 @@ impl<R: Runtime> SessionTask<R> {
     fn apply(&mut self, msg: Msg<R>, now: Instant) -> bool {
         let (conn, event) = match msg {
             Msg::Submit(submission) => {
+                self.awaited = self.awaited.saturating_sub(1);
                 self.session.submit_boxed(now, submission);
                 return false;
             }
@@ -816,6 +836,7 @@ impl<R: Runtime> SessionTask<R> {
                     self.instruments.completed(completion.summary());
                     self.instruments.observe(&self.session);
                     completion.deliver();
+                    self.awaited += 1;
                 }
                 Output::Wait { until, .. } => {
                     let held = self.conns.len() as u64;

@@ -9,6 +9,7 @@
 
 mod async_std_without_tokio;
 mod auth;
+mod batching;
 mod connect_that_hangs;
 mod connect_truth;
 mod examples_run;
