@@ -119,13 +119,15 @@
 //! One line per workload and client run on stdout:
 //!
 //! ```text
-//! W1 client=botmesh-tokio deployment=cluster runtime=multi ops_per_s=... p50_us=... p99_us=... cpu_s_per_100k=... p999_us=... callers=64 payload=200 ceiling_share=0.81
+//! W1 client=botmesh-tokio deployment=cluster runtime=multi ops_per_s=... p50_us=... p99_us=... cpu_s_per_100k=... p999_us=... callers=64 payload=200 ceiling_share=0.81 server_busy=0.52
 //! ```
 //!
 //! The fields after `cpu_s_per_100k` are newer than the others and come last, so that readers
 //! of the older lines keep working: `p999_us`, the setting (`callers`, and `payload`, W1's
-//! message or W2's value size, `-` for W3) and, where the workload has a ceiling,
-//! `ceiling_share`. The ceiling and the open-loop levels get lines of their own:
+//! message or W2's value size, `-` for W3), where the workload has a ceiling,
+//! `ceiling_share`, and `server_busy`, the servers' mean busy share of a core over the run
+//! (their CPU seconds over the wall time and the number of servers: 1.0 is every server flat
+//! out). The ceiling and the open-loop levels get lines of their own:
 //!
 //! ```text
 //! W2 ceiling deployment=standalone runtime=multi tool=redis-benchmark pipeline=16 clients=64 ops_per_s=... callers=64 payload=100
@@ -144,7 +146,7 @@
 //! After the rounds of a workload, one line compares ours with the best peer:
 //!
 //! ```text
-//! W1 ratio deployment=cluster runtime=multi rounds=5 best_peer=fred ops_per_s_x=1.41 (1.30-1.52) cpu_per_op_x=0.55 (0.50-0.60) callers=64 payload=200 ceiling_share=0.81
+//! W1 ratio deployment=cluster runtime=multi rounds=5 best_peer=fred ops_per_s_x=1.41 (1.30-1.52) cpu_per_op_x=0.55 (0.50-0.60) callers=64 payload=200 ceiling_share=0.81 server_busy=0.52 peer_server_busy=0.40 server_bound_x=2.71
 //! ```
 //!
 //! In each round the best peer is the peer's run (any form: `fred-pipe` is one) with the highest
@@ -153,7 +155,13 @@
 //! ratio per round is fairer than a ratio of medians taken at different moments. The line shows
 //! the median and range of the rounds' ratios, and the best peer: its name when every round
 //! agrees, else each name with the count of rounds it was best in, most first
-//! (`best_peer=fred:4,redis-rs:1`). Our goal (`docs/performance.md`) is at least 1.3 for
+//! (`best_peer=fred:4,redis-rs:1`). It ends with where the servers stand: `server_busy` and
+//! `peer_server_busy` (medians over the rounds, ours and the best peer's) and
+//! `server_bound_x`, the median of each round's ours / our `server_busy` / the best peer's
+//! throughput: how far ours could go beyond the best peer if the servers ran flat out at our
+//! server cost per call. Where it is below the goal's 1.3, the servers are the bound of that
+//! row and no change of the client alone reaches the goal (on a cluster, a mean over the
+//! masters: the hottest one is the bound sooner). Our goal (`docs/performance.md`) is at least 1.3 for
 //! `ops_per_s_x` and at most 0.7 for `cpu_per_op_x`, on every workload, cluster and standalone.
 //!
 //! Progress and notes go to stderr, prefixed with `#`. After each line, a note on stderr gives
@@ -645,6 +653,8 @@ struct Measured {
     cpu_s: f64,
     /// CPU of the Redis servers over the same time.
     server_cpu_s: f64,
+    /// How many Redis servers that CPU is summed over (the node, or the masters).
+    servers: usize,
     /// The servers' read and write events over the same time.
     server_reads: u64,
     server_writes: u64,
@@ -733,6 +743,7 @@ async fn drive<W: Worker>(
         wall,
         cpu_s: cpu_after.0 - cpu_before.0,
         server_cpu_s: cpu_after.1 - cpu_before.1,
+        servers: probe.servers.len(),
         server_reads: counts_after.reads - counts_before.reads,
         server_writes: counts_after.writes - counts_before.writes,
         latencies: Vec::with_capacity(total),
@@ -755,6 +766,9 @@ async fn drive<W: Worker>(
 struct Figures {
     ops_per_s: f64,
     cpu_per_100k: f64,
+    /// The servers' mean busy share of a core over the run: at 1.0 every server ran flat out,
+    /// and no client could have been faster at the same server cost per call.
+    server_busy: f64,
 }
 
 /// What every comparison shares.
@@ -906,6 +920,9 @@ fn summarize(
     let mut speed = Vec::new();
     let mut cpu = Vec::new();
     let mut ours_per_s = Vec::new();
+    let mut busy = Vec::new();
+    let mut peer_busy = Vec::new();
+    let mut bound = Vec::new();
     // How many rounds each peer was the best of, in the order of first being best.
     let mut best_counts: Vec<(&str, usize)> = Vec::new();
     for figures in rounds {
@@ -920,15 +937,25 @@ fn summarize(
         speed.push(our.ops_per_s / best.ops_per_s);
         ours_per_s.push(our.ops_per_s);
         cpu.push(our.cpu_per_100k / best.cpu_per_100k);
+        busy.push(our.server_busy);
+        peer_busy.push(best.server_busy);
+        // Ours with the servers flat out at our server cost per call, over the best peer:
+        // the most any change of the client alone could give on this row.
+        bound.push(our.ops_per_s / our.server_busy.max(f64::EPSILON) / best.ops_per_s);
         match best_counts.iter_mut().find(|(n, _)| *n == name) {
             Some((_, count)) => *count += 1,
             None => best_counts.push((name, 1)),
         }
     }
     let compared = speed.len();
-    let (Some(speed), Some(cpu), Some(ours_per_s)) =
-        (Spread::of(speed), Spread::of(cpu), Spread::of(ours_per_s))
-    else {
+    let (Some(speed), Some(cpu), Some(ours_per_s), Some(busy), Some(peer_busy), Some(bound)) = (
+        Spread::of(speed),
+        Spread::of(cpu),
+        Spread::of(ours_per_s),
+        Spread::of(busy),
+        Spread::of(peer_busy),
+        Spread::of(bound),
+    ) else {
         return;
     };
     let best_peer = match best_counts.as_slice() {
@@ -947,7 +974,8 @@ fn summarize(
     let _ = writeln!(
         out,
         "{} ratio deployment={} runtime={} rounds={compared} best_peer={best_peer} \
-         ops_per_s_x={:.2} ({:.2}-{:.2}) cpu_per_op_x={:.2} ({:.2}-{:.2}) {}",
+         ops_per_s_x={:.2} ({:.2}-{:.2}) cpu_per_op_x={:.2} ({:.2}-{:.2}) {} \
+         server_busy={:.2} peer_server_busy={:.2} server_bound_x={:.2}",
         setting.workload,
         bench.deployment.name(),
         bench.runtime.name(),
@@ -958,6 +986,9 @@ fn summarize(
         cpu.min,
         cpu.max,
         setting.fields(ours_per_s.median),
+        busy.median,
+        peer_busy.median,
+        bound.median,
     );
     let _ = out.flush();
 }
@@ -992,13 +1023,15 @@ fn report(bench: &Bench<'_>, setting: &Setting, client: &str, m: &Measured) -> F
     let ops_per_s = m.ops as f64 / m.wall.as_secs_f64();
     let cpu_per_100k = m.cpu_s * 100_000.0 / m.ops as f64;
     let (p50, p99, p999) = m.percentiles_us();
+    let server_busy = m.server_cpu_s / (m.wall.as_secs_f64() * m.servers.max(1) as f64);
     // A closed stdout (`bench | head -1`) must not panic: a panic keeps the servers' folders.
     // New fields go after the old ones, so that readers of the old lines keep working.
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
         "{workload} client={client} deployment={} runtime={} ops_per_s={ops_per_s:.0} \
-         p50_us={p50:.1} p99_us={p99:.1} cpu_s_per_100k={cpu_per_100k:.3} p999_us={p999:.1} {}",
+         p50_us={p50:.1} p99_us={p99:.1} cpu_s_per_100k={cpu_per_100k:.3} p999_us={p999:.1} {} \
+         server_busy={server_busy:.2}",
         bench.deployment.name(),
         bench.runtime.name(),
         setting.fields(ops_per_s),
@@ -1033,6 +1066,7 @@ fn report(bench: &Bench<'_>, setting: &Setting, client: &str, m: &Measured) -> F
     Figures {
         ops_per_s,
         cpu_per_100k,
+        server_busy,
     }
 }
 

@@ -101,6 +101,7 @@ impl Level {
             wall: last - start,
             cpu_s: cpu_after.0 - cpu_before.0,
             server_cpu_s: cpu_after.1 - cpu_before.1,
+            servers: probe.servers.len(),
             server_reads: counts_after.reads - counts_before.reads,
             server_writes: counts_after.writes - counts_before.writes,
             latencies: Vec::with_capacity(count),
