@@ -24,9 +24,13 @@
 //! closes, flushed writes) before the callers', so a backlog of new calls never delays the
 //! replies of earlier ones; and it fires due timers on every pass, whatever woke it. Before it
 //! writes, it yields once, so that callers its last results woke (on other worker threads too)
-//! add their requests to the same write; a call that is the only one in the session, with
-//! nobody else woken, is written at once instead (a lone caller does not pay the yield's
-//! scheduling round).
+//! add their requests to the same write.
+//!
+//! The session and the connections' I/O live in a hub (a mutex) the session task shares with
+//! the readers and the callers: a lone call (nothing else in flight, nobody else just woken)
+//! is submitted and written by its caller, and a reader applies its bytes itself when at most
+//! one plan is in flight, each without waking the session task (see the `task` module). Every
+//! task of the client is spawned with the [`Runtime::Spawner`] taken where the client started.
 //!
 //! ## TLS
 //!
@@ -51,6 +55,7 @@ mod instruments;
 mod no_instruments;
 #[cfg(not(feature = "tls"))]
 mod no_tls;
+mod task;
 #[cfg(feature = "tls")]
 mod tls;
 
@@ -65,7 +70,6 @@ pub use no_tls::TlsConnector;
 pub use tls::{rustls, TlsConnector};
 
 use std::collections::hash_map::RandomState;
-use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::io;
@@ -75,20 +79,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender};
 use futures_channel::oneshot;
-use futures_lite::{future, StreamExt};
 use tracing::field::{display, Empty};
 use tracing::Instrument;
 
 use botmesh_redis_core::driver::plan::connect_check;
-use botmesh_redis_core::driver::session::{
-    ConnId, DialTarget, Output, Session, Submission, Summary, Waiters,
-};
+use botmesh_redis_core::driver::session::{DialTarget, Session, Submission, Summary};
 use botmesh_redis_core::driver::Plan;
-use botmesh_redis_core::{
-    ClientOptions, Deployment, Error, Executor, NodeAddr, Store, StoreOptions,
-};
+use botmesh_redis_core::{ClientOptions, Deployment, Error, Executor, Store, StoreOptions};
+
+use task::{Delivery, Hub, Msg, Tx};
 
 /// What a runtime supplies: tasks, a timer, and TCP and Unix-socket connections.
 pub trait Runtime: Send + Sync + 'static {
@@ -99,11 +99,23 @@ pub trait Runtime: Send + Sync + 'static {
     /// The writing half of a TCP connection.
     type Writer: WriteHalf;
 
-    /// Spawns `task`; dropping the handle cancels it.
-    fn spawn<F: Future<Output = ()> + Send + 'static>(task: F) -> Self::Task;
+    /// Where a client's tasks run: taken once, where the client starts, so that every task
+    /// of the client (its connections' readers, flushers) runs on that runtime, whichever
+    /// thread does the client's work (a caller that writes its own call may run on another
+    /// runtime, or none).
+    type Spawner: Clone + Send + Sync + 'static;
 
-    /// Spawns `task` to run to its end on its own.
-    fn spawn_detached<F: Future<Output = ()> + Send + 'static>(task: F);
+    /// The spawner of the runtime this is called on (the client's start).
+    fn spawner() -> Self::Spawner;
+
+    /// Spawns `task` with `spawner`; dropping the handle cancels it.
+    fn spawn<F: Future<Output = ()> + Send + 'static>(
+        spawner: &Self::Spawner,
+        task: F,
+    ) -> Self::Task;
+
+    /// Spawns `task` with `spawner`, to run to its end on its own.
+    fn spawn_detached<F: Future<Output = ()> + Send + 'static>(spawner: &Self::Spawner, task: F);
 
     /// Completes at `at`.
     fn sleep_until(at: Instant) -> impl Future<Output = ()> + Send;
@@ -147,95 +159,6 @@ pub trait WriteHalf: Send + 'static {
     fn shutdown(&mut self) -> impl Future<Output = ()> + Send;
 }
 
-/// The writing side of a connection, owned by the session task. Bytes go straight to the
-/// socket while it takes them; when it is full, the half goes to a flusher task with the rest,
-/// and what the session writes meanwhile waits here, in order, until the half comes back.
-enum WriteSide<W> {
-    Ready(W),
-    Flushing(BytesMut),
-}
-
-/// The I/O of one connection, from the session's [`Output::Connect`] to its
-/// [`Output::Close`]: the only per-connection state outside the session. Whether the
-/// connection is still wanted, and what its events mean, is the session's to say.
-struct Io<R: Runtime> {
-    /// The writing half, once connected.
-    write: Option<WriteSide<R::Writer>>,
-    /// The connect task, then the reader; dropping them cancels them.
-    tasks: Vec<R::Task>,
-    /// The one flusher the connection may have at a time.
-    flusher: Option<R::Task>,
-    /// The connection's share of its node's connections gauge, given back when it closes.
-    _gauge: instruments::ConnGauge,
-}
-
-/// The callers' waiters: a one-shot channel per call, typed by the plan's output, so a result
-/// reaches its caller with its type, and with what became of the plan for the caller's span.
-#[derive(Debug)]
-struct OneShot;
-
-/// What a call's channel carries: the result, and the session's summary of the plan.
-struct Delivery<T> {
-    result: Result<T, Error>,
-    summary: Option<Summary>,
-}
-
-impl Waiters for OneShot {
-    type Waiter<T: Send + 'static> = oneshot::Sender<Delivery<T>>;
-    type Delivered = ();
-
-    fn deliver<T: Send + 'static>(waiter: Self::Waiter<T>, result: Result<T, Error>) {
-        let summary = None;
-        // A caller that stopped waiting (its future dropped) has nothing to be told.
-        let _ = waiter.send(Delivery { result, summary });
-    }
-
-    fn deliver_summarized<T: Send + 'static>(
-        waiter: Self::Waiter<T>,
-        result: Result<T, Error>,
-        summary: Summary,
-    ) {
-        let summary = Some(summary);
-        let _ = waiter.send(Delivery { result, summary });
-    }
-}
-/// An inbox of the session task (callers', or the connections'). Sending never waits: a
-/// submit is a push and, when the task sleeps, a wake.
-type Tx<R> = UnboundedSender<Msg<R>>;
-type Rx<R> = UnboundedReceiver<Msg<R>>;
-
-/// What woke the session task.
-enum Woke<R: Runtime> {
-    /// A message, or `None` when an inbox ended.
-    Msg(Option<Msg<R>>),
-    Timer,
-}
-
-enum Msg<R: Runtime> {
-    /// A plan boxed by its caller with its waiter: the one allocation of a submission.
-    Submit(Submission<OneShot>),
-    /// A graceful close, whose grace ends then.
-    Shutdown(Instant),
-    /// What a connection's tasks observed.
-    Conn(ConnId, ConnEvent<R>),
-    Close,
-}
-
-/// What a connection's tasks report to the session task.
-enum ConnEvent<R: Runtime> {
-    /// The TCP connect succeeded; the writing half.
-    Connected(R::Writer),
-    ConnectFailed(String),
-    /// Bytes read; splits of one read buffer, so the session decodes them without a copy.
-    Read(BytesMut),
-    /// The peer closed, or a read or write failed.
-    Closed(String),
-    /// The reader task, to stop with the connection.
-    Reader(R::Task),
-    /// A flusher wrote everything it was given (or failed), and hands the half back.
-    Flushed(R::Writer, io::Result<()>),
-}
-
 /// What a client's driver has done and holds, for monitoring (see [`Client::stats`](crate::Client::stats)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -253,6 +176,9 @@ pub struct ClientStats {
     /// Times the session task woke and worked (a reply read, a call submitted, a timer):
     /// calls per pass say how many calls each wake serves.
     pub passes: u64,
+    /// Inputs applied where they arose, without waking the session task: a reader's bytes
+    /// applied by the reader, a lone caller's call written by the caller.
+    pub inline: u64,
     /// Writes to the connections' sockets (each carries every request queued for its
     /// connection when it is made): calls per write say how well requests are batched.
     pub writes: u64,
@@ -267,6 +193,7 @@ struct Counters {
     tasks: AtomicU64,
     connections: AtomicU64,
     passes: AtomicU64,
+    inline: AtomicU64,
     writes: AtomicU64,
     reads: AtomicU64,
 }
@@ -306,7 +233,10 @@ impl<R: Runtime> Clone for Client<R> {
 }
 
 struct Shared<R: Runtime> {
+    /// The callers' inbox of the session task.
     tx: Tx<R>,
+    /// The session task's state, for a lone call that submits itself.
+    hub: Hub<R>,
     counters: Arc<Counters>,
     closed: async_channel::Receiver<()>,
     /// What the session's configuration talks to, kept for [`Executor::deployment`].
@@ -384,22 +314,15 @@ impl<R: Runtime> Client<R> {
         let deployment = config.endpoints.deployment();
         let tls = tls::connector(&options)?;
         let session = Session::new(config, Instant::now());
-        let (tx, calls) = futures_channel::mpsc::unbounded();
         let (closed_tx, closed) = async_channel::bounded(1);
         let counters = Arc::new(Counters::default());
         let instruments = instruments::Instruments::new(registry);
-        let task = run::<R>(
-            session,
-            calls,
-            closed_tx,
-            Arc::clone(&counters),
-            tls,
-            instruments,
-        );
-        R::spawn_detached(counted(&counters, task));
+        let (hub, tx) =
+            task::start::<R>(session, closed_tx, Arc::clone(&counters), tls, instruments);
         Ok(Client {
             shared: Arc::new(Shared {
                 tx,
+                hub,
                 counters,
                 closed,
                 deployment,
@@ -422,6 +345,7 @@ impl<R: Runtime> Client<R> {
             connections: counters.connections.load(Ordering::Relaxed),
             reconnects: counters.reconnects.load(Ordering::Relaxed),
             passes: counters.passes.load(Ordering::Relaxed),
+            inline: counters.inline.load(Ordering::Relaxed),
             writes: counters.writes.load(Ordering::Relaxed),
             reads: counters.reads.load(Ordering::Relaxed),
         }
@@ -536,10 +460,13 @@ impl<R: Runtime> Executor for Client<R> {
         );
         let (done, rx) = oneshot::channel();
         let call = async {
-            self.shared
-                .tx
-                .unbounded_send(Msg::Submit(Submission::new(plan, done)))
-                .map_err(|_| Error::Closed)?;
+            let submission = Submission::new(plan, done);
+            if let Some(submission) = task::submit_inline(&self.shared.hub, submission) {
+                self.shared
+                    .tx
+                    .unbounded_send(Msg::Submit(submission))
+                    .map_err(|_| Error::Closed)?;
+            }
             rx.await.map_err(|_| Error::Closed)
         };
         // Without a subscriber that wants the span, the call is not wrapped at all.
@@ -578,371 +505,4 @@ impl<R: Runtime> Executor for Client<R> {
     fn deployment(&self) -> Deployment {
         self.shared.deployment
     }
-}
-
-/// The session task's state: the session (all protocol state) and each connection's I/O.
-struct SessionTask<R: Runtime> {
-    session: Session<OneShot>,
-    conns: HashMap<ConnId, Io<R>>,
-    /// The connections' inbox, for their tasks.
-    tx: Tx<R>,
-    counters: Arc<Counters>,
-    /// TLS for every connection, or plain TCP.
-    tls: Option<TlsConnector>,
-    /// The end of a graceful close's grace, once one began.
-    grace_until: Option<Instant>,
-    /// The nodes dialled so far: a dial to one of them is a reconnect.
-    dialled: HashSet<NodeAddr>,
-    /// The metric handles (nothing without the `metrics` feature).
-    instruments: instruments::Instruments,
-    /// Callers the last drain woke (results delivered) that have not submitted since, as far
-    /// as the count of submits tells: the ones the yield before a drain waits for.
-    awaited: usize,
-}
-
-/// The session task: feeds every input to the session and carries out its outputs.
-async fn run<R: Runtime>(
-    session: Session<OneShot>,
-    mut calls: Rx<R>,
-    _closed: async_channel::Sender<()>,
-    counters: Arc<Counters>,
-    tls: Option<TlsConnector>,
-    instruments: instruments::Instruments,
-) {
-    // Two inboxes: what the connections report (replies, closes, flushed writes) and what
-    // callers ask. Each pass takes the first before the second, so that a backlog of new calls
-    // never holds back the replies of earlier ones, nor makes a healthy connection look silent
-    // to its response timeout.
-    let (tx, mut events) = futures_channel::mpsc::unbounded();
-    let mut task = SessionTask::<R> {
-        session,
-        conns: HashMap::new(),
-        tx,
-        counters,
-        tls,
-        grace_until: None,
-        dialled: HashSet::new(),
-        instruments,
-        awaited: 0,
-    };
-    let mut deadline: Option<Instant> = None;
-    loop {
-        let event = async { Woke::Msg(events.next().await) };
-        let call = async { Woke::Msg(calls.next().await) };
-        let inbox = future::or(event, call);
-        let woke = match deadline {
-            Some(at) => {
-                let timer = async {
-                    R::sleep_until(at).await;
-                    Woke::Timer
-                };
-                future::or(inbox, timer).await
-            }
-            None => inbox.await,
-        };
-        task.counters.passes.fetch_add(1, Ordering::Relaxed);
-        let msg = match woke {
-            Woke::Timer => {
-                let now = Instant::now();
-                task.session.handle_timeout(now);
-                if task.drained(now) {
-                    break;
-                }
-                deadline = task.next_deadline();
-                continue;
-            }
-            Woke::Msg(Some(msg)) => msg,
-            // The session task holds an event sender itself, and the last `Client` sends
-            // `Close` before its sender goes: neither inbox ends while the task runs.
-            Woke::Msg(None) => break,
-        };
-        let submit = matches!(msg, Msg::Submit(_));
-        let mut closing = task.apply(msg, Instant::now());
-        // A submitted plan that is the only one in the session, when the last results woke no
-        // other caller, has nobody to wait for (a lone caller, calls arriving one at a time):
-        // it is written at once, without the scheduling round of the yield.
-        let lone = submit && task.awaited == 0 && task.session.in_flight() <= 1;
-        // Take everything already queued before draining, so that all requests submitted
-        // meanwhile leave in one write per connection. One yield first lets callers on other
-        // worker threads add theirs (those woken by the last results, above all): on a
-        // multi-thread runtime the task would otherwise wake for nearly every submit, and send
-        // one request per write.
-        if !lone {
-            future::yield_now().await;
-        }
-        closing |= task.apply_queued(&mut events, &mut calls);
-        // The callers woken before had their chance to submit; what this pass's drain delivers
-        // counts afresh.
-        task.awaited = 0;
-        if closing || task.drained(Instant::now()) {
-            break;
-        }
-        // `future::or` polls the inbox first, so under steady traffic the timer branch may
-        // never win: due timers (request deadlines, response timeouts, retry delays, refreshes,
-        // plan waits) fire here on every pass, whatever woke the task.
-        if let Some(at) = deadline {
-            let now = Instant::now();
-            if at <= now {
-                task.session.handle_timeout(now);
-            }
-        }
-        deadline = task.next_deadline();
-    }
-    task.session.close(Instant::now());
-    task.drain();
-}
-
-impl<R: Runtime> SessionTask<R> {
-    /// Applies what both inboxes hold already, the connections' first (a bounded number from
-    /// each, so that neither starves the loop); returns whether the client is closing.
-    fn apply_queued(&mut self, events: &mut Rx<R>, calls: &mut Rx<R>) -> bool {
-        // One clock reading for the messages taken together: they arrived within microseconds.
-        let now = Instant::now();
-        let mut closing = false;
-        for (inbox, most) in [(events, 4096), (calls, 1024)] {
-            for _ in 0..most {
-                match inbox.try_recv() {
-                    Ok(msg) => closing |= self.apply(msg, now),
-                    Err(_) => break,
-                }
-            }
-        }
-        closing
-    }
-    /// Carries out the session's outputs ([`SessionTask::drain`]) and says when to wake: at
-    /// the session's next timer or the end of a graceful close's grace, whichever is first.
-    fn next_deadline(&mut self) -> Option<Instant> {
-        let due = self.drain();
-        match self.grace_until {
-            Some(until) => Some(due.map_or(until, |at| at.min(until))),
-            None => due,
-        }
-    }
-
-    /// Whether a graceful close is over: nothing is out, or its grace ran out.
-    fn drained(&self, now: Instant) -> bool {
-        self.grace_until
-            .is_some_and(|until| self.session.sending() == 0 || now >= until)
-    }
-
-    /// Applies one message; returns whether the client is closing. Every connection event goes
-    /// to the session, which ignores those of connections it closed; the driver only keeps
-    /// or drops the I/O the event carries.
-    fn apply(&mut self, msg: Msg<R>, now: Instant) -> bool {
-        let (conn, event) = match msg {
-            Msg::Submit(submission) => {
-                self.awaited = self.awaited.saturating_sub(1);
-                self.session.submit_boxed(now, submission);
-                return false;
-            }
-            Msg::Close => return true,
-            Msg::Shutdown(until) => {
-                self.session.stop_accepting();
-                // Of two graceful closes, the first to end its grace ends both.
-                self.grace_until = Some(self.grace_until.map_or(until, |at| at.min(until)));
-                return false;
-            }
-            Msg::Conn(conn, event) => (conn, event),
-        };
-        let io = self.conns.get_mut(&conn);
-        match event {
-            ConnEvent::Connected(half) => {
-                // A late connect's half is dropped here, which closes its socket.
-                if let Some(io) = io {
-                    io.write = Some(WriteSide::Ready(half));
-                }
-                self.session.handle_connected(now, conn);
-            }
-            ConnEvent::ConnectFailed(reason) => {
-                self.session.handle_connect_failed(now, conn, &reason)
-            }
-            ConnEvent::Read(bytes) => self.session.handle_read_buf(now, conn, bytes),
-            ConnEvent::Closed(reason) => self.session.handle_closed(now, conn, &reason),
-            ConnEvent::Reader(task) => {
-                // A reader of a closed connection is cancelled by this drop.
-                if let Some(io) = io {
-                    io.tasks.push(task);
-                }
-            }
-            ConnEvent::Flushed(half, Err(e)) => {
-                drop(half);
-                if let Some(io) = io {
-                    io.flusher = None;
-                }
-                self.session.handle_closed(now, conn, &e.to_string());
-            }
-            ConnEvent::Flushed(half, Ok(())) => {
-                let Some(io) = io else {
-                    return false;
-                };
-                io.flusher = None;
-                let queued = match io.write.replace(WriteSide::Ready(half)) {
-                    Some(WriteSide::Flushing(queued)) => queued,
-                    _ => BytesMut::new(),
-                };
-                if !queued.is_empty() {
-                    self.write(conn, &queued);
-                }
-            }
-        }
-        false
-    }
-
-    /// Carries out the session's outputs until it says what to wait for.
-    fn drain(&mut self) -> Option<Instant> {
-        loop {
-            match self.session.poll() {
-                Output::Connect { conn, node, dial } => {
-                    self.counters.dials.fetch_add(1, Ordering::Relaxed);
-                    let reconnect = self.dialled.contains(&node);
-                    if reconnect {
-                        self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        self.dialled.insert(node.clone());
-                    }
-                    let gauge = self.instruments.connecting(&node, reconnect);
-                    let open = open::<R>(
-                        conn,
-                        dial,
-                        self.tx.clone(),
-                        Arc::clone(&self.counters),
-                        self.tls.clone(),
-                    );
-                    let task = R::spawn(counted(&self.counters, open));
-                    let io = Io {
-                        write: None,
-                        tasks: vec![task],
-                        flusher: None,
-                        _gauge: gauge,
-                    };
-                    self.conns.insert(conn, io);
-                }
-                Output::Transmit { conn, bytes } => self.write(conn, &bytes),
-                Output::Close { conn } => {
-                    // Dropping the tasks cancels them; a writing half that is ours is shut
-                    // down.
-                    if let Some(Io {
-                        write: Some(WriteSide::Ready(mut half)),
-                        ..
-                    }) = self.conns.remove(&conn)
-                    {
-                        let shutdown = async move { half.shutdown().await };
-                        R::spawn_detached(counted(&self.counters, shutdown));
-                    }
-                }
-                Output::Complete(completion) => {
-                    // Everything the call caused is exported before its caller hears of it,
-                    // so a caller that reads the metrics after its call sees the call in them.
-                    self.instruments.completed(completion.summary());
-                    self.instruments.observe(&self.session);
-                    completion.deliver();
-                    self.awaited += 1;
-                }
-                Output::Wait { until, .. } => {
-                    let held = self.conns.len() as u64;
-                    self.counters.connections.store(held, Ordering::Relaxed);
-                    self.instruments.observe(&self.session);
-                    return until;
-                }
-            }
-        }
-    }
-
-    /// Writes `bytes` to a connection: straight to the socket while it takes them, else
-    /// behind the flusher that owns the socket.
-    fn write(&mut self, conn: ConnId, bytes: &[u8]) {
-        // The session transmits only on connections it was told are connected.
-        let Some(io) = self.conns.get_mut(&conn) else {
-            return;
-        };
-        let half = match &mut io.write {
-            Some(WriteSide::Flushing(queued)) => return queued.extend_from_slice(bytes),
-            Some(WriteSide::Ready(half)) => half,
-            None => return,
-        };
-        self.counters.writes.fetch_add(1, Ordering::Relaxed);
-        let mut written = 0;
-        while written < bytes.len() {
-            match half.try_write(&bytes[written..]) {
-                Ok(0) => break,
-                Ok(n) => written += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) => {
-                    let event = ConnEvent::Closed(e.to_string());
-                    let _ = self.tx.unbounded_send(Msg::Conn(conn, event));
-                    return;
-                }
-            }
-        }
-        if written == bytes.len() {
-            return;
-        }
-        // The socket is full: a flusher waits for it with the rest, and hands the half back.
-        let Some(WriteSide::Ready(mut half)) =
-            io.write.replace(WriteSide::Flushing(BytesMut::new()))
-        else {
-            return;
-        };
-        let rest = bytes[written..].to_vec();
-        let tx = self.tx.clone();
-        let flusher = R::spawn(counted(&self.counters, async move {
-            let result = half.write_all(&rest).await;
-            let _ = tx.unbounded_send(Msg::Conn(conn, ConnEvent::Flushed(half, result)));
-        }));
-        io.flusher = Some(flusher);
-    }
-}
-
-/// Opens one connection and starts its reader. No timer here: the session's connect deadline
-/// ends a connect that takes too long, and the driver cancels this task when it does.
-async fn open<R: Runtime>(
-    conn: ConnId,
-    dial: DialTarget,
-    tx: Tx<R>,
-    counters: Arc<Counters>,
-    tls: Option<TlsConnector>,
-) {
-    let event = move |event| Msg::Conn(conn, event);
-    // `ClientOptions::tls_settings` refuses TLS over a Unix socket before a client starts.
-    let tls = tls.filter(|_| matches!(dial, DialTarget::Tcp(_)));
-    let (mut read, write) = match R::connect(&dial, tls.as_ref()).await {
-        Ok(halves) => halves,
-        Err(e) => {
-            let reason = tls::describe_failure(&e);
-            let _ = tx.unbounded_send(event(ConnEvent::ConnectFailed(reason)));
-            return;
-        }
-    };
-    // Connected goes first: a server that speaks before it is asked (`max number of clients
-    // reached` on accept) must not have its words reach the session ahead of the connection.
-    let _ = tx.unbounded_send(event(ConnEvent::Connected(write)));
-    let reader_tx = tx.clone();
-    let reads = Arc::clone(&counters);
-    let reader = R::spawn(counted(&counters, async move {
-        let mut buf = BytesMut::with_capacity(64 * 1024);
-        let reason = loop {
-            if buf.capacity() - buf.len() < 16 * 1024 {
-                buf.reserve(64 * 1024);
-            }
-            match read.read(&mut buf).await {
-                Ok(0) => break "closed by the server".to_owned(),
-                Ok(_) => {
-                    reads.reads.fetch_add(1, Ordering::Relaxed);
-                    let bytes = buf.split();
-                    if reader_tx
-                        .unbounded_send(event(ConnEvent::Read(bytes)))
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-                // A TLS server that refuses the client's certificate says so in an alert read
-                // after the handshake (TLS 1.3): the reason names it.
-                Err(e) => break tls::describe_failure(&e),
-            }
-        };
-        let _ = reader_tx.unbounded_send(event(ConnEvent::Closed(reason)));
-    }));
-    let _ = tx.unbounded_send(event(ConnEvent::Reader(reader)));
 }

@@ -66,11 +66,16 @@ impl Runtime for AsyncStd {
     type Reader = Reader;
     type Writer = Writer;
 
-    fn spawn<F: Future<Output = ()> + Send + 'static>(task: F) -> Self::Task {
+    /// One global executor: nothing to carry.
+    type Spawner = ();
+
+    fn spawner() {}
+
+    fn spawn<F: Future<Output = ()> + Send + 'static>(_: &(), task: F) -> Self::Task {
         async_global_executor::spawn(task)
     }
 
-    fn spawn_detached<F: Future<Output = ()> + Send + 'static>(task: F) {
+    fn spawn_detached<F: Future<Output = ()> + Send + 'static>(_: &(), task: F) {
         async_global_executor::spawn(task).detach();
     }
 

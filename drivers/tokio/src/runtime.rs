@@ -65,12 +65,26 @@ impl Runtime for Tokio {
     type Reader = Reader;
     type Writer = Writer;
 
-    fn spawn<F: Future<Output = ()> + Send + 'static>(task: F) -> AbortOnDrop {
-        AbortOnDrop(tokio::spawn(task))
+    /// The runtime the client starts on.
+    type Spawner = tokio::runtime::Handle;
+
+    /// Panics outside a tokio runtime, as `tokio::spawn` does: a client starts within one.
+    fn spawner() -> tokio::runtime::Handle {
+        tokio::runtime::Handle::current()
     }
 
-    fn spawn_detached<F: Future<Output = ()> + Send + 'static>(task: F) {
-        drop(tokio::spawn(task));
+    fn spawn<F: Future<Output = ()> + Send + 'static>(
+        spawner: &tokio::runtime::Handle,
+        task: F,
+    ) -> AbortOnDrop {
+        AbortOnDrop(spawner.spawn(task))
+    }
+
+    fn spawn_detached<F: Future<Output = ()> + Send + 'static>(
+        spawner: &tokio::runtime::Handle,
+        task: F,
+    ) {
+        drop(spawner.spawn(task));
     }
 
     async fn sleep_until(at: Instant) {

@@ -15,6 +15,7 @@ mod connect_truth;
 mod examples_run;
 mod handshake_refusals_are_retried;
 mod harness_starts_real_servers;
+mod inline;
 mod many_requests_one_connection;
 mod metrics_counted;
 mod metrics_scraped;

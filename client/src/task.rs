@@ -1,0 +1,736 @@
+//! The session task and each connection's tasks: the one place the client's I/O meets the
+//! core's [`Session`].
+//!
+//! The session's state lives in a [`Hub`], a mutex shared by the session task, the
+//! connections' readers and the callers. The session task owns the inboxes and the timer: it
+//! gathers concurrent calls into one write per connection (yielding once before it writes, so
+//! that the callers its last results woke add theirs), applies what the connections report,
+//! and fires due timers. A reader that finds the hub free, with no earlier event of any
+//! connection still queued, applies its bytes itself and delivers the replies from where it
+//! runs; a caller that finds the hub free, with nothing else in flight and nobody else just
+//! woken, submits and writes its call itself. Each saves a task hop and a wake-up, which is
+//! most of a call's cost for a lone caller; when the hub is busy, the input goes through the
+//! inbox as before. Work done outside the session task that arms a timer sooner than the one
+//! the task sleeps on wakes it ([`Msg::Rearm`]).
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Instant;
+
+use bytes::BytesMut;
+use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender};
+use futures_channel::oneshot;
+use futures_lite::{future, StreamExt};
+
+use botmesh_redis_core::driver::session::{
+    ConnId, DialTarget, Output, Session, Submission, Summary, Waiters,
+};
+use botmesh_redis_core::{Error, NodeAddr};
+
+use crate::{counted, instruments, tls, Counters, ReadHalf, Runtime, TlsConnector, WriteHalf};
+
+/// The writing side of a connection, owned by the session task. Bytes go straight to the
+/// socket while it takes them; when it is full, the half goes to a flusher task with the rest,
+/// and what the session writes meanwhile waits here, in order, until the half comes back.
+enum WriteSide<W> {
+    Ready(W),
+    Flushing(BytesMut),
+}
+
+/// The I/O of one connection, from the session's [`Output::Connect`] to its
+/// [`Output::Close`]: the only per-connection state outside the session. Whether the
+/// connection is still wanted, and what its events mean, is the session's to say.
+struct Io<R: Runtime> {
+    /// The writing half, once connected.
+    write: Option<WriteSide<R::Writer>>,
+    /// The connect task, then the reader; dropping them cancels them.
+    tasks: Vec<R::Task>,
+    /// The one flusher the connection may have at a time.
+    flusher: Option<R::Task>,
+    /// The connection's share of its node's connections gauge, given back when it closes.
+    _gauge: instruments::ConnGauge,
+}
+
+/// The callers' waiters: a one-shot channel per call, typed by the plan's output, so a result
+/// reaches its caller with its type, and with what became of the plan for the caller's span.
+#[derive(Debug)]
+pub(crate) struct OneShot;
+
+/// What a call's channel carries: the result, and the session's summary of the plan.
+pub(crate) struct Delivery<T> {
+    pub(crate) result: Result<T, Error>,
+    pub(crate) summary: Option<Summary>,
+}
+
+impl Waiters for OneShot {
+    type Waiter<T: Send + 'static> = oneshot::Sender<Delivery<T>>;
+    type Delivered = ();
+
+    fn deliver<T: Send + 'static>(waiter: Self::Waiter<T>, result: Result<T, Error>) {
+        let summary = None;
+        // A caller that stopped waiting (its future dropped) has nothing to be told.
+        let _ = waiter.send(Delivery { result, summary });
+    }
+
+    fn deliver_summarized<T: Send + 'static>(
+        waiter: Self::Waiter<T>,
+        result: Result<T, Error>,
+        summary: Summary,
+    ) {
+        let summary = Some(summary);
+        let _ = waiter.send(Delivery { result, summary });
+    }
+}
+/// An inbox of the session task (callers', or the connections'). Sending never waits: a
+/// submit is a push and, when the task sleeps, a wake.
+pub(crate) type Tx<R> = UnboundedSender<Msg<R>>;
+type Rx<R> = UnboundedReceiver<Msg<R>>;
+
+/// What woke the session task.
+enum Woke<R: Runtime> {
+    /// A message of the connections' inbox, or `None` when it ended.
+    Event(Option<Msg<R>>),
+    /// A message of the callers' inbox, or `None` when it ended.
+    Call(Option<Msg<R>>),
+    Timer,
+}
+
+/// A message to the session task.
+pub(crate) enum Msg<R: Runtime> {
+    /// A plan boxed by its caller with its waiter: the one allocation of a submission.
+    Submit(Submission<OneShot>),
+    /// A graceful close, whose grace ends then.
+    Shutdown(Instant),
+    /// What a connection's tasks observed.
+    Conn(ConnId, ConnEvent<R>),
+    /// Work done outside the session task armed a timer sooner than the one it sleeps on.
+    Rearm,
+    Close,
+}
+
+/// What a connection's tasks report to the session task.
+pub(crate) enum ConnEvent<R: Runtime> {
+    /// The TCP connect succeeded; the writing half.
+    Connected(R::Writer),
+    ConnectFailed(String),
+    /// Bytes read; splits of one read buffer, so the session decodes them without a copy.
+    Read(BytesMut),
+    /// The peer closed, or a read or write failed.
+    Closed(String),
+    /// The reader task, to stop with the connection.
+    Reader(R::Task),
+    /// A flusher wrote everything it was given (or failed), and hands the half back.
+    Flushed(R::Writer, io::Result<()>),
+}
+
+/// The connections' inbox, counted: how many of its connection events are sent and not yet
+/// applied. A reader applies its bytes itself only when none is, so that no event of a
+/// connection (its `Connected`, an earlier read) is overtaken by a later one.
+pub(crate) struct Events<R: Runtime> {
+    tx: Tx<R>,
+    queued: Arc<AtomicUsize>,
+}
+
+// Derived, it would ask `R: Clone`.
+impl<R: Runtime> Clone for Events<R> {
+    fn clone(&self) -> Self {
+        Events {
+            tx: self.tx.clone(),
+            queued: Arc::clone(&self.queued),
+        }
+    }
+}
+
+impl<R: Runtime> Events<R> {
+    /// Sends what a connection's task observed; false when the session task is gone.
+    fn send(&self, conn: ConnId, event: ConnEvent<R>) -> bool {
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        let sent = self.tx.unbounded_send(Msg::Conn(conn, event)).is_ok();
+        if !sent {
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+        }
+        sent
+    }
+
+    /// One event taken from the inbox was applied.
+    fn applied(&self) {
+        self.queued.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn idle(&self) -> bool {
+        self.queued.load(Ordering::SeqCst) == 0
+    }
+
+    /// Wakes the session task to look at its timers again.
+    fn rearm(&self) {
+        let _ = self.tx.unbounded_send(Msg::Rearm);
+    }
+}
+
+/// The session task's state, shared with the connections' readers and the callers: whoever
+/// finds it free applies its own input (a read, a lone call) and carries out what follows,
+/// without a hop to the session task. Every critical section is synchronous and bounded (an
+/// input, then a drain).
+pub(crate) type Hub<R> = Arc<Mutex<SessionTask<R>>>;
+
+/// Locks the hub, even after a panic in another holder: the session's state is consistent
+/// between inputs, and the panic was reported where it happened.
+fn lock<R: Runtime>(hub: &Mutex<SessionTask<R>>) -> MutexGuard<'_, SessionTask<R>> {
+    hub.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The session task's state: the session (all protocol state) and each connection's I/O.
+pub(crate) struct SessionTask<R: Runtime> {
+    session: Session<OneShot>,
+    conns: HashMap<ConnId, Io<R>>,
+    /// The connections' inbox, for their tasks.
+    events: Events<R>,
+    /// The hub this state lives in, for the readers this task starts.
+    hub: Weak<Mutex<SessionTask<R>>>,
+    /// Where the client's tasks run, whoever spawns them.
+    spawner: R::Spawner,
+    counters: Arc<Counters>,
+    /// TLS for every connection, or plain TCP.
+    tls: Option<TlsConnector>,
+    /// The end of a graceful close's grace, once one began.
+    grace_until: Option<Instant>,
+    /// The nodes dialled so far: a dial to one of them is a reconnect.
+    dialled: HashSet<NodeAddr>,
+    /// The metric handles (nothing without the `metrics` feature).
+    instruments: instruments::Instruments,
+    /// Callers the last drains woke (results delivered) that have not submitted since, as far
+    /// as the count of submits tells: the ones the yield before a write waits for.
+    awaited: usize,
+    /// The timer the session task sleeps on, as of its last pass or a later [`Msg::Rearm`].
+    armed: Option<Instant>,
+    /// The session task has ended: everything goes to its (closed) inboxes.
+    ended: bool,
+}
+
+/// Starts a client's session task; yields the hub and the callers' inbox.
+pub(crate) fn start<R: Runtime>(
+    session: Session<OneShot>,
+    closed: async_channel::Sender<()>,
+    counters: Arc<Counters>,
+    tls: Option<TlsConnector>,
+    instruments: instruments::Instruments,
+) -> (Hub<R>, Tx<R>) {
+    // Two inboxes: what the connections report (replies, closes, flushed writes) and what
+    // callers ask. Each pass takes the first before the second, so that a backlog of new calls
+    // never holds back the replies of earlier ones, nor makes a healthy connection look silent
+    // to its response timeout.
+    let (tx, events) = futures_channel::mpsc::unbounded();
+    let (calls_tx, calls) = futures_channel::mpsc::unbounded();
+    let spawner = R::spawner();
+    let hub = Arc::new_cyclic(|hub| {
+        Mutex::new(SessionTask::<R> {
+            session,
+            conns: HashMap::new(),
+            events: Events {
+                tx,
+                queued: Arc::new(AtomicUsize::new(0)),
+            },
+            hub: hub.clone(),
+            spawner: spawner.clone(),
+            counters: Arc::clone(&counters),
+            tls,
+            grace_until: None,
+            dialled: HashSet::new(),
+            instruments,
+            awaited: 0,
+            armed: None,
+            ended: false,
+        })
+    });
+    let task = run::<R>(Arc::clone(&hub), events, calls, closed);
+    R::spawn_detached(&spawner, counted(&counters, task));
+    (hub, calls_tx)
+}
+
+/// What one wake of the session task came to.
+enum Pass {
+    /// A message applied; gather what is queued behind it, after a yield unless `lone`.
+    Gather { closing: bool, lone: bool },
+    /// Timers fired; sleep until then.
+    Slept(Option<Instant>),
+    /// The client is closing.
+    End,
+}
+
+/// The session task: feeds every input to the session and carries out its outputs.
+async fn run<R: Runtime>(
+    hub: Hub<R>,
+    mut events: Rx<R>,
+    mut calls: Rx<R>,
+    _closed: async_channel::Sender<()>,
+) {
+    let mut deadline: Option<Instant> = None;
+    loop {
+        let event = async { Woke::Event(events.next().await) };
+        let call = async { Woke::Call(calls.next().await) };
+        let inbox = future::or(event, call);
+        let woke = match deadline {
+            Some(at) => {
+                let timer = async {
+                    R::sleep_until(at).await;
+                    Woke::Timer
+                };
+                future::or(inbox, timer).await
+            }
+            None => inbox.await,
+        };
+        // The hub is held for one synchronous step at a time, never across an await.
+        let pass = lock(&hub).wake(woke);
+        let closing = match pass {
+            Pass::Slept(at) => {
+                deadline = at;
+                continue;
+            }
+            Pass::End => break,
+            Pass::Gather { closing, lone } => {
+                // Take everything already queued before draining, so that all requests
+                // submitted meanwhile leave in one write per connection. One yield first lets
+                // callers on other worker threads add theirs (those woken by the last results,
+                // above all): on a multi-thread runtime the task would otherwise wake for
+                // nearly every submit, and send one request per write.
+                if !lone {
+                    future::yield_now().await;
+                }
+                closing
+            }
+        };
+        match lock(&hub).gather(closing, &mut events, &mut calls) {
+            Some(at) => deadline = at,
+            None => break,
+        }
+    }
+    lock(&hub).end(Instant::now());
+}
+
+impl<R: Runtime> SessionTask<R> {
+    /// The first step of a pass: applies what woke the task.
+    fn wake(&mut self, woke: Woke<R>) -> Pass {
+        self.counters.passes.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        let (msg, counted) = match woke {
+            Woke::Timer => {
+                self.session.handle_timeout(now);
+                if self.drained(now) {
+                    return Pass::End;
+                }
+                return Pass::Slept(self.rearm());
+            }
+            Woke::Event(Some(msg)) => (msg, true),
+            Woke::Call(Some(msg)) => (msg, false),
+            // The hub holds an event sender, and the last `Client` sends `Close` before its
+            // sender goes: neither inbox ends while the task runs.
+            Woke::Event(None) | Woke::Call(None) => return Pass::End,
+        };
+        let submit = matches!(msg, Msg::Submit(_));
+        let conn_event = counted && matches!(msg, Msg::Conn(..));
+        let closing = self.apply(msg, now);
+        if conn_event {
+            self.events.applied();
+        }
+        // A submitted plan that is the only one in the session, when the last results woke no
+        // other caller, has nobody to wait for (a lone caller, calls arriving one at a time):
+        // it is written at once, without the scheduling round of the yield.
+        let lone = submit && self.awaited == 0 && self.sending_at_most(1);
+        Pass::Gather { closing, lone }
+    }
+
+    /// The second step of a pass: applies what both inboxes hold, carries out the outputs and
+    /// says when to wake; `None` when the client is closing.
+    fn gather(
+        &mut self,
+        closing: bool,
+        events: &mut Rx<R>,
+        calls: &mut Rx<R>,
+    ) -> Option<Option<Instant>> {
+        let closing = closing | self.apply_queued(events, calls);
+        // The callers woken before had their chance to submit; what this pass's drain delivers
+        // counts afresh.
+        self.awaited = 0;
+        if closing || self.drained(Instant::now()) {
+            return None;
+        }
+        // `future::or` polls the inbox first, so under steady traffic the timer branch may
+        // never win: due timers (request deadlines, response timeouts, retry delays, refreshes,
+        // plan waits) fire here on every pass, whatever woke the task.
+        if let Some(at) = self.armed {
+            let now = Instant::now();
+            if at <= now {
+                self.session.handle_timeout(now);
+            }
+        }
+        Some(self.rearm())
+    }
+
+    /// Ends the session: every plan ends, every connection closes, and from now on the hub
+    /// takes nothing directly.
+    fn end(&mut self, now: Instant) {
+        self.ended = true;
+        self.session.close(now);
+        self.drain();
+        // Dropping the I/O cancels the connections' tasks, which hold only a weak handle on
+        // the hub.
+        self.conns.clear();
+    }
+
+    /// Carries out the outputs and records the deadline the session task sleeps on.
+    fn rearm(&mut self) -> Option<Instant> {
+        self.armed = self.next_deadline();
+        self.armed
+    }
+
+    /// After an input applied outside the session task: carries out the outputs, and wakes
+    /// the task when the session's next timer is sooner than the one it sleeps on.
+    fn settle(&mut self) {
+        self.counters.inline.fetch_add(1, Ordering::Relaxed);
+        let due = self.next_deadline();
+        let sooner = match (due, self.armed) {
+            (Some(due), Some(armed)) => due < armed,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if sooner {
+            self.armed = due;
+            self.events.rearm();
+        }
+    }
+
+    /// Whether at most `most` plans have requests out. Plans waiting between their steps (a
+    /// keeper's period, a turn's poll interval) get no reply and wake nobody, so they do not
+    /// count. `in_flight` bounds the count at no cost; the plans are walked only when it does
+    /// not decide.
+    fn sending_at_most(&self, most: usize) -> bool {
+        self.session.in_flight() <= most || self.session.sending() <= most
+    }
+
+    /// Whether an input may be applied outside the session task now: not once it ended, nor
+    /// in a graceful close (whose end the task watches).
+    fn takes_inline(&self) -> bool {
+        !self.ended && self.grace_until.is_none()
+    }
+
+    /// Applies what both inboxes hold already, the connections' first (a bounded number from
+    /// each, so that neither starves the loop); returns whether the client is closing.
+    fn apply_queued(&mut self, events: &mut Rx<R>, calls: &mut Rx<R>) -> bool {
+        // One clock reading for the messages taken together: they arrived within microseconds.
+        let now = Instant::now();
+        let mut closing = false;
+        for _ in 0..4096 {
+            match events.try_recv() {
+                Ok(msg) => {
+                    let conn_event = matches!(msg, Msg::Conn(..));
+                    closing |= self.apply(msg, now);
+                    if conn_event {
+                        self.events.applied();
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        for _ in 0..1024 {
+            match calls.try_recv() {
+                Ok(msg) => closing |= self.apply(msg, now),
+                Err(_) => break,
+            }
+        }
+        closing
+    }
+
+    /// Carries out the session's outputs ([`SessionTask::drain`]) and says when to wake: at
+    /// the session's next timer or the end of a graceful close's grace, whichever is first.
+    fn next_deadline(&mut self) -> Option<Instant> {
+        let due = self.drain();
+        match self.grace_until {
+            Some(until) => Some(due.map_or(until, |at| at.min(until))),
+            None => due,
+        }
+    }
+
+    /// Whether a graceful close is over: nothing is out, or its grace ran out.
+    fn drained(&self, now: Instant) -> bool {
+        self.grace_until
+            .is_some_and(|until| self.session.sending() == 0 || now >= until)
+    }
+
+    /// Applies one message; returns whether the client is closing. Every connection event goes
+    /// to the session, which ignores those of connections it closed; the driver only keeps
+    /// or drops the I/O the event carries.
+    fn apply(&mut self, msg: Msg<R>, now: Instant) -> bool {
+        let (conn, event) = match msg {
+            Msg::Submit(submission) => {
+                self.awaited = self.awaited.saturating_sub(1);
+                self.session.submit_boxed(now, submission);
+                return false;
+            }
+            Msg::Close => return true,
+            Msg::Rearm => return false,
+            Msg::Shutdown(until) => {
+                self.session.stop_accepting();
+                // Of two graceful closes, the first to end its grace ends both.
+                self.grace_until = Some(self.grace_until.map_or(until, |at| at.min(until)));
+                return false;
+            }
+            Msg::Conn(conn, event) => (conn, event),
+        };
+        let io = self.conns.get_mut(&conn);
+        match event {
+            ConnEvent::Connected(half) => {
+                // A late connect's half is dropped here, which closes its socket.
+                if let Some(io) = io {
+                    io.write = Some(WriteSide::Ready(half));
+                }
+                self.session.handle_connected(now, conn);
+            }
+            ConnEvent::ConnectFailed(reason) => {
+                self.session.handle_connect_failed(now, conn, &reason)
+            }
+            ConnEvent::Read(bytes) => self.session.handle_read_buf(now, conn, bytes),
+            ConnEvent::Closed(reason) => self.session.handle_closed(now, conn, &reason),
+            ConnEvent::Reader(task) => {
+                // A reader of a closed connection is cancelled by this drop.
+                if let Some(io) = io {
+                    io.tasks.push(task);
+                }
+            }
+            ConnEvent::Flushed(half, Err(e)) => {
+                drop(half);
+                if let Some(io) = io {
+                    io.flusher = None;
+                }
+                self.session.handle_closed(now, conn, &e.to_string());
+            }
+            ConnEvent::Flushed(half, Ok(())) => {
+                let Some(io) = io else {
+                    return false;
+                };
+                io.flusher = None;
+                let queued = match io.write.replace(WriteSide::Ready(half)) {
+                    Some(WriteSide::Flushing(queued)) => queued,
+                    _ => BytesMut::new(),
+                };
+                if !queued.is_empty() {
+                    self.write(conn, &queued);
+                }
+            }
+        }
+        false
+    }
+
+    /// Carries out the session's outputs until it says what to wait for.
+    fn drain(&mut self) -> Option<Instant> {
+        loop {
+            match self.session.poll() {
+                Output::Connect { conn, node, dial } => {
+                    self.counters.dials.fetch_add(1, Ordering::Relaxed);
+                    let reconnect = self.dialled.contains(&node);
+                    if reconnect {
+                        self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        self.dialled.insert(node.clone());
+                    }
+                    let gauge = self.instruments.connecting(&node, reconnect);
+                    let open = open::<R>(
+                        conn,
+                        dial,
+                        self.events.clone(),
+                        self.hub.clone(),
+                        self.spawner.clone(),
+                        Arc::clone(&self.counters),
+                        self.tls.clone(),
+                    );
+                    let task = R::spawn(&self.spawner, counted(&self.counters, open));
+                    let io = Io {
+                        write: None,
+                        tasks: vec![task],
+                        flusher: None,
+                        _gauge: gauge,
+                    };
+                    self.conns.insert(conn, io);
+                }
+                Output::Transmit { conn, bytes } => self.write(conn, &bytes),
+                Output::Close { conn } => {
+                    // Dropping the tasks cancels them; a writing half that is ours is shut
+                    // down.
+                    if let Some(Io {
+                        write: Some(WriteSide::Ready(mut half)),
+                        ..
+                    }) = self.conns.remove(&conn)
+                    {
+                        let shutdown = async move { half.shutdown().await };
+                        R::spawn_detached(&self.spawner, counted(&self.counters, shutdown));
+                    }
+                }
+                Output::Complete(completion) => {
+                    // Everything the call caused is exported before its caller hears of it,
+                    // so a caller that reads the metrics after its call sees the call in them.
+                    self.instruments.completed(completion.summary());
+                    self.instruments.observe(&self.session);
+                    completion.deliver();
+                    self.awaited += 1;
+                }
+                Output::Wait { until, .. } => {
+                    let held = self.conns.len() as u64;
+                    self.counters.connections.store(held, Ordering::Relaxed);
+                    self.instruments.observe(&self.session);
+                    return until;
+                }
+            }
+        }
+    }
+
+    /// Writes `bytes` to a connection: straight to the socket while it takes them, else
+    /// behind the flusher that owns the socket.
+    fn write(&mut self, conn: ConnId, bytes: &[u8]) {
+        // The session transmits only on connections it was told are connected.
+        let Some(io) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let half = match &mut io.write {
+            Some(WriteSide::Flushing(queued)) => return queued.extend_from_slice(bytes),
+            Some(WriteSide::Ready(half)) => half,
+            None => return,
+        };
+        self.counters.writes.fetch_add(1, Ordering::Relaxed);
+        let mut written = 0;
+        while written < bytes.len() {
+            match half.try_write(&bytes[written..]) {
+                Ok(0) => break,
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    self.events.send(conn, ConnEvent::Closed(e.to_string()));
+                    return;
+                }
+            }
+        }
+        if written == bytes.len() {
+            return;
+        }
+        // The socket is full: a flusher waits for it with the rest, and hands the half back.
+        let Some(WriteSide::Ready(mut half)) =
+            io.write.replace(WriteSide::Flushing(BytesMut::new()))
+        else {
+            return;
+        };
+        let rest = bytes[written..].to_vec();
+        let events = self.events.clone();
+        let flusher = R::spawn(
+            &self.spawner,
+            counted(&self.counters, async move {
+                let result = half.write_all(&rest).await;
+                events.send(conn, ConnEvent::Flushed(half, result));
+            }),
+        );
+        io.flusher = Some(flusher);
+    }
+}
+
+/// A caller's call, submitted and written from the caller's own task when it is alone: the
+/// hub is free, no other plan has requests out, and no other caller was just woken (a burst of
+/// woken callers is gathered into one write by the session task instead). Yields the
+/// submission back when it must go through the callers' inbox.
+pub(crate) fn submit_inline<R: Runtime>(
+    hub: &Hub<R>,
+    submission: Submission<OneShot>,
+) -> Option<Submission<OneShot>> {
+    let Ok(mut task) = hub.try_lock() else {
+        return Some(submission);
+    };
+    // The caller itself may be the one caller the last results woke.
+    if !task.takes_inline() || task.awaited > 1 || !task.sending_at_most(0) {
+        return Some(submission);
+    }
+    task.apply(Msg::Submit(submission), Instant::now());
+    task.settle();
+    None
+}
+
+/// A reader's bytes, applied from the reader's own task when the hub is free, no event of any
+/// connection is queued ahead of them, and at most one plan has requests out: the results of more
+/// would wake callers on the reader's worker thread, where the session task's yield does not
+/// wait for them, and their next calls would leave in several writes instead of one (measured:
+/// 17 to 26 calls per write instead of 62 at 64 callers). Yields the bytes back when they must
+/// go through the connections' inbox.
+fn read_inline<R: Runtime>(
+    hub: &Weak<Mutex<SessionTask<R>>>,
+    conn: ConnId,
+    bytes: BytesMut,
+) -> Option<BytesMut> {
+    let Some(hub) = hub.upgrade() else {
+        return Some(bytes);
+    };
+    let Ok(mut task) = hub.try_lock() else {
+        return Some(bytes);
+    };
+    if !task.takes_inline() || !task.events.idle() || !task.sending_at_most(1) {
+        return Some(bytes);
+    }
+    task.apply(Msg::Conn(conn, ConnEvent::Read(bytes)), Instant::now());
+    task.settle();
+    None
+}
+
+/// Opens one connection and starts its reader. No timer here: the session's connect deadline
+/// ends a connect that takes too long, and the driver cancels this task when it does.
+async fn open<R: Runtime>(
+    conn: ConnId,
+    dial: DialTarget,
+    events: Events<R>,
+    hub: Weak<Mutex<SessionTask<R>>>,
+    spawner: R::Spawner,
+    counters: Arc<Counters>,
+    tls: Option<TlsConnector>,
+) {
+    // `ClientOptions::tls_settings` refuses TLS over a Unix socket before a client starts.
+    let tls = tls.filter(|_| matches!(dial, DialTarget::Tcp(_)));
+    let (mut read, write) = match R::connect(&dial, tls.as_ref()).await {
+        Ok(halves) => halves,
+        Err(e) => {
+            let reason = tls::describe_failure(&e);
+            events.send(conn, ConnEvent::ConnectFailed(reason));
+            return;
+        }
+    };
+    // Connected goes first: a server that speaks before it is asked (`max number of clients
+    // reached` on accept) must not have its words reach the session ahead of the connection.
+    // It is counted in the inbox before the reader starts, so the reader's first bytes go
+    // behind it.
+    events.send(conn, ConnEvent::Connected(write));
+    let reader_events = events.clone();
+    let reads = Arc::clone(&counters);
+    let reader = R::spawn(
+        &spawner,
+        counted(&counters, async move {
+            let mut buf = BytesMut::with_capacity(64 * 1024);
+            let reason = loop {
+                if buf.capacity() - buf.len() < 16 * 1024 {
+                    buf.reserve(64 * 1024);
+                }
+                match read.read(&mut buf).await {
+                    Ok(0) => break "closed by the server".to_owned(),
+                    Ok(_) => {
+                        reads.reads.fetch_add(1, Ordering::Relaxed);
+                        let Some(bytes) = read_inline(&hub, conn, buf.split()) else {
+                            continue;
+                        };
+                        if !reader_events.send(conn, ConnEvent::Read(bytes)) {
+                            return;
+                        }
+                    }
+                    // A TLS server that refuses the client's certificate says so in an alert read
+                    // after the handshake (TLS 1.3): the reason names it.
+                    Err(e) => break tls::describe_failure(&e),
+                }
+            };
+            reader_events.send(conn, ConnEvent::Closed(reason));
+        }),
+    );
+    events.send(conn, ConnEvent::Reader(reader));
+}
