@@ -12,6 +12,7 @@
 //! ```text
 //! hops deployment=standalone runtime=multi callers=64 calls_per_s=... cpu_us_per_call=...
 //!     calls_per_pass=... calls_per_write=... calls_per_read=... switches_per_call=...
+//!     server_busy=... inline_per_call=...
 //! ```
 //!
 //! - `calls_per_pass`: calls served by each wake of the session task (a read, a submit, a
@@ -20,6 +21,8 @@
 //!   many replies one read brings (the batching the server sees).
 //! - `server_busy`: the servers' CPU seconds per second of the run (1.00: one server never
 //!   idle); what a client leaves of the server's time is what it loses.
+//! - `inline_per_call`: inputs applied where they arose, without waking the session task (a
+//!   lone caller's submit, a reader's bytes: two a call for a lone caller, none under load).
 //! - `switches_per_call`: the process's context switches (voluntary and not, every thread,
 //!   from `/proc/self/task/*/status`) per call: a thread that parks for want of work and is
 //!   woken again costs two.
@@ -195,7 +198,8 @@ impl Snapshot {
         let seconds = (self.at - before.at).as_secs_f64();
         format!(
             "calls_per_s={:.0} cpu_us_per_call={:.2} calls_per_pass={:.2} calls_per_write={:.2} \
-             calls_per_read={:.2} switches_per_call={:.3} server_busy={:.2}",
+             calls_per_read={:.2} switches_per_call={:.3} server_busy={:.2} \
+             inline_per_call={:.2}",
             n / seconds,
             (self.cpu - before.cpu) * 1e6 / n,
             per(then.passes, now.passes),
@@ -203,6 +207,7 @@ impl Snapshot {
             per(then.reads, now.reads),
             (self.switches - before.switches) as f64 / n,
             (self.servers_cpu - before.servers_cpu) / seconds,
+            (now.inline - then.inline) as f64 / n,
         )
     }
 }
