@@ -61,6 +61,12 @@ pub async fn set_get<R: Runtime>(client: &Client<R>, name: &str) {
     assert_eq!(client.call(get).await, Ok(Value::from(value.as_str())));
 }
 
+/// `GET key`, which must answer.
+pub async fn get<R: Runtime>(client: &Client<R>, key: &Key) -> Value {
+    let request = Request::cmd(Access::Read, "GET").key(key).build().unwrap();
+    client.call(request).await.unwrap()
+}
+
 /// Expands each generic `async fn name<R: Runtime>()` into a module `name` holding two tests,
 /// `name::tokio` and `name::async_std`, each on a two-worker multi-thread tokio runtime.
 /// Attributes written before a name (such as `#[ignore = "why"]`) go on both tests:

@@ -7,16 +7,11 @@
 //! [`ClientStats`]: botmesh_redis_client::ClientStats
 
 use botmesh_redis_core::{Access, ClientOptions, Executor, Key, Request, Value};
-use botmesh_redis_tests::conformance::{Client, Runtime};
+use botmesh_redis_tests::conformance::{get, Client, Runtime};
 use botmesh_redis_tests::{both_drivers, shared_single, unique_prefix};
 
 const CALLERS: usize = 64;
 const ROUNDS: usize = 50;
-
-async fn get(client: &Client<impl Runtime>, key: &Key) -> Value {
-    let request = Request::cmd(Access::Read, "GET").key(key).build().unwrap();
-    client.call(request).await.unwrap()
-}
 
 async fn concurrent_callers_share_writes<R: Runtime>() {
     let node = shared_single();

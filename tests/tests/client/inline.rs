@@ -7,16 +7,11 @@
 use std::time::Duration;
 
 use botmesh_redis_core::driver::{Plan, Reply, Step};
-use botmesh_redis_core::{Access, ClientOptions, Executor, Key, Request, Value};
-use botmesh_redis_tests::conformance::{Client, Runtime};
+use botmesh_redis_core::{ClientOptions, Executor, Key, Value};
+use botmesh_redis_tests::conformance::{get, Client, Runtime};
 use botmesh_redis_tests::{both_drivers, eventually, shared_single, ServerOptions, SingleNode};
 
 const ROUNDS: u64 = 50;
-
-async fn get(client: &Client<impl Runtime>, key: &Key) -> Value {
-    let request = Request::cmd(Access::Read, "GET").key(key).build().unwrap();
-    client.call(request).await.unwrap()
-}
 
 /// A plan that waits a minute between its steps, as a keeper does between renewals.
 struct Pause;
