@@ -27,9 +27,9 @@
 //! add their requests to the same write.
 //!
 //! The session and the connections' I/O live in a hub (a mutex) the session task shares with
-//! the readers and the callers: a lone call (nothing else in flight, nobody else just woken)
+//! the readers and the callers: a lone call (no other plan sending, nobody else just woken)
 //! is submitted and written by its caller, and a reader applies its bytes itself when at most
-//! one plan is in flight, each without waking the session task (see the `task` module). Every
+//! one plan is sending, each without waking the session task (see the `task` module). Every
 //! task of the client is spawned with the [`Runtime::Spawner`] taken where the client started.
 //!
 //! ## TLS

@@ -6,9 +6,9 @@
 //! gathers concurrent calls into one write per connection (yielding once before it writes, so
 //! that the callers its last results woke add theirs), applies what the connections report,
 //! and fires due timers. A reader that finds the hub free, with no earlier event of any
-//! connection still queued, applies its bytes itself and delivers the replies from where it
-//! runs; a caller that finds the hub free, with nothing else in flight and nobody else just
-//! woken, submits and writes its call itself. Each saves a task hop and a wake-up, which is
+//! connection still queued and at most one plan sending, applies its bytes itself and
+//! delivers the reply from where it runs; a caller that finds the hub free, with no other plan
+//! sending and nobody else just woken, submits and writes its call itself. Each saves a task hop and a wake-up, which is
 //! most of a call's cost for a lone caller; when the hub is busy, the input goes through the
 //! inbox as before. Work done outside the session task that arms a timer sooner than the one
 //! the task sleeps on wakes it ([`Msg::Rearm`]).
