@@ -175,8 +175,10 @@ impl<R: Runtime> Events<R> {
 /// input, then a drain).
 pub(crate) type Hub<R> = Arc<Mutex<SessionTask<R>>>;
 
-/// Locks the hub, even after a panic in another holder: the session's state is consistent
-/// between inputs, and the panic was reported where it happened.
+/// Locks the hub, even after a panic in another holder. A holder panics only on a bug (a plan
+/// whose `start` or `resume` panics); the panic reaches the task it ran in (a caller, a
+/// reader), and the other calls go on with the session as it was left, rather than all
+/// ending with the client.
 fn lock<R: Runtime>(hub: &Mutex<SessionTask<R>>) -> MutexGuard<'_, SessionTask<R>> {
     hub.lock().unwrap_or_else(PoisonError::into_inner)
 }
