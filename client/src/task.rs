@@ -90,10 +90,8 @@ type Rx<R> = UnboundedReceiver<Msg<R>>;
 
 /// What woke the session task.
 enum Woke<R: Runtime> {
-    /// A message of the connections' inbox, or `None` when it ended.
-    Event(Option<Msg<R>>),
-    /// A message of the callers' inbox, or `None` when it ended.
-    Call(Option<Msg<R>>),
+    /// A message, or `None` when an inbox ended.
+    Msg(Option<Msg<R>>),
     Timer,
 }
 
@@ -270,8 +268,8 @@ async fn run<R: Runtime>(
 ) {
     let mut deadline: Option<Instant> = None;
     loop {
-        let event = async { Woke::Event(events.next().await) };
-        let call = async { Woke::Call(calls.next().await) };
+        let event = async { Woke::Msg(events.next().await) };
+        let call = async { Woke::Msg(calls.next().await) };
         let inbox = future::or(event, call);
         let woke = match deadline {
             Some(at) => {
@@ -316,7 +314,7 @@ impl<R: Runtime> SessionTask<R> {
     fn wake(&mut self, woke: Woke<R>) -> Pass {
         self.counters.passes.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
-        let (msg, counted) = match woke {
+        let msg = match woke {
             Woke::Timer => {
                 self.session.handle_timeout(now);
                 if self.drained(now) {
@@ -324,18 +322,13 @@ impl<R: Runtime> SessionTask<R> {
                 }
                 return Pass::Slept(self.rearm());
             }
-            Woke::Event(Some(msg)) => (msg, true),
-            Woke::Call(Some(msg)) => (msg, false),
+            Woke::Msg(Some(msg)) => msg,
             // The hub holds an event sender, and the last `Client` sends `Close` before its
             // sender goes: neither inbox ends while the task runs.
-            Woke::Event(None) | Woke::Call(None) => return Pass::End,
+            Woke::Msg(None) => return Pass::End,
         };
         let submit = matches!(msg, Msg::Submit(_));
-        let conn_event = counted && matches!(msg, Msg::Conn(..));
-        let closing = self.apply(msg, now);
-        if conn_event {
-            self.events.applied();
-        }
+        let closing = self.apply_taken(msg, now);
         // A submitted plan that is the only one in the session, when the last results woke no
         // other caller, has nobody to wait for (a lone caller, calls arriving one at a time):
         // it is written at once, without the scheduling round of the yield.
@@ -423,23 +416,24 @@ impl<R: Runtime> SessionTask<R> {
         // One clock reading for the messages taken together: they arrived within microseconds.
         let now = Instant::now();
         let mut closing = false;
-        for _ in 0..4096 {
-            match events.try_recv() {
-                Ok(msg) => {
-                    let conn_event = matches!(msg, Msg::Conn(..));
-                    closing |= self.apply(msg, now);
-                    if conn_event {
-                        self.events.applied();
-                    }
+        for (inbox, most) in [(events, 4096), (calls, 1024)] {
+            for _ in 0..most {
+                match inbox.try_recv() {
+                    Ok(msg) => closing |= self.apply_taken(msg, now),
+                    Err(_) => break,
                 }
-                Err(_) => break,
             }
         }
-        for _ in 0..1024 {
-            match calls.try_recv() {
-                Ok(msg) => closing |= self.apply(msg, now),
-                Err(_) => break,
-            }
+        closing
+    }
+
+    /// Applies a message taken from an inbox; a connection event (which only the connections'
+    /// inbox carries) is then no longer queued ahead of a reader's bytes.
+    fn apply_taken(&mut self, msg: Msg<R>, now: Instant) -> bool {
+        let conn_event = matches!(msg, Msg::Conn(..));
+        let closing = self.apply(msg, now);
+        if conn_event {
+            self.events.applied();
         }
         closing
     }
