@@ -350,6 +350,16 @@ pub enum ConfigError {
         /// The default bound.
         default: u64,
     },
+    /// A number of lanes outside 1..=`max` ([`ClientOptions::lanes`](crate::ClientOptions::lanes)).
+    #[error(
+        "{given} lanes: a client runs between 1 and {max} (one node defaults to 2, a cluster to 1)"
+    )]
+    LaneCount {
+        /// The number given.
+        given: usize,
+        /// The most lanes a client runs.
+        max: usize,
+    },
     /// A time to live longer than Redis accepts.
     #[error("a time to live of {ttl:?} is longer than the {max:?} accepted")]
     TtlTooLong {

@@ -121,7 +121,7 @@ pub use framing::DEFAULT_MAX_REPLY_ELEMENTS;
 pub use keys::layout::{Keyspace, Layout};
 #[cfg(feature = "serde")]
 pub use options::{ClientConfig, SentinelConfig, StoreConfig, TlsConfig, TurnConfig};
-pub use options::{ClientOptions, Pem, TlsOptions};
+pub use options::{ClientOptions, Pem, TlsOptions, MAX_LANES};
 // Raw commands, for what the typed API does not cover (`Executor::call`).
 pub use addr::NodeAddr;
 /// Record values and message bodies are `Bytes`; re-exported so a caller needs no extra

@@ -314,6 +314,36 @@ fn the_reply_element_bound_is_set_by_name_and_zero_is_refused() {
 }
 
 #[test]
+fn lanes_default_by_deployment_are_set_by_name_and_bounded() {
+    let lanes = |json: &str| {
+        serde_json::from_str::<ClientConfig>(json)
+            .unwrap()
+            .into_options()
+            .map(|options| options.lane_count())
+    };
+    assert_eq!(lanes(r#"{ "url": "redis://127.0.0.1:6379" }"#), Ok(2));
+    assert_eq!(lanes(r#"{ "url": "unix:///run/redis.sock" }"#), Ok(2));
+    assert_eq!(
+        lanes(r#"{ "sentinel": { "sentinels": ["10.0.0.1"], "master_name": "bots" } }"#),
+        Ok(2)
+    );
+    assert_eq!(lanes(r#"{ "nodes": ["10.0.0.1:7000"] }"#), Ok(1));
+    assert_eq!(
+        lanes(r#"{ "nodes": ["10.0.0.1:7000"], "lanes": 3 }"#),
+        Ok(3)
+    );
+    assert_eq!(lanes(r#"{ "url": "127.0.0.1:6379", "lanes": 1 }"#), Ok(1));
+    for given in [0, botmesh_redis_core::MAX_LANES + 1] {
+        let json = format!(r#"{{ "url": "127.0.0.1:6379", "lanes": {given} }}"#);
+        assert_eq!(
+            lanes(&json),
+            Err(Error::Config(ConfigError::LaneCount { given, max: 64 })),
+            "{json}"
+        );
+    }
+}
+
+#[test]
 fn a_unix_socket_in_a_file_with_its_password_hidden() {
     let config: ClientConfig =
         toml::from_str("url = \"redis+unix:///run/redis.sock?user=bot&pass=hunter2\"\n").unwrap();

@@ -74,6 +74,8 @@ pub struct ClientConfig {
     pub refresh_interval_ms: Option<u64>,
     /// [`ClientOptions::max_reply_elements`].
     pub max_reply_elements: Option<u64>,
+    /// [`ClientOptions::lanes`] (default 2 on one node, 1 on a cluster).
+    pub lanes: Option<usize>,
     /// TLS to every node ([`ClientOptions::tls`]), with these settings; left out, TLS
     /// follows the URLs' scheme (`rediss://`) with the default settings.
     pub tls: Option<TlsConfig>,
@@ -291,6 +293,10 @@ impl ClientConfig {
         }
         if let Some(n) = self.max_reply_elements {
             options = options.max_reply_elements(n);
+            options.check()?;
+        }
+        if let Some(n) = self.lanes {
+            options = options.lanes(n);
             options.check()?;
         }
         if let Some(tls) = self.tls {

@@ -29,6 +29,9 @@ pub use sentinel::{parse_sentinel_url, ParsedSentinelUrl, SENTINEL_PORT};
 pub use tls::{Pem, TlsOptions};
 pub use url::{parse_url, redact_url, ParsedUrl};
 
+/// The most lanes a client runs ([`ClientOptions::lanes`]).
+pub const MAX_LANES: usize = 64;
+
 /// Client options: exactly one of [`ClientOptions::url`] (one node),
 /// [`ClientOptions::cluster`] (root nodes of a cluster) or [`ClientOptions::sentinel`] (the
 /// master of a Redis Sentinel deployment), then any of the setters.
@@ -46,6 +49,8 @@ pub struct ClientOptions {
     tls: Option<TlsOptions>,
     /// Whether [`ClientOptions::seed`] was given; else the driver's seed is used.
     seeded: bool,
+    /// [`ClientOptions::lanes`], when given; else the deployment's default.
+    lanes: Option<usize>,
     /// The first mistake in the endpoints (a URL that does not parse, no endpoint at all).
     invalid: Option<Error>,
 }
@@ -90,6 +95,7 @@ impl ClientOptions {
             url_tls,
             tls: None,
             seeded: false,
+            lanes: None,
             invalid: None,
         }
     }
@@ -268,6 +274,47 @@ impl ClientOptions {
         }
         self.config.max_reply_elements = n;
         self
+    }
+
+    /// How many lanes the client runs: each lane is a session of its own, with its own
+    /// connection to every node, and the calls of one task stay in one lane. Default: 2 for
+    /// one node (a URL, a Unix socket, or the master of a Sentinel deployment), 1 for a
+    /// cluster; at most [`MAX_LANES`], and 0 is refused ([`ConfigError::LaneCount`]).
+    ///
+    /// A lane carries its calls to a node in batches, one batch in flight per connection:
+    /// while the node works on one lane's batch, the client turns the other lane's replies
+    /// into the next batch, so neither waits for the other. On one node that is up to twice
+    /// the calls per second of one lane (`docs/performance.md`, "Two lanes to one node"); a
+    /// cluster's connections to its masters already overlap so, and a second lane there
+    /// halves each batch for nothing. Each lane costs a connection per node (and, for a
+    /// Sentinel deployment, a subscription per lane).
+    ///
+    /// A call's lane follows the task that polls it: calls a task awaits in turn, or joins in
+    /// one poll (`join!`), stay in order on one lane, as they would with one. Futures given
+    /// wakers of their own (a `FuturesUnordered`) may take different lanes; calls of
+    /// different tasks were never ordered.
+    pub fn lanes(mut self, n: usize) -> Self {
+        if n == 0 || n > MAX_LANES {
+            return self.invalid(
+                ConfigError::LaneCount {
+                    given: n,
+                    max: MAX_LANES,
+                }
+                .into(),
+            );
+        }
+        self.lanes = Some(n);
+        self
+    }
+
+    /// The lanes a client of these options runs ([`ClientOptions::lanes`], or the
+    /// deployment's default).
+    pub fn lane_count(&self) -> usize {
+        match (self.lanes, self.deployment()) {
+            (Some(n), _) => n,
+            (None, Deployment::Single) => 2,
+            (None, Deployment::Cluster) => 1,
+        }
     }
 
     /// Seed of the retry jitter (drivers pass a random one by default).
