@@ -161,7 +161,7 @@ pub(crate) struct Instruments {
     /// which the recorder joins): the requests counter and the operation's latency histogram.
     ops: BTreeMap<(Text, Text), (Counter, Histogram)>,
     ops_waiting: Gauge,
-    /// The value last set on `ops_waiting`.
+    /// This lane's share of `ops_waiting`, as last added.
     waiting: usize,
     reconnects: Counter,
 }
@@ -177,8 +177,9 @@ impl Instruments {
                 registry.counter(name, vec![Label::from_static_parts(label, value)])
             })
             .collect();
+        // Registered at zero by a first increment: a later lane's adds nothing.
         let ops_waiting = registry.gauge(OPS_WAITING, Vec::new());
-        ops_waiting.set(0.0);
+        ops_waiting.increment(0.0);
         Instruments {
             events,
             seen: Tally::default(),
@@ -222,10 +223,12 @@ impl Instruments {
             }
             self.seen = *tally;
         }
+        // Moved by the difference, not set: each lane of a client adds its own share.
         let waiting = session.in_flight();
         if waiting != self.waiting {
+            self.ops_waiting
+                .increment(waiting as f64 - self.waiting as f64);
             self.waiting = waiting;
-            self.ops_waiting.set(waiting as f64);
         }
     }
 

@@ -8,7 +8,14 @@
 //! deadlines (the connect timeout included), and which late events of a closed connection to
 //! ignore. The driver keeps, per connection, only what is I/O: its writing half and its tasks.
 //!
-//! ## Tasks
+//! ## Lanes and tasks
+//!
+//! A client runs [`ClientOptions::lanes`] lanes (2 on one node, 1 on a cluster): each a
+//! [`Session`] with its own session task and its own connection to every node. A call goes
+//! to the lane of the task that polls it (its waker's address, hashed), so a task's calls
+//! stay in one lane, in order; two lanes to one node overlap the node's work on one lane's
+//! batch with the client's turnaround of the other's. Detached plans take the first lane.
+//! Everything below is per lane.
 //!
 //! ```text
 //!  callers ──Submit──►┐                              ┌──try_write──► TCP
@@ -76,6 +83,7 @@ use std::io;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -159,21 +167,23 @@ pub trait WriteHalf: Send + 'static {
     fn shutdown(&mut self) -> impl Future<Output = ()> + Send;
 }
 
-/// What a client's driver has done and holds, for monitoring (see [`Client::stats`](crate::Client::stats)).
+/// What a client's driver has done and holds, for monitoring (see [`Client::stats`](crate::Client::stats)),
+/// summed over its lanes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ClientStats {
     /// TCP connects started since the client was created.
     pub dials: u64,
-    /// The client's tasks alive now: the session task, and each connection's connect, reader
-    /// and flusher tasks. Bounded by the number of nodes however connections come and go.
+    /// The client's tasks alive now: each lane's session task, and each connection's connect,
+    /// reader and flusher tasks. Bounded by the number of nodes and lanes however connections
+    /// come and go.
     pub tasks: u64,
     /// Connections whose task handles the driver holds (open, opening, or closing).
     pub connections: u64,
     /// The dials (of [`ClientStats::dials`]) to a node that was dialled before: connections
     /// lost or refused and opened again.
     pub reconnects: u64,
-    /// Times the session task woke and worked (a reply read, a call submitted, a timer):
+    /// Times a session task woke and worked (a reply read, a call submitted, a timer):
     /// calls per pass say how many calls each wake serves.
     pub passes: u64,
     /// Inputs applied where they arose, without waking the session task: a reader's bytes
@@ -233,21 +243,52 @@ impl<R: Runtime> Clone for Client<R> {
 }
 
 struct Shared<R: Runtime> {
+    /// The client's lanes ([`ClientOptions::lanes`]): at least one.
+    lanes: Box<[Lane<R>]>,
+    /// What the session's configuration talks to, kept for [`Executor::deployment`].
+    deployment: Deployment,
+    _runtime: PhantomData<fn() -> R>,
+}
+
+/// One lane: a session task with its own connection to each node.
+struct Lane<R: Runtime> {
     /// The callers' inbox of the session task.
     tx: Tx<R>,
     /// The session task's state, for a lone call that submits itself.
     hub: Hub<R>,
     counters: Arc<Counters>,
     closed: async_channel::Receiver<()>,
-    /// What the session's configuration talks to, kept for [`Executor::deployment`].
-    deployment: Deployment,
-    _runtime: PhantomData<fn() -> R>,
+}
+
+impl<R: Runtime> Shared<R> {
+    /// The lane of the task whose waker is `waker`: a task polls its calls with one waker, so
+    /// they stay in one lane, in order. A waker's data is its task's address, whose low bits
+    /// alignment fixes: Fibonacci hashing spreads the high ones.
+    fn lane(&self, waker: &std::task::Waker) -> usize {
+        let hash = (waker.data().addr() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (hash >> 32) as usize % self.lanes.len()
+    }
+
+    /// Sends `msg` to every lane's session task.
+    fn tell_all(&self, msg: impl Fn() -> Msg<R>) {
+        for lane in &self.lanes {
+            let _ = lane.tx.unbounded_send(msg());
+        }
+    }
+
+    /// Waits until every lane's session task has ended.
+    async fn all_closed(&self) {
+        for lane in &self.lanes {
+            // The session task drops its end when it is done; that is the signal.
+            let _ = lane.closed.recv().await;
+        }
+    }
 }
 
 impl<R: Runtime> Drop for Shared<R> {
     fn drop(&mut self) {
-        // The last handle is gone: end the session task, which ends every connection.
-        let _ = self.tx.unbounded_send(Msg::Close);
+        // The last handle is gone: end the session tasks, which end every connection.
+        self.tell_all(|| Msg::Close);
     }
 }
 
@@ -288,15 +329,16 @@ impl<R: Runtime> Client<R> {
         options: ClientOptions,
         registry: instruments::Registry,
     ) -> Result<Self, Error> {
-        let check = connect_check(&options.to_config(0)?.endpoints);
+        let endpoints = options.to_config(0)?.endpoints;
         let client = Self::start_with(options, registry)?;
-        match client.run(check).await {
-            Ok(()) => Ok(client),
-            Err(e) => {
+        // Every lane's connection is checked, so none is left to fail on a first call.
+        for lane in 0..client.shared.lanes.len() {
+            if let Err(e) = client.run_in(lane, connect_check(&endpoints)).await {
                 client.close().await;
-                Err(e)
+                return Err(e);
             }
         }
+        Ok(client)
     }
 
     /// Starts the client without waiting for any node: the first request connects. Checks
@@ -313,18 +355,33 @@ impl<R: Runtime> Client<R> {
         let config = options.to_config(seed.finish())?;
         let deployment = config.endpoints.deployment();
         let tls = tls::connector(&options)?;
-        let session = Session::new(config, Instant::now());
-        let (closed_tx, closed) = async_channel::bounded(1);
-        let counters = Arc::new(Counters::default());
-        let instruments = instruments::Instruments::new(registry);
-        let (hub, tx) =
-            task::start::<R>(session, closed_tx, Arc::clone(&counters), tls, instruments);
+        let lanes = (0..options.lane_count() as u64)
+            .map(|lane| {
+                let mut config = config.clone();
+                // Each lane's retries jitter apart, even from a seed the options fixed.
+                config.seed = config.seed.wrapping_add(lane);
+                let session = Session::new(config, Instant::now());
+                let (closed_tx, closed) = async_channel::bounded(1);
+                let counters = Arc::new(Counters::default());
+                let instruments = instruments::Instruments::new(registry.clone());
+                let (hub, tx) = task::start::<R>(
+                    session,
+                    closed_tx,
+                    Arc::clone(&counters),
+                    tls.clone(),
+                    instruments,
+                );
+                Lane {
+                    tx,
+                    hub,
+                    counters,
+                    closed,
+                }
+            })
+            .collect();
         Ok(Client {
             shared: Arc::new(Shared {
-                tx,
-                hub,
-                counters,
-                closed,
+                lanes,
                 deployment,
                 _runtime: PhantomData,
             }),
@@ -338,27 +395,28 @@ impl<R: Runtime> Client<R> {
 
     /// What the driver has done and holds now: dials made, tasks alive.
     pub fn stats(&self) -> ClientStats {
-        let counters = &self.shared.counters;
-        ClientStats {
-            dials: counters.dials.load(Ordering::Relaxed),
-            tasks: counters.tasks.load(Ordering::Relaxed),
-            connections: counters.connections.load(Ordering::Relaxed),
-            reconnects: counters.reconnects.load(Ordering::Relaxed),
-            passes: counters.passes.load(Ordering::Relaxed),
-            inline: counters.inline.load(Ordering::Relaxed),
-            writes: counters.writes.load(Ordering::Relaxed),
-            reads: counters.reads.load(Ordering::Relaxed),
+        let mut stats = ClientStats::default();
+        for lane in &self.shared.lanes {
+            let counters = &lane.counters;
+            stats.dials += counters.dials.load(Ordering::Relaxed);
+            stats.tasks += counters.tasks.load(Ordering::Relaxed);
+            stats.connections += counters.connections.load(Ordering::Relaxed);
+            stats.reconnects += counters.reconnects.load(Ordering::Relaxed);
+            stats.passes += counters.passes.load(Ordering::Relaxed);
+            stats.inline += counters.inline.load(Ordering::Relaxed);
+            stats.writes += counters.writes.load(Ordering::Relaxed);
+            stats.reads += counters.reads.load(Ordering::Relaxed);
         }
+        stats
     }
 
     /// Closes at once: ends every pending plan (see [`Error::Closed`]; a write sent and
     /// unanswered is [`Error::ReplyLost`]), closes every connection and waits for the session
-    /// task to finish. Other clones see [`Error::Closed`] afterwards. [`Client::shutdown`]
+    /// tasks to finish. Other clones see [`Error::Closed`] afterwards. [`Client::shutdown`]
     /// lets calls in flight finish first.
     pub async fn close(&self) {
-        let _ = self.shared.tx.unbounded_send(Msg::Close);
-        // The session task drops its end when it is done; that is the signal.
-        let _ = self.shared.closed.recv().await;
+        self.shared.tell_all(|| Msg::Close);
+        self.shared.all_closed().await;
     }
 }
 
@@ -392,8 +450,8 @@ impl<R: Runtime> Client<R> {
     /// requests out finish within `grace`, then the client closes as [`Client::close`] does.
     pub async fn shutdown(&self, grace: Duration) {
         let until = Instant::now().checked_add(grace).unwrap_or_else(far_future);
-        let _ = self.shared.tx.unbounded_send(Msg::Shutdown(until));
-        let _ = self.shared.closed.recv().await;
+        self.shared.tell_all(|| Msg::Shutdown(until));
+        self.shared.all_closed().await;
     }
 }
 
@@ -446,10 +504,10 @@ pub async fn connect<R: Runtime>(
     }
 }
 
-impl<R: Runtime> Executor for Client<R> {
-    /// Runs the plan inside a span of its own (see [`OPERATION_SPAN`]), a child of the
-    /// caller's current span.
-    async fn run<P: Plan>(&self, plan: P) -> Result<P::Output, Error> {
+impl<R: Runtime> Client<R> {
+    /// Runs the plan in the given lane, inside a span of its own (see [`OPERATION_SPAN`]), a
+    /// child of the caller's current span.
+    async fn run_in<P: Plan>(&self, lane: usize, plan: P) -> Result<P::Output, Error> {
         let span = tracing::info_span!(
             OPERATION_SPAN,
             operation = plan.operation(),
@@ -460,10 +518,10 @@ impl<R: Runtime> Executor for Client<R> {
         );
         let (done, rx) = oneshot::channel();
         let call = async {
+            let lane = &self.shared.lanes[lane];
             let submission = Submission::new(plan, done);
-            if let Some(submission) = task::submit_inline(&self.shared.hub, submission) {
-                self.shared
-                    .tx
+            if let Some(submission) = task::submit_inline(&lane.hub, submission) {
+                lane.tx
                     .unbounded_send(Msg::Submit(submission))
                     .map_err(|_| Error::Closed)?;
             }
@@ -488,12 +546,21 @@ impl<R: Runtime> Executor for Client<R> {
         );
         result
     }
+}
+
+impl<R: Runtime> Executor for Client<R> {
+    /// Runs the plan in the lane of the calling task ([`ClientOptions::lanes`]), inside a span
+    /// of its own (see [`OPERATION_SPAN`]), a child of the caller's current span.
+    async fn run<P: Plan>(&self, plan: P) -> Result<P::Output, Error> {
+        let lane = std::future::poll_fn(|cx| Poll::Ready(self.shared.lane(cx.waker()))).await;
+        self.run_in(lane, plan).await
+    }
 
     fn detach<P: Plan>(&self, plan: P) {
         // The receiver goes at once: the session delivers the result to nobody.
+        // No task to follow here: detached plans take the first lane.
         let (done, _) = oneshot::channel();
-        let _ = self
-            .shared
+        let _ = self.shared.lanes[0]
             .tx
             .unbounded_send(Msg::Submit(Submission::new(plan, done)));
     }

@@ -15,9 +15,10 @@ const ROUNDS: usize = 50;
 
 async fn concurrent_callers_share_writes<R: Runtime>() {
     let node = shared_single();
-    let client = Client::<R>::connect(ClientOptions::url(node.url()))
-        .await
-        .unwrap();
+    // One lane, so that the 64 callers meet in one session's batches (two lanes halve each
+    // batch, and overlap them: `lanes.rs`).
+    let options = ClientOptions::url(node.url()).lanes(1);
+    let client = Client::<R>::connect(options).await.unwrap();
     let key = Key::new(format!("{}:k", unique_prefix("batching")));
     let set = Request::cmd(Access::Write, "SET")
         .key(&key)

@@ -33,9 +33,9 @@ impl Plan for Pause {
 }
 
 async fn a_lone_caller_does_not_wake_the_session_task<R: Runtime>() {
-    let client = Client::<R>::connect(ClientOptions::url(shared_single().url()))
-        .await
-        .unwrap();
+    // One lane: the waiting plan and the lone caller share its session.
+    let options = ClientOptions::url(shared_single().url()).lanes(1);
+    let client = Client::<R>::connect(options).await.unwrap();
     client.detach(Pause);
     let key = Key::new("botmesh-inline-absent");
     // The first call may arm the session's first timer, which wakes the task once.
@@ -61,9 +61,9 @@ async fn a_lone_caller_does_not_wake_the_session_task<R: Runtime>() {
 
 async fn a_caller_on_another_runtime_opens_connections_on_the_clients<R: Runtime>() {
     let node = SingleNode::start(ServerOptions::new());
-    let client = Client::<R>::connect(ClientOptions::url(node.url()))
-        .await
-        .unwrap();
+    // One lane: this task's calls and the other runtime's share its connection.
+    let options = ClientOptions::url(node.url()).lanes(1);
+    let client = Client::<R>::connect(options).await.unwrap();
     let key = Key::new("absent");
     // The client's connection goes, so that the next call dials: from the other runtime.
     let mut admin = node.conn().unwrap();

@@ -16,6 +16,7 @@ mod examples_run;
 mod handshake_refusals_are_retried;
 mod harness_starts_real_servers;
 mod inline;
+mod lanes;
 mod many_requests_one_connection;
 mod metrics_counted;
 mod metrics_scraped;

@@ -92,7 +92,10 @@ async fn recorded<R: Runtime>(options: ClientOptions) -> (Client<R>, Totals) {
 
 async fn requests_are_counted_by_operation_and_outcome<R: Runtime>() {
     let node = shared_single();
-    let (client, mut totals) = recorded::<R>(ClientOptions::url(node.url())).await;
+    let options = ClientOptions::url(node.url());
+    // `connect` checks each lane, on a connection of its own.
+    let lanes = options.lane_count();
+    let (client, mut totals) = recorded::<R>(options).await;
     let store = Store::open(client.clone(), StoreOptions::new(unique_prefix("metrics")))
         .await
         .unwrap();
@@ -119,7 +122,7 @@ async fn requests_are_counted_by_operation_and_outcome<R: Runtime>() {
             &format!("botmesh_redis_requests_total{{operation={op},outcome={outcome}}}"),
         )
     };
-    assert_eq!(requests("connect_check", "ok"), 1);
+    assert_eq!(requests("connect_check", "ok"), lanes as u64);
     assert_eq!(requests("save_message", "ok"), 5);
     assert_eq!(requests("get_message", "ok"), 3);
     assert_eq!(requests("list_messages", "ok"), 1);
@@ -135,7 +138,7 @@ async fn requests_are_counted_by_operation_and_outcome<R: Runtime>() {
         "{latencies:?}"
     );
     let node_label = format!("botmesh_redis_connections{{node={}}}", node.addr());
-    assert_eq!(gauge(s, &node_label), 1.0);
+    assert_eq!(gauge(s, &node_label), lanes as f64);
     assert_eq!(gauge(s, "botmesh_redis_ops_waiting{}"), 0.0);
     // A single node redirects nothing, and nothing here was retried or timed out.
     assert_eq!(counter(s, "botmesh_redis_redirects_total{kind=moved}"), 0);

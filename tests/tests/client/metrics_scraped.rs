@@ -14,6 +14,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use botmesh_redis_core::ClientOptions;
 use botmesh_redis_tests::harness::example_binary;
 use botmesh_redis_tests::{shared_cluster, shared_single, unique_prefix};
 
@@ -188,7 +189,9 @@ fn metrics_example_on_single_node() {
     let node = shared_single();
     let (body, _) = run_and_scrape(("BOTMESH_URL", node.url()));
     let connections = format!("botmesh_redis_connections{{node=\"{}\"}}", node.addr());
-    assert_eq!(value(&body, &connections), Some(1.0), "{body}");
+    // One connection per lane: a client of one node runs two.
+    let lanes = ClientOptions::url(node.url()).lane_count() as f64;
+    assert_eq!(value(&body, &connections), Some(lanes), "{body}");
     assert_eq!(
         value(&body, "botmesh_redis_redirects_total{kind=\"moved\"}"),
         Some(0.0),

@@ -1,0 +1,79 @@
+//! Lanes ([`ClientOptions::lanes`]): a client of one node runs two by default, each with its
+//! own connection, both checked by `connect`; the calls of one task stay in one lane (the
+//! same connection, so in order), whether awaited in turn or joined in one poll; the calls of
+//! many tasks spread over both; `lanes(1)` is one connection. The cluster's default of one
+//! lane is `many_requests_one_connection`'s one connection per master.
+
+use std::collections::BTreeSet;
+
+use botmesh_redis_core::{Access, ClientOptions, Executor, Request, Value};
+use botmesh_redis_tests::conformance::{Client, Runtime};
+use botmesh_redis_tests::{both_drivers, shared_single};
+
+const TASKS: usize = 64;
+
+/// `CLIENT ID`: which of the node's connections the call went on.
+async fn connection<R: Runtime>(client: &Client<R>) -> i64 {
+    let request = Request::cmd(Access::Read, "CLIENT")
+        .arg("ID")
+        .build()
+        .unwrap();
+    match client.call(request).await {
+        Ok(Value::Int(id)) => id,
+        other => panic!("CLIENT ID answered {other:?}"),
+    }
+}
+
+/// The connections the calls of `TASKS` tasks went on, each task's calls on one.
+async fn connections_of_tasks<R: Runtime>(client: &Client<R>) -> BTreeSet<i64> {
+    let mut tasks = Vec::with_capacity(TASKS);
+    for _ in 0..TASKS {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut seen = BTreeSet::new();
+            for _ in 0..5 {
+                seen.insert(connection(&client).await);
+            }
+            let joined = futures_lite::future::zip(connection(&client), connection(&client));
+            let (a, b) = joined.await;
+            seen.extend([a, b]);
+            assert_eq!(seen.len(), 1, "one task's calls went on {seen:?}");
+            seen.into_iter().next().unwrap()
+        }));
+    }
+    let mut used = BTreeSet::new();
+    for task in tasks {
+        used.insert(task.await.unwrap());
+    }
+    used
+}
+
+async fn one_node_runs_two_lanes_and_a_task_keeps_to_one<R: Runtime>() {
+    let options = ClientOptions::url(shared_single().url());
+    assert_eq!(options.lane_count(), 2);
+    let client = Client::<R>::connect(options).await.unwrap();
+    // `connect` checked both lanes: each dialled its connection.
+    let stats = client.stats();
+    assert_eq!((stats.dials, stats.connections), (2, 2), "{stats:?}");
+    let used = connections_of_tasks(&client).await;
+    // 64 tasks each on one lane of two: all on one would be a chance of 2 in 2^64.
+    assert_eq!(used.len(), 2, "the tasks' calls went on {used:?}");
+    let stats = client.stats();
+    assert_eq!((stats.dials, stats.connections), (2, 2), "{stats:?}");
+    client.close().await;
+}
+
+async fn one_lane_is_one_connection<R: Runtime>() {
+    let options = ClientOptions::url(shared_single().url()).lanes(1);
+    let client = Client::<R>::connect(options).await.unwrap();
+    let used = connections_of_tasks(&client).await;
+    assert_eq!(used.len(), 1, "the tasks' calls went on {used:?}");
+    let stats = client.stats();
+    assert_eq!((stats.dials, stats.connections), (1, 1), "{stats:?}");
+    client.close().await;
+}
+
+both_drivers!(
+    one_node_runs_two_lanes_and_a_task_keeps_to_one,
+    one_lane_is_one_connection
+);
