@@ -283,10 +283,11 @@ impl ClientOptions {
     ///
     /// A lane carries its calls to a node in batches, one batch in flight per connection:
     /// while the node works on one lane's batch, the client turns the other lane's replies
-    /// into the next batch, so neither waits for the other. On one node that is up to twice
-    /// the calls per second of one lane (`docs/performance.md`, "Two lanes to one node"); a
+    /// into the next batch, so neither waits for the other. On one node that measured 1.4-1.5
+    /// times the calls per second of one lane on tokio's current-thread runtime, up to 1.3
+    /// times on its multi-thread one (`docs/performance.md`, "Two lanes to one node"); a
     /// cluster's connections to its masters already overlap so, and a second lane there
-    /// halves each batch for nothing. Each lane costs a connection per node (and, for a
+    /// measured slower (each batch halved for nothing). Each lane costs a connection per node (and, for a
     /// Sentinel deployment, a subscription per lane).
     ///
     /// A call's lane follows the task that polls it: calls a task awaits in turn, or joins in
