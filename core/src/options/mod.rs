@@ -287,8 +287,8 @@ impl ClientOptions {
     /// times the calls per second of one lane on tokio's current-thread runtime, up to 1.3
     /// times on its multi-thread one (`docs/performance.md`, "Two lanes to one node"); a
     /// cluster's connections to its masters already overlap so, and a second lane there
-    /// measured slower (each batch halved for nothing). Each lane costs a connection per node (and, for a
-    /// Sentinel deployment, a subscription per lane).
+    /// measured slower (each batch halved for nothing). Each lane costs a connection per
+    /// node (and, for a Sentinel deployment, a subscription per lane).
     ///
     /// A call's lane follows the task that polls it: calls a task awaits in turn, or joins in
     /// one poll (`join!`), stay in order on one lane, as they would with one. Futures given
