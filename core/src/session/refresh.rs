@@ -298,9 +298,6 @@ impl<W: Waiters> Session<W> {
 
     pub(super) fn apply_topology(&mut self, topo: &Topology) {
         self.map_gen += 1;
-        if topo.is_complete() {
-            self.slots.clear();
-        }
         let mut given = Vec::new();
         for shard in &topo.shards {
             let owner = self.nodes.intern(shard.master.clone());
@@ -310,7 +307,15 @@ impl<W: Waiters> Session<W> {
                 owner,
             }));
         }
-        self.slots.set_ranges(given);
+        let kept = self
+            .slots
+            .apply_topology(given, topo.is_complete(), self.now);
+        if kept > 0 {
+            tracing::debug!(
+                slots = kept,
+                "kept slots the map gave back to a master that redirected them lately"
+            );
+        }
         self.map_loaded = true;
         self.refresh.answers.clear();
         let waiting = std::mem::take(&mut self.unrouted);
@@ -347,6 +352,7 @@ impl<W: Waiters> Session<W> {
             }
             tracing::debug!(node = %self.nodes[node], "forgetting a node that left the topology");
             self.nodes.forget(node);
+            self.slots.forget(node);
         }
     }
 }

@@ -199,7 +199,7 @@ impl<W: Waiters> Session<W> {
                 self.tally.count(Event::Moved);
                 tracing::debug!(slot, to = %addr, "MOVED: patching the slot map");
                 let target = self.nodes.intern(addr);
-                self.slots.set(slot, target);
+                self.slots.moved(slot, node, target, now);
                 self.map_gen += 1;
                 self.refresh_soon(now);
                 self.to_dispatch.push_back(r);

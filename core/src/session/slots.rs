@@ -1,8 +1,17 @@
-//! The slot table: the owner of every slot, as ranges.
+//! The slot table: the owner of every slot, as ranges, and the redirects a map may not undo.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use crate::keys::SLOT_COUNT;
 
 use super::ids::NodeId;
+
+/// How long a node's `MOVED` outranks a topology answer that names it the slot's owner again.
+/// Longer than a failover's news takes to reach every node (the promoted replica tells every
+/// node at once; one that missed it hears within a few pings), and shorter than an operator
+/// takes to fail back (after which the answers are right to name it again).
+pub(super) const MOVED_OUTRANKS_MAP_FOR: Duration = Duration::from_secs(5);
 
 /// The owner of every slot, as ranges. A cluster maps its 16384 slots in a few ranges, so routing
 /// finds a request's owner with a binary search over a few cache lines. (A dense table of 16384
@@ -13,6 +22,20 @@ pub(super) struct SlotTable {
     /// Disjoint, sorted, and never two adjacent ranges with one owner; a slot in no range has
     /// no known owner.
     pub(super) ranges: Vec<SlotRange>,
+    /// Slots a node lately gave away in its own words (`MOVED`). A topology answer that maps
+    /// such a slot to that node again is older news (asked before the redirect, or answered
+    /// by a node the failover's news has not reached): the node itself knows best that it
+    /// does not own the slot, and undoing the redirect would send the slot's requests back to
+    /// it, and take the answers of the new owner for those of a replaced master.
+    pub(super) disowned: BTreeMap<u16, Disowned>,
+}
+
+/// A slot's owner, as its former owner named it in a `MOVED`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Disowned {
+    pub(super) by: NodeId,
+    pub(super) to: NodeId,
+    pub(super) until: Instant,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,6 +152,44 @@ impl SlotTable {
         self.ranges.clear();
     }
 
+    /// `by` answered that `slot` is `to`'s (`MOVED`), at `now`.
+    pub(super) fn moved(&mut self, slot: u16, by: NodeId, to: NodeId, now: Instant) {
+        self.set(slot, to);
+        if by != to {
+            let until = now + MOVED_OUTRANKS_MAP_FOR;
+            self.disowned.insert(slot, Disowned { by, to, until });
+        }
+    }
+
+    /// Gives a topology answer's ranges (`complete`: every slot is in them), except the slots
+    /// it gives back to a node that lately disowned them; how many such slots were kept.
+    pub(super) fn apply_topology(
+        &mut self,
+        given: Vec<SlotRange>,
+        complete: bool,
+        now: Instant,
+    ) -> usize {
+        if complete {
+            self.clear();
+        }
+        self.set_ranges(given);
+        self.disowned.retain(|_, d| d.until > now);
+        let mut kept = 0;
+        let redirects: Vec<(u16, Disowned)> = self.disowned.iter().map(|(&s, &d)| (s, d)).collect();
+        for (slot, d) in redirects {
+            if self.get(slot) == Some(d.by) {
+                self.set(slot, d.to);
+                kept += 1;
+            }
+        }
+        kept
+    }
+
+    /// A node's id is about to be reused: what it said no longer says anything.
+    pub(super) fn forget(&mut self, node: NodeId) {
+        self.disowned.retain(|_, d| d.by != node && d.to != node);
+    }
+
     pub(super) fn owners(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.ranges.iter().map(|r| r.owner)
     }
@@ -194,6 +255,50 @@ mod tests {
             proptest::prop_assert!(!(adjacent && pair[0].owner == pair[1].owner));
         }
         Ok(())
+    }
+
+    fn whole(owner: NodeId) -> Vec<SlotRange> {
+        vec![SlotRange {
+            first: 0,
+            last: SLOT_COUNT - 1,
+            owner,
+        }]
+    }
+
+    #[test]
+    fn a_redirect_outranks_maps_that_give_the_slot_back_for_a_while() {
+        let t0 = crate::testing::start();
+        let mut table = SlotTable::default();
+        table.apply_topology(whole(0), true, t0);
+        table.moved(7, 0, 1, t0);
+        // An older map: every slot to node 0, slot 7 included.
+        assert_eq!(table.apply_topology(whole(0), true, t0), 1);
+        assert_eq!(
+            (table.get(6), table.get(7), table.get(8)),
+            (Some(0), Some(1), Some(0))
+        );
+        // A map that names a third owner is newer news than the redirect.
+        assert_eq!(table.apply_topology(whole(2), true, t0), 0);
+        assert_eq!(table.get(7), Some(2));
+        // Past the window, a map may give the slot back (a failback).
+        let later = t0 + MOVED_OUTRANKS_MAP_FOR;
+        assert_eq!(table.apply_topology(whole(0), true, later), 0);
+        assert_eq!(table.get(7), Some(0));
+        assert!(table.disowned.is_empty());
+    }
+
+    #[test]
+    fn a_forgotten_node_leaves_no_redirect_behind() {
+        let t0 = crate::testing::start();
+        let mut table = SlotTable::default();
+        table.moved(7, 0, 1, t0);
+        table.moved(8, 2, 0, t0);
+        table.moved(9, 2, 3, t0);
+        table.forget(0);
+        assert_eq!(table.disowned.keys().collect::<Vec<_>>(), vec![&9]);
+        // A node redirecting to itself disowns nothing.
+        table.moved(10, 4, 4, t0);
+        assert_eq!(table.disowned.len(), 1);
     }
 
     proptest::proptest! {

@@ -167,3 +167,76 @@ fn a_late_ok_from_a_replaced_master_is_not_a_success() {
         Some(&format!("INCR {key}"))
     );
 }
+
+/// After a failover, a node the news has not reached yet still maps the slot to the old
+/// master. Its `CLUSTER SLOTS` answer (in the round the redirect asked for, or in one asked
+/// before it) must not undo what the old master said of itself: else the write, resent to
+/// the promoted master, is answered there after the map named the old one again, and its
+/// success is taken for a reply the old master might discard.
+#[test]
+fn a_map_older_than_a_moved_does_not_undo_it() {
+    let mut h = cluster();
+    let a = h.sim.master(0);
+    let promoted = h.sim.replicas(0).remove(0);
+    let key = h.sim.keys_on(&a, 1).remove(0);
+    h.run_one(set(&key, "1")).unwrap();
+    h.run_for(Duration::from_secs(1));
+    for shard in 1..3 {
+        for node in std::iter::once(h.sim.master(shard)).chain(h.sim.replicas(shard)) {
+            h.sim.lag(&node);
+        }
+    }
+    // The old master redirects after the lagging nodes have answered the round; the
+    // promoted one answers the resent write after that.
+    h.sim.set_latency(&a, Duration::from_millis(20));
+    h.sim.set_latency(&promoted, Duration::from_millis(100));
+    h.sim.failover(h.now(), &a, Demotion::Moved);
+
+    assert_eq!(h.run_one(incr(&key)), Ok(Value::Int(2)));
+    assert_eq!(h.data_written_to(&promoted), vec![format!("INCR {key}")]);
+    assert_eq!(h.session.slot_owner(slot(key.as_bytes())), Some(&promoted));
+    let stale_rounds = h.sim.count("CLUSTER SLOTS");
+    assert!(stale_rounds > 0);
+
+    // Once the news has spread, the map follows the nodes again, with no redirect.
+    for shard in 1..3 {
+        for node in std::iter::once(h.sim.master(shard)).chain(h.sim.replicas(shard)) {
+            h.sim.catch_up(&node);
+        }
+    }
+    h.run_for(Duration::from_secs(6));
+    assert_eq!(h.run_one(incr(&key)), Ok(Value::Int(3)));
+    assert_eq!(h.session.slot_owner(slot(key.as_bytes())), Some(&promoted));
+}
+
+/// A failback soon after a failover: the map of the nodes, once the redirect is old news,
+/// is taken as it is, even where it names the master the redirect came from.
+#[test]
+fn a_failback_is_followed_without_a_redirect_per_slot() {
+    let mut h = cluster();
+    let a = h.sim.master(0);
+    let promoted = h.sim.replicas(0).remove(0);
+    let keys = h.sim.keys_on(&a, 3);
+    h.run_one(set(&keys[0], "1")).unwrap();
+    h.sim.failover(h.now(), &a, Demotion::Moved);
+    assert_eq!(h.run_one(incr(&keys[0])), Ok(Value::Int(2)));
+    assert_eq!(
+        h.session.slot_owner(slot(keys[0].as_bytes())),
+        Some(&promoted)
+    );
+
+    h.run_for(Duration::from_secs(10));
+    h.sim.failover(h.now(), &promoted, Demotion::Moved);
+    assert_eq!(h.sim.master(0), a);
+    let to_promoted = h.data_written_to(&promoted).len();
+    let to_a = h.data_written_to(&a).len();
+    h.run_for(Duration::from_secs(6));
+    for key in &keys {
+        assert!(matches!(h.run_one(incr(key)), Ok(Value::Int(_))));
+        assert_eq!(h.session.slot_owner(slot(key.as_bytes())), Some(&a));
+    }
+    // Each INCR went straight to the master: no redirect, no second try.
+    assert_eq!(h.data_written_to(&promoted).len(), to_promoted);
+    let incrs: Vec<String> = keys.iter().map(|k| format!("INCR {k}")).collect();
+    assert_eq!(h.data_written_to(&a)[to_a..], incrs[..]);
+}

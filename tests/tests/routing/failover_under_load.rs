@@ -1,8 +1,11 @@
 //! Failovers under a steady stream of writes from four tasks sharing one client.
 //!
-//! - A manual `CLUSTER FAILOVER` loses nothing: no caller sees an error, every acknowledged
-//!   write is readable afterwards and every acknowledged `INCR` counted exactly once (script
-//!   calls included: the promoted replica has no script cache, so they go through `NOSCRIPT`).
+//! - A manual `CLUSTER FAILOVER` loses nothing: every acknowledged write is readable
+//!   afterwards and every acknowledged `INCR` counted exactly once (script calls included: the
+//!   promoted replica has no script cache, so they go through `NOSCRIPT`). The one error a
+//!   caller may see is `ReplyLost` for a write the old master answered but the client read only
+//!   after it learned of the new master (rare: the outcome is unknown, since a replaced master
+//!   may discard what it answered); such a write counts at most once.
 //! - `kill -9` of a master: only writes sent to it as it died may fail, and only as "outcome
 //!   unknown"; calls to its slots succeed again once its replica is promoted; every
 //!   write acknowledged by the surviving masters, or by the promoted one, is readable. (Writes
@@ -221,10 +224,26 @@ async fn manual_failover_under_load_loses_no_acknowledged_write<R: Runtime>() {
     load.advance(&at_failover, 30).await;
     let reports = load.stop().await;
 
-    let errors: Vec<_> = reports.iter().flat_map(|r| &r.errors).collect();
-    assert!(
-        errors.is_empty(),
-        "a manual failover is loss-free: {errors:?}"
+    // The one error a manual failover may give: a write the old master answered before it
+    // stepped down, whose reply the client read only after its map named the new master. A
+    // replaced master's late answer may be discarded (a master cut off answers, then
+    // resynchronises), and the client cannot tell the two apart: the outcome is unknown.
+    // Never a write answered by the promoted master, nor any other error.
+    let mut unknown: BTreeMap<String, i64> = BTreeMap::new();
+    for (what, error, _) in reports.iter().flat_map(|r| &r.errors) {
+        assert!(
+            matches!(error, Error::ReplyLost { addr, reason }
+                if addr.to_string() == old.to_string()
+                    && reason.contains("answered after the map named")),
+            "a manual failover gives no other error: {what}: {error:?}"
+        );
+        *unknown.entry(what.clone()).or_default() += 1;
+    }
+    eprintln!(
+        "{}, manual failover: {} acknowledged writes, {} of unknown outcome",
+        driver_name::<R>(),
+        reports.iter().map(|r| r.sets.len()).sum::<usize>(),
+        unknown.values().sum::<i64>(),
     );
 
     let ranges = cluster.slots().unwrap();
@@ -254,10 +273,12 @@ async fn manual_failover_under_load_loses_no_acknowledged_write<R: Runtime>() {
         &counters.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
     );
     for (key, acked) in counters {
-        assert_eq!(
-            stored[key].as_int(),
-            Some(acked),
-            "every INCR of {key} counted once"
+        // An INCR of unknown outcome ran once or not at all.
+        let maybe = unknown.get(&format!("INCR {key}")).copied().unwrap_or(0);
+        let count = stored[key].as_int().unwrap_or(-1);
+        assert!(
+            (acked..=acked + maybe).contains(&count),
+            "every INCR of {key} counted once: {count} stored, {acked} acknowledged, {maybe} unknown"
         );
     }
     for (w, report) in reports.iter().enumerate() {
@@ -266,7 +287,16 @@ async fn manual_failover_under_load_loses_no_acknowledged_write<R: Runtime>() {
             let log = ks.message_log(chat);
             let mut conn = cluster.conn(owner(&ranges, log.slot())).unwrap();
             let count = conn.cmd(&[&b"ZCARD"[..], log.as_bytes()]).unwrap();
-            assert_eq!(count.as_int(), Some(*acked), "messages of {chat}");
+            let count = count.as_int().unwrap_or(-1);
+            let maybe = unknown
+                .iter()
+                .filter(|(what, _)| what.starts_with(&format!("save {chat}/")))
+                .map(|(_, n)| n)
+                .sum::<i64>();
+            assert!(
+                (*acked..=acked + maybe).contains(&count),
+                "messages of {chat}: {count} stored, {acked} acknowledged, {maybe} unknown"
+            );
         }
     }
     client.close().await;

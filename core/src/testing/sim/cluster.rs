@@ -116,6 +116,9 @@ pub(super) struct Node {
     pub(super) latency: Duration,
     pub(super) scripts: BTreeSet<String>,
     pub(super) demotion: Option<Demotion>,
+    /// The `CLUSTER SLOTS` answer the node keeps giving while it has not heard of later
+    /// changes (see [`SimCluster::lag`]).
+    pub(super) view: Option<Frame>,
 }
 
 pub(super) struct SimConn {
@@ -230,6 +233,7 @@ impl SimCluster {
                 latency: Duration::ZERO,
                 scripts: BTreeSet::new(),
                 demotion: None,
+                view: None,
             },
         );
     }
@@ -390,6 +394,23 @@ impl SimCluster {
     pub fn announce_as(&mut self, node: &NodeAddr, announced: NodeAddr) {
         if let Some(n) = self.nodes.get_mut(node) {
             n.announced = announced;
+        }
+    }
+
+    /// The node stops hearing of the cluster's changes: its `CLUSTER SLOTS` answers the map
+    /// of now until [`SimCluster::catch_up`], as a node the gossip has not reached yet does.
+    /// Its own serving is unchanged.
+    pub fn lag(&mut self, node: &NodeAddr) {
+        let view = self.cluster_command(node, &[Bytes::from_static(b"SLOTS")]);
+        if let Some(n) = self.nodes.get_mut(node) {
+            n.view = Some(view);
+        }
+    }
+
+    /// The node hears of the cluster's changes again.
+    pub fn catch_up(&mut self, node: &NodeAddr) {
+        if let Some(n) = self.nodes.get_mut(node) {
+            n.view = None;
         }
     }
 

@@ -203,7 +203,7 @@ impl SimCluster {
                 let replicas = self.shard_of(node).map_or(0, |s| self.replicas(s).len());
                 return Ok(Value::Int(replicas as i64));
             }
-            "CLUSTER" => return self.cluster_command(&args[1..]),
+            "CLUSTER" => return self.cluster_command(node, &args[1..]),
             "SCRIPT" => return self.script_command(node, &args[1..]),
             _ => {}
         }
@@ -249,7 +249,7 @@ impl SimCluster {
         }
     }
 
-    pub(super) fn cluster_command(&self, args: &[Bytes]) -> Frame {
+    pub(super) fn cluster_command(&self, node: &NodeAddr, args: &[Bytes]) -> Frame {
         if !self.cluster_mode {
             return Err(ServerError::new(
                 "ERR This instance has cluster support disabled",
@@ -260,6 +260,9 @@ impl SimCluster {
             .is_some_and(|a| a.eq_ignore_ascii_case(b"SLOTS"))
         {
             return Err(ServerError::new("ERR unknown CLUSTER subcommand"));
+        }
+        if let Some(view) = self.nodes.get(node).and_then(|n| n.view.clone()) {
+            return view;
         }
         let mut entries = Vec::new();
         let mut start = 0usize;
