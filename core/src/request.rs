@@ -227,8 +227,12 @@ fn route_of(keys: &[Key]) -> Result<Route, Error> {
 impl Request {
     /// Starts a plain command named `name` (`GET`, `ZADD`, ...).
     pub fn cmd(access: Access, name: &'static str) -> CommandBuilder {
+        // Room for the name, a key and two arguments: most commands grow no further, and a
+        // `GET` built this way allocates once for its arguments instead of twice.
+        let mut args = Vec::with_capacity(4);
+        args.push(Bytes::from_static(name.as_bytes()));
         CommandBuilder {
-            args: vec![Bytes::from_static(name.as_bytes())],
+            args,
             keys: Vec::new(),
             access,
             node: None,

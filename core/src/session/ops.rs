@@ -13,7 +13,7 @@ use super::ids::{NodeId, OpId, ReqRef};
 use super::plans::{Completion, ErasedPlan, Waiters};
 use super::tally::{Event, RetryReason};
 use super::timers::Timer;
-use super::{after, Output, Session};
+use super::{after, Output, Session, SPARE_REQS, SPARE_REQS_CAPACITY};
 
 /// The ops in progress. A slab rather than a map: ops come and go at the request rate, and a
 /// B-tree moved every op (about a hundred bytes) around its nodes on inserts and removals.
@@ -160,23 +160,28 @@ impl<W: Waiters> Session<W> {
                     let first = self.next_attempt;
                     self.next_attempt += batch.len() as u64;
                     op.remaining = batch.len();
-                    op.reqs = batch
-                        .into_iter()
-                        .zip(first..)
-                        .map(|(request, attempt)| ReqState {
-                            request,
-                            reply: None,
-                            attempt,
-                            retries: 0,
-                            redirects: 0,
-                            ask: None,
-                            pinned: None,
-                            with_source: false,
-                            sent_on: None,
-                            granted: None,
-                            map_gen: 0,
-                        })
-                        .collect();
+                    // The requests' states go in a vector a finished plan left (drained by the
+                    // plan's previous step, or spare), not a new one per step.
+                    if op.reqs.capacity() == 0 {
+                        op.reqs = self.spare_reqs.pop().unwrap_or_default();
+                    }
+                    op.reqs.clear();
+                    op.reqs
+                        .extend(batch.into_iter().zip(first..).map(|(request, attempt)| {
+                            ReqState {
+                                request,
+                                reply: None,
+                                attempt,
+                                retries: 0,
+                                redirects: 0,
+                                ask: None,
+                                pinned: None,
+                                with_source: false,
+                                sent_on: None,
+                                granted: None,
+                                map_gen: 0,
+                            }
+                        }));
                     // A deadline too far to represent is no deadline.
                     op.deadline = after(now, self.config.request_timeout);
                     if let Some(deadline) = op.deadline {
@@ -215,6 +220,11 @@ impl<W: Waiters> Session<W> {
     /// Hands a finished op to the driver, its summary filled in with what the session saw of
     /// it (see [`Summary`](super::Summary)).
     pub(super) fn complete(&mut self, now: Instant, op: Op<W>) {
+        let mut reqs = op.reqs;
+        if reqs.capacity() <= SPARE_REQS_CAPACITY && self.spare_reqs.len() < SPARE_REQS {
+            reqs.clear();
+            self.spare_reqs.push(reqs);
+        }
         let mut plan = op.plan;
         let summary = plan.summary_mut();
         summary.attempts = op.attempts;
