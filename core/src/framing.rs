@@ -16,6 +16,11 @@
 //!
 //! [`Value`]: crate::value::Value
 
+use bytes::BytesMut;
+use redis_protocol::resp2::decode::decode_bytes_mut;
+
+use crate::value::{from_frame, Frame};
+
 /// Arrays nested deeper than this are refused. Redis replies nest a few levels (`CLUSTER
 /// SLOTS` three, `EXEC` of those four); 64 leaves room for any command and for scripts.
 pub const MAX_DEPTH: usize = 64;
@@ -36,6 +41,117 @@ pub enum Scanned {
     /// The bytes are not RESP2, nest deeper than [`MAX_DEPTH`], or announce more elements
     /// than the scan allows.
     Invalid(String),
+}
+
+/// Replies decoded from one connection's bytes, as they arrive, each decoded once. The session
+/// keeps one per connection for the bytes it is given ([`Session::handle_read_buf`]); a driver
+/// may instead keep one beside each socket, decode where the bytes are read (on the reader's
+/// thread, in parallel with the other connections' readers and with the session), and give the
+/// session the replies ([`Session::handle_replies`]). Both ways decode alike.
+///
+/// [`Session::handle_read_buf`]: crate::session::Session::handle_read_buf
+/// [`Session::handle_replies`]: crate::session::Session::handle_replies
+#[derive(Debug)]
+pub struct ReplyDecoder {
+    buf: BytesMut,
+    scan: FrameScan,
+    max_bytes: usize,
+    max_elements: u64,
+    /// A protocol failure was reported: the stream cannot be framed past it.
+    failed: bool,
+}
+
+/// What a [`ReplyDecoder`] made of the bytes given so far: complete replies, in order, then
+/// the protocol failure that stopped it, if one did.
+#[derive(Debug, Default)]
+pub struct Decoded {
+    /// Complete replies, in wire order.
+    pub replies: Vec<Frame>,
+    /// Why the bytes after the replies cannot be replies (not RESP2, nested too deep, more
+    /// elements or bytes than the caps allow): the connection is useless and must close.
+    pub failure: Option<String>,
+}
+
+impl Decoded {
+    /// Nothing complete yet: no reply and no failure.
+    pub fn is_empty(&self) -> bool {
+        self.replies.is_empty() && self.failure.is_none()
+    }
+}
+
+impl ReplyDecoder {
+    /// A decoder that refuses a reply longer than `max_bytes` or announcing more than
+    /// `max_elements` elements (the session's `max_read_buffer` and `max_reply_elements`).
+    pub fn new(max_bytes: usize, max_elements: u64) -> Self {
+        ReplyDecoder {
+            buf: BytesMut::new(),
+            scan: FrameScan::default(),
+            max_bytes,
+            max_elements,
+            failed: false,
+        }
+    }
+
+    /// Takes the next bytes of the stream: without a copy when they continue the buffer in
+    /// memory (the splits of one read buffer).
+    pub fn push(&mut self, data: BytesMut) {
+        if self.failed {
+            return;
+        }
+        if self.buf.is_empty() {
+            self.buf = data;
+        } else {
+            self.buf.unsplit(data);
+        }
+    }
+
+    /// The next complete reply; `None` while more bytes are needed, and for good after a
+    /// failure (`Some(Err(why))`, given once).
+    pub fn next_reply(&mut self) -> Option<Result<Frame, String>> {
+        if self.failed {
+            return None;
+        }
+        let failure = match self.scan.scan(&self.buf, self.max_elements) {
+            // The cap holds however the bytes were cut: a reply that arrived whole in one read
+            // is refused like one that grew past the cap.
+            Scanned::Complete(len) if len > self.max_bytes => self.too_big(),
+            Scanned::Complete(len) => match decode_bytes_mut(&mut self.buf) {
+                Ok(Some((frame, used, _))) if used == len => return Some(Ok(from_frame(frame))),
+                Ok(Some((_, used, _))) => {
+                    format!("a reply framed as {len} bytes decoded as {used}")
+                }
+                Ok(None) => format!("a reply framed as {len} bytes did not decode"),
+                Err(e) => e.to_string(),
+            },
+            Scanned::Incomplete if self.buf.len() > self.max_bytes => self.too_big(),
+            Scanned::Incomplete => return None,
+            // Nothing after bytes that are not RESP can be framed.
+            Scanned::Invalid(detail) => detail,
+        };
+        self.failed = true;
+        self.buf = BytesMut::new();
+        Some(Err(failure))
+    }
+
+    /// Takes `data` and decodes every reply it completes.
+    pub fn decode(&mut self, data: BytesMut) -> Decoded {
+        self.push(data);
+        let mut decoded = Decoded::default();
+        while let Some(next) = self.next_reply() {
+            match next {
+                Ok(reply) => decoded.replies.push(reply),
+                Err(why) => decoded.failure = Some(why),
+            }
+        }
+        decoded
+    }
+
+    fn too_big(&self) -> String {
+        format!(
+            "a reply exceeds the {} byte read buffer cap",
+            self.max_bytes
+        )
+    }
 }
 
 /// The scan of the reply at the front of a buffer, resumed after each read.

@@ -168,9 +168,9 @@ pub mod driver {
 
         pub use crate::addr::DialTarget;
         pub use crate::session::{
-            AddressMap, Auth, Completion, Config, ConnId, Endpoints, Event, Output, RetryReason,
-            SentinelEndpoints, Session, Submission, Summary, Tally, TimerReason, Waiters,
-            FORGET_AFTER,
+            AddressMap, Auth, Completion, Config, ConnId, Decoded, Endpoints, Event, Output,
+            ReplyDecoder, RetryReason, SentinelEndpoints, Session, Submission, Summary, Tally,
+            TimerReason, Waiters, FORGET_AFTER,
         };
     }
 

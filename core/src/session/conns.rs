@@ -8,7 +8,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::addr::{DialTarget, NodeAddr};
 use crate::error::Error;
-use crate::framing::FrameScan;
+use crate::framing::ReplyDecoder;
 use crate::request::{encode_args, Access};
 use crate::value::Value;
 
@@ -74,9 +74,8 @@ pub(super) struct Conn {
     pub(super) node: NodeId,
     pub(super) state: ConnState,
     pub(super) opened: Instant,
-    pub(super) read_buf: BytesMut,
-    /// How far the reply at the front of `read_buf` has been framed.
-    pub(super) scan: FrameScan,
+    /// Replies decoded from the bytes given to the session ([`Session::handle_read_buf`]).
+    pub(super) decoder: ReplyDecoder,
     /// Written and unanswered, in wire order, each with the time it was written.
     pub(super) in_flight: VecDeque<(Pending, Instant)>,
     /// Routed here and not yet written: written at the next drain once the connection is ready.
@@ -225,8 +224,7 @@ impl<W: Waiters> Session<W> {
                 node,
                 state: ConnState::Connecting,
                 opened: now,
-                read_buf: BytesMut::new(),
-                scan: FrameScan::default(),
+                decoder: self.reply_decoder(),
                 in_flight: VecDeque::new(),
                 outbox: Vec::new(),
                 check_at: None,

@@ -195,11 +195,10 @@ use bytes::{Bytes, BytesMut};
 use crate::addr::{DialTarget, NodeAddr};
 use crate::error::Error;
 use crate::executor::Deployment;
-use crate::framing::Scanned;
+pub use crate::framing::{Decoded, ReplyDecoder};
 use crate::plan::{misuse, Plan};
 use crate::request::{encode_args, Access};
 use crate::retry::Jitter;
-use crate::value::from_frame;
 
 mod config;
 mod conns;
@@ -541,58 +540,40 @@ impl<W: Waiters> Session<W> {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
-        if c.read_buf.is_empty() {
-            c.read_buf = data;
-        } else {
-            // Zero-copy when `data` continues the buffer in memory; a copy otherwise.
-            c.read_buf.unsplit(data);
-        }
-        // Every complete frame is handled; a frame may drop the connection (a refused AUTH).
-        // The scan finds where a reply ends (resuming after each read, refusing deep nesting)
-        // before the decoder sees it, so each reply is decoded once, whatever the cuts.
-        while let Some(c) = self.conns.get_mut(&conn) {
-            let cap = self.config.max_read_buffer;
-            let too_big = || format!("a reply exceeds the {cap} byte read buffer cap");
-            let len = match c.scan.scan(&c.read_buf, self.config.max_reply_elements) {
-                // The cap holds however the bytes were cut: a reply that arrived whole in one
-                // read is refused like one that grew past the cap.
-                Scanned::Complete(len) if len > cap => {
-                    self.protocol_failure(now, conn, too_big());
-                    break;
-                }
-                Scanned::Complete(len) => len,
-                Scanned::Incomplete => {
-                    if c.read_buf.len() > cap {
-                        self.protocol_failure(now, conn, too_big());
-                    }
-                    break;
-                }
-                Scanned::Invalid(detail) => {
-                    // Nothing after bytes that are not RESP can be framed: the connection is
-                    // useless.
-                    self.protocol_failure(now, conn, detail);
-                    break;
-                }
-            };
-            match redis_protocol::resp2::decode::decode_bytes_mut(&mut c.read_buf) {
-                Ok(Some((frame, used, _))) if used == len => {
-                    self.on_frame(now, conn, from_frame(frame))
-                }
-                Ok(Some((_, used, _))) => {
-                    let detail = format!("a reply framed as {len} bytes decoded as {used}");
-                    self.protocol_failure(now, conn, detail);
-                    break;
-                }
-                Ok(None) => {
-                    let detail = format!("a reply framed as {len} bytes did not decode");
-                    self.protocol_failure(now, conn, detail);
-                    break;
-                }
-                Err(e) => {
-                    self.protocol_failure(now, conn, e.to_string());
-                    break;
-                }
+        c.decoder.push(data);
+        // Every complete reply is handled; a reply may drop the connection (a refused AUTH).
+        while let Some(next) = self
+            .conns
+            .get_mut(&conn)
+            .and_then(|c| c.decoder.next_reply())
+        {
+            match next {
+                Ok(frame) => self.on_frame(now, conn, frame),
+                Err(detail) => self.protocol_failure(now, conn, detail),
             }
+        }
+        self.pump(now);
+    }
+
+    /// A decoder for a connection's bytes, with this session's caps, for a driver that decodes
+    /// where it reads ([`ReplyDecoder`]): its replies go to [`Session::handle_replies`].
+    pub fn reply_decoder(&self) -> ReplyDecoder {
+        ReplyDecoder::new(self.config.max_read_buffer, self.config.max_reply_elements)
+    }
+
+    /// Replies decoded on `conn` by the driver's [`ReplyDecoder`], in wire order, as
+    /// [`Session::handle_read_buf`] would have decoded them from the same bytes.
+    pub fn handle_replies(&mut self, now: Instant, conn: ConnId, decoded: Decoded) {
+        self.now = now;
+        for frame in decoded.replies {
+            // A reply may drop the connection (a refused AUTH): what follows is for nobody.
+            if !self.conns.contains_key(&conn) {
+                break;
+            }
+            self.on_frame(now, conn, frame);
+        }
+        if let Some(detail) = decoded.failure.filter(|_| self.conns.contains_key(&conn)) {
+            self.protocol_failure(now, conn, detail);
         }
         self.pump(now);
     }

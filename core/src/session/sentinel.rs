@@ -21,11 +21,10 @@
 
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use crate::addr::NodeAddr;
 use crate::error::Error;
-use crate::framing::FrameScan;
 use crate::value::{Frame, Value};
 
 use super::config::{Auth, Endpoints, SentinelEndpoints};
@@ -310,8 +309,7 @@ impl<W: Waiters> Session<W> {
                 node: sentinel,
                 state: ConnState::Connecting,
                 opened: now,
-                read_buf: BytesMut::new(),
-                scan: FrameScan::default(),
+                decoder: self.reply_decoder(),
                 in_flight: Default::default(),
                 outbox: Vec::new(),
                 check_at: None,

@@ -9,8 +9,23 @@ use botmesh_redis_core::testing::{get, incr, mget, set, start};
 use botmesh_redis_core::Error;
 use botmesh_redis_core::Value;
 
-fn cluster() -> Harness {
-    Harness::cluster(3, 0)
+/// A three-master cluster whose replies the session decodes from bytes, or, `at_reader`,
+/// whose replies are decoded where they are read (as the client's readers do) and handed
+/// over decoded: every test here runs both ways.
+fn cluster(at_reader: bool) -> Harness {
+    let mut h = Harness::cluster(3, 0);
+    if at_reader {
+        h.decode_at_readers();
+    }
+    h
+}
+
+fn harness(sim: SimCluster, config: Config, at_reader: bool) -> Harness {
+    let mut h = Harness::new(start(), sim, config);
+    if at_reader {
+        h.decode_at_readers();
+    }
+    h
 }
 
 fn workload(h: &mut Harness) -> Vec<Reply> {
@@ -26,7 +41,12 @@ fn workload(h: &mut Harness) -> Vec<Reply> {
 
 #[test]
 fn replies_cut_anywhere_decode_the_same() {
-    let mut whole = cluster();
+    replies_cut_anywhere_decode_the_same_in(false);
+    replies_cut_anywhere_decode_the_same_in(true);
+}
+
+fn replies_cut_anywhere_decode_the_same_in(at_reader: bool) {
+    let mut whole = cluster(at_reader);
     let expected = workload(&mut whole);
     let big = Value::from("x".repeat(5_000).as_str());
     let tricky = Value::from("\r\n$3\r\n*-:+");
@@ -41,11 +61,11 @@ fn replies_cut_anywhere_decode_the_same() {
     assert_eq!(expected[3], Ok(Value::Nil));
     assert!(expected[4].as_ref().unwrap_err().server().is_some());
 
-    let mut bytewise = cluster();
+    let mut bytewise = cluster(at_reader);
     bytewise.set_chunking(Chunking::Bytewise);
     assert_eq!(workload(&mut bytewise), expected);
     for seed in 1..20 {
-        let mut random = cluster();
+        let mut random = cluster(at_reader);
         random.set_chunking(Chunking::Random(seed));
         assert_eq!(workload(&mut random), expected, "seed {seed}");
     }
@@ -53,7 +73,12 @@ fn replies_cut_anywhere_decode_the_same() {
 
 #[test]
 fn malformed_bytes_close_the_connection() {
-    let mut h = cluster();
+    malformed_bytes_close_the_connection_in(false);
+    malformed_bytes_close_the_connection_in(true);
+}
+
+fn malformed_bytes_close_the_connection_in(at_reader: bool) {
+    let mut h = cluster(at_reader);
     let a = h.sim.master(0);
     let keys = h.sim.keys_on(&a, 2);
     h.run_one(set(&keys[1], "v")).unwrap();
@@ -77,7 +102,12 @@ fn malformed_bytes_close_the_connection() {
 
 #[test]
 fn a_reply_with_no_request_closes_the_connection() {
-    let mut h = cluster();
+    a_reply_with_no_request_closes_the_connection_in(false);
+    a_reply_with_no_request_closes_the_connection_in(true);
+}
+
+fn a_reply_with_no_request_closes_the_connection_in(at_reader: bool) {
+    let mut h = cluster(at_reader);
     let a = h.sim.master(0);
     let key = h.sim.keys_on(&a, 1).remove(0);
     h.run_one(set(&key, "v")).unwrap();
@@ -95,10 +125,15 @@ fn a_reply_with_no_request_closes_the_connection() {
 
 #[test]
 fn a_reply_past_the_read_buffer_cap_closes_the_connection() {
+    a_reply_past_the_read_buffer_cap_closes_the_connection_in(false);
+    a_reply_past_the_read_buffer_cap_closes_the_connection_in(true);
+}
+
+fn a_reply_past_the_read_buffer_cap_closes_the_connection_in(at_reader: bool) {
     let sim = SimCluster::cluster(3, 0);
     let mut config = Config::cluster(sim.masters());
     config.max_read_buffer = 1024;
-    let mut h = Harness::new(start(), sim, config);
+    let mut h = harness(sim, config, at_reader);
     let a = h.sim.master(0);
     let key = h.sim.keys_on(&a, 1).remove(0);
     h.run_one(set(&key, &"y".repeat(4096))).unwrap();
@@ -124,7 +159,12 @@ fn a_reply_past_the_read_buffer_cap_closes_the_connection() {
 
 #[test]
 fn a_reply_nested_without_end_closes_the_connection_instead_of_the_stack() {
-    let mut h = cluster();
+    a_reply_nested_without_end_closes_the_connection_instead_of_the_stack_in(false);
+    a_reply_nested_without_end_closes_the_connection_instead_of_the_stack_in(true);
+}
+
+fn a_reply_nested_without_end_closes_the_connection_instead_of_the_stack_in(at_reader: bool) {
+    let mut h = cluster(at_reader);
     let a = h.sim.master(0);
     let key = h.sim.keys_on(&a, 1).remove(0);
     h.run_one(set(&key, "v")).unwrap();
@@ -146,9 +186,14 @@ fn a_reply_nested_without_end_closes_the_connection_instead_of_the_stack() {
 
 #[test]
 fn a_large_reply_read_in_small_pieces_is_decoded_once() {
+    a_large_reply_read_in_small_pieces_is_decoded_once_in(false);
+    a_large_reply_read_in_small_pieces_is_decoded_once_in(true);
+}
+
+fn a_large_reply_read_in_small_pieces_is_decoded_once_in(at_reader: bool) {
     // 20,000 elements read a byte at a time: decoding from the start after every read walks
     // the reply 80,000 times, about 3 GB of parsing; the scan resumes, the decoder runs once.
-    let mut h = cluster();
+    let mut h = cluster(at_reader);
     let a = h.sim.master(0);
     let key = h.sim.keys_on(&a, 1).remove(0);
     let mut reply = b"*20000\r\n".to_vec();
@@ -165,10 +210,17 @@ fn a_large_reply_read_in_small_pieces_is_decoded_once() {
 
 #[test]
 fn a_reply_of_more_elements_than_allowed_closes_the_connection_before_it_is_decoded() {
+    a_reply_of_more_elements_than_allowed_closes_the_connection_before_it_is_decoded_in(false);
+    a_reply_of_more_elements_than_allowed_closes_the_connection_before_it_is_decoded_in(true);
+}
+
+fn a_reply_of_more_elements_than_allowed_closes_the_connection_before_it_is_decoded_in(
+    at_reader: bool,
+) {
     let sim = SimCluster::cluster(3, 0);
     let mut config = Config::cluster(sim.masters());
     config.max_reply_elements = 1_000;
-    let mut h = Harness::new(start(), sim, config);
+    let mut h = harness(sim, config, at_reader);
     let a = h.sim.master(0);
     let key = h.sim.keys_on(&a, 1).remove(0);
     h.run_one(set(&key, "v")).unwrap();

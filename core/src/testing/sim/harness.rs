@@ -14,14 +14,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use super::cluster::{render_args, SimCluster, SimEvent};
 use crate::addr::{DialTarget, NodeAddr};
 use crate::error::Error;
 use crate::plan::{Plan, Reply};
 use crate::request::Request;
-use crate::session::{Config, ConnId, Output, Session, Summary};
+use crate::session::{Config, ConnId, Output, ReplyDecoder, Session, Summary};
 use crate::testing::Batch;
 use crate::testing::{Ticket, Tickets, Token};
 
@@ -98,6 +98,9 @@ pub struct Harness {
     summaries: BTreeMap<Token, Summary>,
     next_token: u64,
     chunking: Chunking,
+    /// With [`Harness::decode_at_readers`]: each connection's decoder, as a driver that
+    /// decodes where it reads keeps one.
+    decoders: Option<BTreeMap<ConnId, ReplyDecoder>>,
     rng: u64,
     wires: BTreeMap<ConnId, Wire>,
     closed: BTreeSet<ConnId>,
@@ -139,6 +142,7 @@ impl Harness {
             summaries: BTreeMap::new(),
             next_token: 1,
             chunking: Chunking::Whole,
+            decoders: None,
             rng: 0x9E37_79B9,
             wires: BTreeMap::new(),
             closed: BTreeSet::new(),
@@ -155,6 +159,12 @@ impl Harness {
             self.rng = seed | 1;
         }
         self.chunking = chunking;
+    }
+
+    /// Decodes replies as a driver's readers do, one [`ReplyDecoder`] per connection, and gives
+    /// the session the replies (`handle_replies`) instead of the bytes (`handle_read`).
+    pub fn decode_at_readers(&mut self) {
+        self.decoders.get_or_insert_with(BTreeMap::new);
     }
 
     // --- time -------------------------------------------------------------------------------
@@ -376,7 +386,18 @@ impl Harness {
                 }
                 self.log(format!("{t:>8?} read {conn:?} {}", short(&bytes)));
                 for chunk in self.cut(bytes) {
-                    self.session.handle_read(now, conn, &chunk);
+                    match &mut self.decoders {
+                        None => self.session.handle_read(now, conn, &chunk),
+                        Some(decoders) => {
+                            let decoder = decoders
+                                .entry(conn)
+                                .or_insert_with(|| self.session.reply_decoder());
+                            let decoded = decoder.decode(BytesMut::from(&chunk[..]));
+                            if !decoded.is_empty() {
+                                self.session.handle_replies(now, conn, decoded);
+                            }
+                        }
+                    }
                     self.drain();
                 }
             }
