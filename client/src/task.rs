@@ -5,9 +5,10 @@
 //! connections' readers and the callers. The session task owns the inboxes and the timer: it
 //! gathers concurrent calls into one write per connection (yielding once before it writes, so
 //! that the callers its last results woke add theirs), applies what the connections report,
-//! and fires due timers. Each reader decodes its connection's replies where it reads them (a
-//! [`ReplyDecoder`] beside the socket), so that the connections' replies are decoded in
-//! parallel on a multi-thread runtime and never under the hub's lock; a reader that finds the
+//! and fires due timers. On a cluster each reader decodes its connection's replies where it
+//! reads them (a [`ReplyDecoder`] beside the socket), so that the connections' replies are
+//! decoded in parallel on a multi-thread runtime and never under the hub's lock
+//! ([`Session::readers_decode`]); a reader that finds the
 //! hub free, with no earlier event of any connection still queued and at most one plan
 //! sending, applies its replies itself and delivers them from where it runs; a caller that finds the hub free, with no other plan
 //! sending and nobody else just woken, submits and writes its call itself. Each saves a task hop and a wake-up, which is
@@ -115,6 +116,9 @@ pub(crate) enum ConnEvent<R: Runtime> {
     /// The TCP connect succeeded; the writing half.
     Connected(R::Writer),
     ConnectFailed(String),
+    /// Bytes read, for the session to decode; splits of one read buffer, so it decodes them
+    /// without a copy.
+    Read(BytesMut),
     /// Replies the reader decoded (and the protocol failure that stopped it, if one did).
     Replies(Decoded),
     /// The peer closed, or a read or write failed.
@@ -488,6 +492,7 @@ impl<R: Runtime> SessionTask<R> {
             ConnEvent::ConnectFailed(reason) => {
                 self.session.handle_connect_failed(now, conn, &reason)
             }
+            ConnEvent::Read(bytes) => self.session.handle_read_buf(now, conn, bytes),
             ConnEvent::Replies(decoded) => self.session.handle_replies(now, conn, decoded),
             ConnEvent::Closed(reason) => self.session.handle_closed(now, conn, &reason),
             ConnEvent::Reader(task) => {
@@ -536,7 +541,10 @@ impl<R: Runtime> SessionTask<R> {
                     let dialing = Dialing {
                         conn,
                         dial,
-                        decoder: self.session.reply_decoder(),
+                        decoder: self
+                            .session
+                            .readers_decode()
+                            .then(|| self.session.reply_decoder()),
                     };
                     let open = open::<R>(
                         dialing,
@@ -654,36 +662,37 @@ pub(crate) fn submit_inline<R: Runtime>(
     None
 }
 
-/// A reader's replies, applied from the reader's own task when the hub is free, no event of
-/// any connection is queued ahead of them, and at most one plan has requests out: the results
-/// of more would wake callers on the reader's worker thread, where the session task's yield
-/// does not wait for them, and their next calls would leave in several writes instead of one
-/// (measured: 17 to 26 calls per write instead of 62 at 64 callers). Yields the replies back
-/// when they must go through the connections' inbox.
+/// A reader's bytes or replies, applied from the reader's own task when the hub is free, no
+/// event of any connection is queued ahead of them, and at most one plan has requests out: the
+/// results of more would wake callers on the reader's worker thread, where the session task's
+/// yield does not wait for them, and their next calls would leave in several writes instead of
+/// one (measured: 17 to 26 calls per write instead of 62 at 64 callers). Yields the event back
+/// when it must go through the connections' inbox.
 fn read_inline<R: Runtime>(
     hub: &Weak<Mutex<SessionTask<R>>>,
     conn: ConnId,
-    decoded: Decoded,
-) -> Option<Decoded> {
+    event: ConnEvent<R>,
+) -> Option<ConnEvent<R>> {
     let Some(hub) = hub.upgrade() else {
-        return Some(decoded);
+        return Some(event);
     };
     let Ok(mut task) = hub.try_lock() else {
-        return Some(decoded);
+        return Some(event);
     };
     if !task.takes_inline() || !task.events.idle() || !task.sending_at_most(1) {
-        return Some(decoded);
+        return Some(event);
     }
-    task.apply(Msg::Conn(conn, ConnEvent::Replies(decoded)), Instant::now());
+    task.apply(Msg::Conn(conn, event), Instant::now());
     task.settle();
     None
 }
 
-/// A connection to open: its id, where to dial, and the decoder its reader will keep.
+/// A connection to open: its id, where to dial, and the decoder its reader will keep, when
+/// the session wants its replies decoded there ([`Session::readers_decode`]).
 struct Dialing {
     conn: ConnId,
     dial: DialTarget,
-    decoder: ReplyDecoder,
+    decoder: Option<ReplyDecoder>,
 }
 
 /// Opens one connection and starts its reader. No timer here: the session's connect deadline
@@ -729,15 +738,22 @@ async fn open<R: Runtime>(
                     Ok(0) => break "closed by the server".to_owned(),
                     Ok(_) => {
                         reads.reads.fetch_add(1, Ordering::Relaxed);
-                        // Part of a reply is kept until the rest arrives: nothing to hand on.
-                        let decoded = decoder.decode(buf.split());
-                        if decoded.is_empty() {
-                            continue;
-                        }
-                        let Some(decoded) = read_inline(&hub, conn, decoded) else {
+                        let event = match decoder.as_mut() {
+                            Some(decoder) => {
+                                // Part of a reply is kept until the rest arrives: nothing to
+                                // hand on.
+                                let decoded = decoder.decode(buf.split());
+                                if decoded.is_empty() {
+                                    continue;
+                                }
+                                ConnEvent::Replies(decoded)
+                            }
+                            None => ConnEvent::Read(buf.split()),
+                        };
+                        let Some(event) = read_inline(&hub, conn, event) else {
                             continue;
                         };
-                        if !reader_events.send(conn, ConnEvent::Replies(decoded)) {
+                        if !reader_events.send(conn, event) {
                             return;
                         }
                     }
