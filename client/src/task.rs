@@ -8,11 +8,11 @@
 //! and fires due timers. On a cluster each reader decodes its connection's replies where it
 //! reads them (a [`ReplyDecoder`] beside the socket), so that the connections' replies are
 //! decoded in parallel on a multi-thread runtime and never under the hub's lock
-//! ([`Session::readers_decode`]); a reader that finds the
-//! hub free, with no earlier event of any connection still queued and at most one plan
-//! sending, applies its replies itself and delivers them from where it runs; a caller that finds the hub free, with no other plan
-//! sending and nobody else just woken, submits and writes its call itself. Each saves a task hop and a wake-up, which is
-//! most of a call's cost for a lone caller; when the hub is busy, the input goes through the
+//! ([`Session::readers_decode`]). A reader that finds the hub free, with no earlier event of
+//! any connection still queued and at most one plan sending, applies its bytes or replies
+//! itself and delivers them from where it runs; a caller that finds the hub free, with no
+//! other plan sending and nobody else just woken, submits and writes its call itself. Each
+//! saves a task hop and a wake-up, which is most of a call's cost for a lone caller; when the hub is busy, the input goes through the
 //! inbox as before. Work done outside the session task that arms a timer sooner than the one
 //! the task sleeps on wakes it ([`Msg::Rearm`]).
 

@@ -119,6 +119,25 @@ pub(super) struct Op<W: Waiters> {
     pub(super) node: Option<NodeId>,
 }
 
+impl ReqState {
+    /// A request about to be routed for the first time, as attempt `attempt`.
+    pub(super) fn new(request: Request, attempt: u64) -> Self {
+        ReqState {
+            request,
+            reply: None,
+            attempt,
+            retries: 0,
+            redirects: 0,
+            ask: None,
+            pinned: None,
+            with_source: false,
+            sent_on: None,
+            granted: None,
+            map_gen: 0,
+        }
+    }
+}
+
 impl<W: Waiters> Op<W> {
     /// A plan just submitted at `now`, with nothing sent.
     pub(super) fn new(plan: Box<dyn ErasedPlan<W>>, now: Instant) -> Self {
@@ -166,22 +185,12 @@ impl<W: Waiters> Session<W> {
                         op.reqs = self.spare_reqs.pop().unwrap_or_default();
                     }
                     op.reqs.clear();
-                    op.reqs
-                        .extend(batch.into_iter().zip(first..).map(|(request, attempt)| {
-                            ReqState {
-                                request,
-                                reply: None,
-                                attempt,
-                                retries: 0,
-                                redirects: 0,
-                                ask: None,
-                                pinned: None,
-                                with_source: false,
-                                sent_on: None,
-                                granted: None,
-                                map_gen: 0,
-                            }
-                        }));
+                    op.reqs.extend(
+                        batch
+                            .into_iter()
+                            .zip(first..)
+                            .map(|(request, attempt)| ReqState::new(request, attempt)),
+                    );
                     // A deadline too far to represent is no deadline.
                     op.deadline = after(now, self.config.request_timeout);
                     if let Some(deadline) = op.deadline {
@@ -221,7 +230,8 @@ impl<W: Waiters> Session<W> {
     /// it (see [`Summary`](super::Summary)).
     pub(super) fn complete(&mut self, now: Instant, op: Op<W>) {
         let mut reqs = op.reqs;
-        if reqs.capacity() <= SPARE_REQS_CAPACITY && self.spare_reqs.len() < SPARE_REQS {
+        let reusable = (1..=SPARE_REQS_CAPACITY).contains(&reqs.capacity());
+        if reusable && self.spare_reqs.len() < SPARE_REQS {
             reqs.clear();
             self.spare_reqs.push(reqs);
         }

@@ -215,19 +215,7 @@ mod tests {
     use crate::testing::Tickets;
 
     fn state(request: Request) -> ReqState {
-        ReqState {
-            request,
-            reply: None,
-            attempt: 1,
-            retries: 0,
-            redirects: 0,
-            ask: None,
-            pinned: None,
-            with_source: false,
-            sent_on: None,
-            granted: None,
-            map_gen: 0,
-        }
+        ReqState::new(request, 1)
     }
 
     fn get(key: &str) -> Request {
