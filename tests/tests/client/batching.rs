@@ -6,6 +6,10 @@
 //!
 //! [`ClientStats`]: botmesh_redis_client::ClientStats
 
+use std::sync::Arc;
+
+use tokio::sync::Barrier;
+
 use botmesh_redis_core::{Access, ClientOptions, Executor, Key, Request, Value};
 use botmesh_redis_tests::conformance::{get, Client, Runtime};
 use botmesh_redis_tests::{both_drivers, shared_single, unique_prefix};
@@ -26,11 +30,16 @@ async fn concurrent_callers_share_writes<R: Runtime>() {
         .build()
         .unwrap();
     client.call(set).await.unwrap();
+    // The callers start together: spawned one by one on a loaded machine, the first ones
+    // would run alone, one call per write, until the others join, and the count would measure
+    // the ramp instead of the batches.
+    let start = Arc::new(Barrier::new(CALLERS));
     let before = client.stats();
     let mut callers = Vec::with_capacity(CALLERS);
     for _ in 0..CALLERS {
-        let (client, key) = (client.clone(), key.clone());
+        let (client, key, start) = (client.clone(), key.clone(), Arc::clone(&start));
         callers.push(tokio::spawn(async move {
+            start.wait().await;
             for _ in 0..ROUNDS {
                 assert_eq!(get(&client, &key).await, Value::from("v"));
             }
