@@ -56,6 +56,7 @@
 //! one task hop per batch. Plain TCP keeps its direct writes.
 #![forbid(unsafe_code)]
 
+mod calls;
 #[cfg(feature = "metrics")]
 mod instruments;
 #[cfg(not(feature = "metrics"))]
@@ -96,7 +97,7 @@ use botmesh_redis_core::driver::session::{DialTarget, Session, Submission, Summa
 use botmesh_redis_core::driver::Plan;
 use botmesh_redis_core::{ClientOptions, Deployment, Error, Executor, Store, StoreOptions};
 
-use task::{Delivery, Hub, Msg, Tx};
+use task::{Calls, Delivery, Hub, Msg};
 
 /// What a runtime supplies: tasks, a timer, and TCP and Unix-socket connections.
 pub trait Runtime: Send + Sync + 'static {
@@ -253,7 +254,7 @@ struct Shared<R: Runtime> {
 /// One lane: a session task with its own connection to each node.
 struct Lane<R: Runtime> {
     /// The callers' inbox of the session task.
-    tx: Tx<R>,
+    tx: Calls<R>,
     /// The session task's state, for a lone call that submits itself.
     hub: Hub<R>,
     counters: Arc<Counters>,
@@ -272,7 +273,7 @@ impl<R: Runtime> Shared<R> {
     /// Sends `msg` to every lane's session task.
     fn tell_all(&self, msg: impl Fn() -> Msg<R>) {
         for lane in &self.lanes {
-            let _ = lane.tx.unbounded_send(msg());
+            let _ = lane.tx.send(msg());
         }
     }
 
@@ -522,7 +523,7 @@ impl<R: Runtime> Client<R> {
             let submission = Submission::new(plan, done);
             if let Some(submission) = task::submit_inline(&lane.hub, submission) {
                 lane.tx
-                    .unbounded_send(Msg::Submit(submission))
+                    .send(Msg::Submit(submission))
                     .map_err(|_| Error::Closed)?;
             }
             rx.await.map_err(|_| Error::Closed)
@@ -562,7 +563,7 @@ impl<R: Runtime> Executor for Client<R> {
         let (done, _) = oneshot::channel();
         let _ = self.shared.lanes[0]
             .tx
-            .unbounded_send(Msg::Submit(Submission::new(plan, done)));
+            .send(Msg::Submit(Submission::new(plan, done)));
     }
 
     async fn shutdown(&self, grace: Duration) {

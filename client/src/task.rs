@@ -32,6 +32,7 @@ use botmesh_redis_core::driver::session::{
 };
 use botmesh_redis_core::{Error, NodeAddr};
 
+use crate::calls::{self, CallsRx, CallsTx};
 use crate::{counted, instruments, tls, Counters, ReadHalf, Runtime, TlsConnector, WriteHalf};
 
 /// The writing side of a connection, owned by the session task. Bytes go straight to the
@@ -86,14 +87,19 @@ impl Waiters for OneShot {
         let _ = waiter.send(Delivery { result, summary });
     }
 }
-/// An inbox of the session task (callers', or the connections'). Sending never waits: a
-/// submit is a push and, when the task sleeps, a wake.
-pub(crate) type Tx<R> = UnboundedSender<Msg<R>>;
+/// The connections' inbox of the session task. Sending never waits: an event is a push and,
+/// when the task sleeps, a wake.
+type Tx<R> = UnboundedSender<Msg<R>>;
 type Rx<R> = UnboundedReceiver<Msg<R>>;
+
+/// The callers' inbox of the session task ([`calls`](crate::calls)): likewise, without an
+/// allocation per call.
+pub(crate) type Calls<R> = CallsTx<Msg<R>>;
+type CallsIn<R> = CallsRx<Msg<R>>;
 
 /// What woke the session task.
 enum Woke<R: Runtime> {
-    /// A message, or `None` when an inbox ended.
+    /// A message, or `None` when the connections' inbox ended.
     Msg(Option<Msg<R>>),
     Timer,
 }
@@ -222,13 +228,13 @@ pub(crate) fn start<R: Runtime>(
     counters: Arc<Counters>,
     tls: Option<TlsConnector>,
     instruments: instruments::Instruments,
-) -> (Hub<R>, Tx<R>) {
+) -> (Hub<R>, Calls<R>) {
     // Two inboxes: what the connections report (replies, closes, flushed writes) and what
     // callers ask. Each pass takes the first before the second, so that a backlog of new calls
     // never holds back the replies of earlier ones, nor makes a healthy connection look silent
     // to its response timeout.
     let (tx, events) = futures_channel::mpsc::unbounded();
-    let (calls_tx, calls) = futures_channel::mpsc::unbounded();
+    let (calls_tx, calls) = calls::inbox();
     let spawner = R::spawner();
     let hub = Arc::new_cyclic(|hub| {
         Mutex::new(SessionTask::<R> {
@@ -269,13 +275,13 @@ enum Pass {
 async fn run<R: Runtime>(
     hub: Hub<R>,
     mut events: Rx<R>,
-    mut calls: Rx<R>,
+    mut calls: CallsIn<R>,
     _closed: async_channel::Sender<()>,
 ) {
     let mut deadline: Option<Instant> = None;
     loop {
         let event = async { Woke::Msg(events.next().await) };
-        let call = async { Woke::Msg(calls.next().await) };
+        let call = async { Woke::Msg(Some(calls.recv().await)) };
         let inbox = future::or(event, call);
         let woke = match deadline {
             Some(at) => {
@@ -348,7 +354,7 @@ impl<R: Runtime> SessionTask<R> {
         &mut self,
         closing: bool,
         events: &mut Rx<R>,
-        calls: &mut Rx<R>,
+        calls: &mut CallsIn<R>,
     ) -> Option<Option<Instant>> {
         let closing = closing | self.apply_queued(events, calls);
         // The callers woken before had their chance to submit; what this pass's drain delivers
@@ -418,16 +424,20 @@ impl<R: Runtime> SessionTask<R> {
 
     /// Applies what both inboxes hold already, the connections' first (a bounded number from
     /// each, so that neither starves the loop); returns whether the client is closing.
-    fn apply_queued(&mut self, events: &mut Rx<R>, calls: &mut Rx<R>) -> bool {
+    fn apply_queued(&mut self, events: &mut Rx<R>, calls: &mut CallsIn<R>) -> bool {
         // One clock reading for the messages taken together: they arrived within microseconds.
         let now = Instant::now();
         let mut closing = false;
-        for (inbox, most) in [(events, 4096), (calls, 1024)] {
-            for _ in 0..most {
-                match inbox.try_recv() {
-                    Ok(msg) => closing |= self.apply_taken(msg, now),
-                    Err(_) => break,
-                }
+        for _ in 0..4096 {
+            match events.try_recv() {
+                Ok(msg) => closing |= self.apply_taken(msg, now),
+                Err(_) => break,
+            }
+        }
+        for _ in 0..1024 {
+            match calls.try_recv() {
+                Some(msg) => closing |= self.apply_taken(msg, now),
+                None => break,
             }
         }
         closing
