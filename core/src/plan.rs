@@ -47,6 +47,12 @@ pub trait Plan: Send + 'static {
     fn start(&mut self) -> Step<Self::Output>;
     /// The next step, given the replies to the last batch (empty after a wait), in order.
     fn resume(&mut self, replies: Vec<Reply>) -> Step<Self::Output>;
+    /// The next step, given the reply to a last batch of one request: [`Plan::resume`] with
+    /// that one reply, which a plan may take without the vector (as [`Single`] does, so a
+    /// one-request operation allocates none for its reply).
+    fn resume_one(&mut self, reply: Reply) -> Step<Self::Output> {
+        self.resume(vec![reply])
+    }
 }
 
 type Decode<T> = Box<dyn FnOnce(Value) -> Result<T, Error> + Send>;
@@ -96,10 +102,17 @@ impl<T: Send + 'static> Plan for Single<T> {
     }
 
     fn resume(&mut self, replies: Vec<Reply>) -> Step<T> {
-        let (Some(decode), Some(reply)) = (self.decode.take(), replies.into_iter().next()) else {
-            return Step::Done(Err(misuse("Single::resume without a reply")));
-        };
-        Step::Done(reply.and_then(decode))
+        match replies.into_iter().next() {
+            Some(reply) => self.resume_one(reply),
+            None => Step::Done(Err(misuse("Single::resume without a reply"))),
+        }
+    }
+
+    fn resume_one(&mut self, reply: Reply) -> Step<T> {
+        match self.decode.take() {
+            Some(decode) => Step::Done(reply.and_then(decode)),
+            None => Step::Done(Err(misuse("Single::resume called twice"))),
+        }
     }
 }
 

@@ -223,7 +223,7 @@ pub use timers::TimerReason;
 use conns::{Conn, ConnState, Loss, Pending};
 use ids::{NodeId, OpId, ReqRef};
 use nodes::Nodes;
-use ops::{Op, Ops, ReqState};
+use ops::{Input, Op, Ops, ReqState};
 use refresh::Refresh;
 use sentinel::Sentinels;
 use slots::SlotTable;
@@ -467,7 +467,7 @@ impl<W: Waiters> Session<W> {
             return;
         }
         let id = self.ops.insert(Op::new(plan, now));
-        self.step_op(now, id, None);
+        self.step_op(now, id, Input::Start);
         self.pump(now);
     }
 
@@ -685,16 +685,24 @@ impl<W: Waiters> Session<W> {
             if let Some(req) = self.to_dispatch.pop_front() {
                 self.dispatch(now, req);
             } else if let Some(id) = self.to_advance.pop_front() {
-                let replies = self.ops.get_mut(id).map(|op| {
+                let input = self.ops.get_mut(id).map(|op| {
                     op.deadline = None;
-                    op.reqs
-                        .drain(..)
-                        .map(|r| r.reply.unwrap_or_else(|| Err(misuse("a reply is missing"))))
-                        .collect::<Vec<_>>()
+                    let reply =
+                        |r: ReqState| r.reply.unwrap_or_else(|| Err(misuse("a reply is missing")));
+                    // Most batches are one request: its reply goes without a vector.
+                    match (op.reqs.len(), op.reqs.pop()) {
+                        (1, Some(only)) => Input::Reply(reply(only)),
+                        (_, last) => {
+                            let mut replies = Vec::with_capacity(op.reqs.len() + 1);
+                            replies.extend(op.reqs.drain(..).map(reply));
+                            replies.extend(last.map(reply));
+                            Input::Replies(replies)
+                        }
+                    }
                 });
-                if let Some(replies) = replies {
+                if let Some(input) = input {
                     self.prune_deadlines();
-                    self.step_op(now, id, Some(replies));
+                    self.step_op(now, id, input);
                 }
             } else {
                 break;

@@ -155,15 +155,26 @@ impl<W: Waiters> Op<W> {
     }
 }
 
+/// What an op's plan is stepped with.
+pub(super) enum Input {
+    /// Nothing yet: the plan starts.
+    Start,
+    /// The replies to its last batch, in order; none after a wait.
+    Replies(Vec<Reply>),
+    /// The one reply to a last batch of one request, handed over without a vector.
+    Reply(Reply),
+}
+
 impl<W: Waiters> Session<W> {
     /// Runs an op's plan until it sends, waits or is done.
-    pub(super) fn step_op(&mut self, now: Instant, id: OpId, replies: Option<Vec<Reply>>) {
+    pub(super) fn step_op(&mut self, now: Instant, id: OpId, input: Input) {
         let Some(op) = self.ops.get_mut(id) else {
             return;
         };
-        let mut step = match replies {
-            None => op.plan.start(),
-            Some(replies) => op.plan.resume(replies),
+        let mut step = match input {
+            Input::Start => op.plan.start(),
+            Input::Replies(replies) => op.plan.resume(replies),
+            Input::Reply(reply) => op.plan.resume_one(reply),
         };
         // A plan that sends empty batches forever would spin here; it gets a bounded number.
         for _ in 0..1024 {

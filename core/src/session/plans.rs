@@ -90,6 +90,7 @@ impl<W: Waiters> fmt::Debug for Completion<W> {
 pub(super) trait ErasedPlan<W: Waiters>: Send {
     fn start(&mut self) -> Step<()>;
     fn resume(&mut self, replies: Vec<Reply>) -> Step<()>;
+    fn resume_one(&mut self, reply: Reply) -> Step<()>;
     /// Ends the plan with `error` unless it already has a result.
     fn fail(&mut self, error: Error);
     fn summary(&self) -> &Summary;
@@ -127,6 +128,11 @@ impl<P: Plan, W: Waiters> ErasedPlan<W> for Erased<P, W> {
 
     fn resume(&mut self, replies: Vec<Reply>) -> Step<()> {
         let step = self.plan.resume(replies);
+        self.erase(step)
+    }
+
+    fn resume_one(&mut self, reply: Reply) -> Step<()> {
+        let step = self.plan.resume_one(reply);
         self.erase(step)
     }
 

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
 
 use super::ids::{ConnId, OpId, ReqRef};
-use super::{Session, Waiters};
+use super::{Input, Session, Waiters};
 
 /// Why the session wants to be woken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -165,7 +165,7 @@ impl<W: Waiters> Session<W> {
                     self.to_dispatch.push_back(r);
                 }
             }
-            Timer::PlanWait(id) => self.step_op(now, id, Some(Vec::new())),
+            Timer::PlanWait(id) => self.step_op(now, id, Input::Replies(Vec::new())),
             Timer::Deadline(id) => {
                 // Only the op's current batch deadline: an earlier batch's ended lazily.
                 if self.ops.get(id).is_some_and(|op| op.deadline == Some(at)) {

@@ -98,6 +98,65 @@ fn a_plan_can_wait_between_steps() {
     assert_eq!(h.elapsed(), Duration::from_millis(300));
 }
 
+/// Sends batches of one, two and one request, and records how each batch's replies came back.
+struct Batches {
+    key: String,
+    sizes: Vec<usize>,
+    seen: Vec<(&'static str, Vec<Reply>)>,
+}
+
+impl Batches {
+    fn next(&mut self) -> Step<Vec<(&'static str, Vec<Reply>)>> {
+        match self.sizes.pop() {
+            Some(n) => Step::Send((0..n).map(|_| incr(&self.key)).collect()),
+            None => Step::Done(Ok(std::mem::take(&mut self.seen))),
+        }
+    }
+}
+
+impl Plan for Batches {
+    type Output = Vec<(&'static str, Vec<Reply>)>;
+
+    fn operation(&self) -> &'static str {
+        "batches"
+    }
+
+    fn start(&mut self) -> Step<Self::Output> {
+        self.next()
+    }
+
+    fn resume(&mut self, replies: Vec<Reply>) -> Step<Self::Output> {
+        self.seen.push(("resume", replies));
+        self.next()
+    }
+
+    fn resume_one(&mut self, reply: Reply) -> Step<Self::Output> {
+        self.seen.push(("resume_one", vec![reply]));
+        self.next()
+    }
+}
+
+#[test]
+fn a_batch_of_one_is_resumed_with_its_reply_alone() {
+    let sim = SimCluster::single();
+    let node = sim.master(0);
+    let mut h = Harness::new(start(), sim, Config::single(node));
+    let token = h.submit(Batches {
+        key: "n".into(),
+        sizes: vec![1, 2, 1],
+        seen: Vec::new(),
+    });
+    let n = |v| Ok(Value::Int(v));
+    assert_eq!(
+        h.wait_for::<Vec<(&'static str, Vec<Reply>)>>(&token),
+        Ok(vec![
+            ("resume_one", vec![n(1)]),
+            ("resume", vec![n(2), n(3)]),
+            ("resume_one", vec![n(4)]),
+        ])
+    );
+}
+
 #[test]
 fn waits_carry_their_reason() {
     let now = start();
