@@ -142,6 +142,10 @@ impl<T> Drop for CallsRx<T> {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use std::future::Future;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Wake};
+
     use super::*;
     use futures_lite::future;
 
@@ -162,21 +166,30 @@ mod tests {
         assert_eq!(future::block_on(rx.recv()), 4);
     }
 
+    /// Counts its wakes.
+    struct Wakes(AtomicUsize);
+
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
     #[test]
-    fn a_send_wakes_the_waiting_task() {
+    fn a_send_wakes_the_waiting_task_once() {
         let (tx, mut rx) = inbox();
+        let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&wakes));
+        let mut cx = Context::from_waker(&waker);
         let mut recv = Box::pin(rx.recv());
-        assert_eq!(future::block_on(future::poll_once(&mut recv)), None);
-        assert!(
-            lock(&tx.0).waker.is_some(),
-            "the waiting task left its waker"
-        );
+        assert_eq!(recv.as_mut().poll(&mut cx), Poll::Pending);
         tx.send(7).unwrap();
-        assert!(
-            lock(&tx.0).waker.is_none(),
-            "the send took the waker to wake it"
-        );
-        assert_eq!(future::block_on(recv), 7);
+        // The second send finds the task already woken, not yet back: no second wake.
+        tx.send(8).unwrap();
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
+        assert_eq!(recv.as_mut().poll(&mut cx), Poll::Ready(7));
+        drop(recv);
+        assert_eq!(rx.try_recv(), Some(8));
     }
 
     #[test]
