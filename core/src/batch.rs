@@ -33,7 +33,7 @@ impl Batch {
 
     fn send(&mut self) -> Step<Vec<Reply>> {
         match self.requests.take() {
-            Some(batch) => Step::Send(batch),
+            Some(batch) => Step::Send(batch.into()),
             None => Step::Done(Err(misuse("Batch::start called twice"))),
         }
     }
@@ -59,7 +59,7 @@ impl Plan for Batch {
             Some(batch) if batch.iter().any(needs_host) => {
                 self.led = true;
                 match masters_request() {
-                    Ok(lead) => Step::Send(vec![lead]),
+                    Ok(lead) => Step::Send(lead.into()),
                     Err(e) => Step::Done(Err(e)),
                 }
             }

@@ -160,7 +160,7 @@ pub mod driver {
     //!   reply means for routing and the backoff, where a reply ends in a buffer, decoding replies;
     //! - [`scan`]: `SCAN` over every master; [`options`]: URL parsing.
 
-    pub use crate::plan::{Plan, Reply, Step};
+    pub use crate::plan::{Batch, BatchIter, Plan, Reply, Step};
 
     pub mod session {
         //! The routing session: the one state machine a driver talks to. Its contract (inputs,

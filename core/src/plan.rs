@@ -14,7 +14,10 @@
 //! ```
 
 use std::fmt;
+use std::ops::{Deref, DerefMut};
 use std::time::Duration;
+
+use smallvec::SmallVec;
 
 use crate::error::Error;
 use crate::request::Request;
@@ -28,11 +31,128 @@ pub type Reply = Result<Value, Error>;
 pub enum Step<T> {
     /// Send these requests, in any order or in parallel, and resume with their replies in the
     /// same order.
-    Send(Vec<Request>),
+    Send(Batch),
     /// Resume with no replies after this long.
     Wait(Duration),
     /// The operation is over.
     Done(Result<T, Error>),
+}
+
+/// The requests of one [`Step::Send`]. A batch of one holds its request inline, so that a
+/// one-request step (most operations) allocates nothing for it; larger batches are a vector.
+/// Built from a request, a vector or an iterator (`request.into()`, `vec![a, b].into()`,
+/// `iter.collect()`); read as a slice.
+#[derive(Clone, Default)]
+pub struct Batch(SmallVec<[Request; 1]>);
+
+impl Batch {
+    /// An empty batch: a plan resumed at once, with no replies.
+    pub fn new() -> Self {
+        Batch(SmallVec::new())
+    }
+
+    /// Appends a request.
+    pub fn push(&mut self, request: Request) {
+        self.0.push(request);
+    }
+
+    /// The requests as a vector.
+    pub fn into_vec(self) -> Vec<Request> {
+        self.0.into_vec()
+    }
+}
+
+impl fmt::Debug for Batch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.0.iter()).finish()
+    }
+}
+
+impl Deref for Batch {
+    type Target = [Request];
+
+    fn deref(&self) -> &[Request] {
+        &self.0
+    }
+}
+
+impl DerefMut for Batch {
+    fn deref_mut(&mut self) -> &mut [Request] {
+        &mut self.0
+    }
+}
+
+impl From<Request> for Batch {
+    fn from(request: Request) -> Self {
+        let mut batch = Batch::new();
+        batch.push(request);
+        batch
+    }
+}
+
+impl From<Vec<Request>> for Batch {
+    fn from(requests: Vec<Request>) -> Self {
+        Batch(SmallVec::from_vec(requests))
+    }
+}
+
+impl FromIterator<Request> for Batch {
+    fn from_iter<I: IntoIterator<Item = Request>>(iter: I) -> Self {
+        Batch(iter.into_iter().collect())
+    }
+}
+
+impl Extend<Request> for Batch {
+    fn extend<I: IntoIterator<Item = Request>>(&mut self, iter: I) {
+        self.0.extend(iter);
+    }
+}
+
+impl IntoIterator for Batch {
+    type Item = Request;
+    type IntoIter = BatchIter;
+
+    fn into_iter(self) -> BatchIter {
+        BatchIter(self.0.into_iter())
+    }
+}
+
+impl<'a> IntoIterator for &'a Batch {
+    type Item = &'a Request;
+    type IntoIter = std::slice::Iter<'a, Request>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+/// The requests of a [`Batch`], by value, in order.
+pub struct BatchIter(smallvec::IntoIter<[Request; 1]>);
+
+impl Iterator for BatchIter {
+    type Item = Request;
+
+    fn next(&mut self) -> Option<Request> {
+        self.0.next()
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.0.size_hint()
+    }
+}
+
+impl DoubleEndedIterator for BatchIter {
+    fn next_back(&mut self) -> Option<Request> {
+        self.0.next_back()
+    }
+}
+
+impl ExactSizeIterator for BatchIter {}
+
+impl fmt::Debug for BatchIter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.0.as_slice()).finish()
+    }
 }
 
 /// One store operation as a state machine. See the module docs.
@@ -96,7 +216,7 @@ impl<T: Send + 'static> Plan for Single<T> {
 
     fn start(&mut self) -> Step<T> {
         match self.request.take() {
-            Some(request) => Step::Send(vec![request]),
+            Some(request) => Step::Send(request.into()),
             None => Step::Done(Err(misuse("Single::start called twice"))),
         }
     }
@@ -117,6 +237,9 @@ impl<T: Send + 'static> Plan for Single<T> {
 }
 
 /// Passes on the step of a sub-plan, or hands back its output when it is done.
+// The error is a step, which every plan returns by value: as large here as anywhere, and
+// boxing it would put back the allocation a batch of one holds inline to avoid.
+#[allow(clippy::result_large_err)]
 pub(crate) fn forward<T, O>(step: Step<T>) -> Result<T, Step<O>> {
     match step {
         Step::Done(Ok(output)) => Ok(output),

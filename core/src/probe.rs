@@ -81,7 +81,7 @@ impl Plan for ConnectCheck {
             None => Request::cmd(Access::Read, "PING").build(),
         };
         match request {
-            Ok(request) => Step::Send(vec![request]),
+            Ok(request) => Step::Send(request.into()),
             Err(e) => Step::Done(Err(e)),
         }
     }

@@ -2,6 +2,7 @@
 //! reads or writes. A request whose keys span slots cannot be built.
 
 use bytes::Bytes;
+use smallvec::SmallVec;
 use std::fmt;
 
 use crate::addr::NodeAddr;
@@ -75,11 +76,15 @@ pub(crate) enum Body {
     },
 }
 
+/// A request's declared keys: most commands have one, held inline so that building a `GET`
+/// allocates nothing for it.
+type Keys = SmallVec<[Key; 1]>;
+
 /// One request of a plan step.
 #[derive(Clone, Debug)]
 pub struct Request {
     pub(crate) body: Body,
-    keys: Vec<Key>,
+    keys: Keys,
     route: Route,
     access: Access,
     /// `WAIT replicas timeout_ms`, written right after the request (see [`Request::then_wait`]).
@@ -147,7 +152,7 @@ int_arg!(i64, u64, u32, usize, i32, u8, u16);
 #[derive(Debug)]
 pub struct CommandBuilder {
     args: Vec<Bytes>,
-    keys: Vec<Key>,
+    keys: Keys,
     access: Access,
     /// A node route as given, parsed by `build`.
     node: Option<String>,
@@ -233,7 +238,7 @@ impl Request {
         args.push(Bytes::from_static(name.as_bytes()));
         CommandBuilder {
             args,
-            keys: Vec::new(),
+            keys: Keys::new(),
             access,
             node: None,
         }
@@ -250,7 +255,7 @@ impl Request {
         let route = route_of(&keys)?;
         Ok(Request {
             body: Body::Script { script, args },
-            keys,
+            keys: Keys::from_vec(keys),
             route,
             access,
             wait: None,
@@ -287,7 +292,7 @@ impl Request {
     ) -> Request {
         Request {
             body: Body::Script { script, args },
-            keys,
+            keys: Keys::from_vec(keys),
             route: Route::AnyMaster,
             access,
             wait: None,

@@ -69,7 +69,7 @@ impl Scan {
 
     fn send_next(&mut self) -> Step<Vec<Bytes>> {
         match self.next_request() {
-            Ok(request) => Step::Send(vec![request]),
+            Ok(request) => Step::Send(request.into()),
             Err(e) => Step::Done(Err(e)),
         }
     }
@@ -84,7 +84,7 @@ impl Plan for Scan {
 
     fn start(&mut self) -> Step<Vec<Bytes>> {
         match masters_request() {
-            Ok(request) => Step::Send(vec![request]),
+            Ok(request) => Step::Send(request.into()),
             Err(e) => Step::Done(Err(e)),
         }
     }

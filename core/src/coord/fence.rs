@@ -246,7 +246,7 @@ impl Replicated {
         match request {
             Some(Ok(request)) => {
                 self.state = ReplicatedState::GivingBack(error);
-                Step::Send(vec![request])
+                Step::Send(request.into())
             }
             _ => {
                 self.state = ReplicatedState::Finished;
@@ -298,7 +298,7 @@ impl Plan for Replicated {
 
     fn start(&mut self) -> Step<Option<u64>> {
         match self.grant.take() {
-            Some(grant) => Step::Send(vec![grant]),
+            Some(grant) => Step::Send(grant.into()),
             None => Step::Done(Err(misuse("Replicated started twice"))),
         }
     }

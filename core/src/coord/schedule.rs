@@ -258,7 +258,7 @@ impl ListSchedules {
             .map(|id| schedule_get_request(&self.ks, id))
             .collect::<Result<Vec<_>, _>>();
         match batch {
-            Ok(batch) => Step::Send(batch),
+            Ok(batch) => Step::Send(batch.into()),
             Err(e) => Step::Done(Err(e)),
         }
     }
@@ -307,7 +307,7 @@ impl Plan for ListSchedules {
             let step = scan.start();
             return self.after_scan(step);
         }
-        Step::Send(self.indexes.clone())
+        Step::Send(self.indexes.clone().into())
     }
 
     fn resume(&mut self, replies: Vec<Reply>) -> Step<Self::Output> {

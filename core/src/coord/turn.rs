@@ -324,7 +324,7 @@ impl AcquireTurn {
         match request {
             Ok(r) => {
                 self.state = state;
-                Step::Send(vec![r])
+                Step::Send(r.into())
             }
             Err(e) => self.finish(Err(e)),
         }
@@ -369,7 +369,7 @@ impl AcquireTurn {
         match self.call("release", ticket, None) {
             Ok(request) => {
                 self.state = TurnState::Withdrawing { error };
-                Step::Send(vec![request])
+                Step::Send(request.into())
             }
             Err(_) => {
                 let mut error = error;

@@ -108,7 +108,7 @@ impl DeleteChat {
             vec![self.chunk.into_arg()],
         )?;
         self.state = State::Beginning;
-        Ok(Step::Send(vec![request]))
+        Ok(Step::Send(request.into()))
     }
 
     /// Deletes the chunk `ids`, or the record when there are none left.
@@ -116,7 +116,7 @@ impl DeleteChat {
         if ids.is_empty() {
             let request = super::records::delete_request(&self.ks, RecordKind::Chat, &self.chat)?;
             self.state = State::Record;
-            return Ok(Step::Send(vec![request]));
+            return Ok(Step::Send(request.into()));
         }
         let mut keys = vec![
             self.ks.message_drain(&self.chat),
@@ -127,7 +127,7 @@ impl DeleteChat {
         args.extend(ids.iter().map(|id| id.as_str().into_arg()));
         let request = Request::script_in(&self.ks, &DELETE_CHAT_CHUNK, Access::Write, keys, args)?;
         self.state = State::Chunk { ids };
-        Ok(Step::Send(vec![request]))
+        Ok(Step::Send(request.into()))
     }
 
     fn on_reply(&mut self, state: State, reply: Value) -> Result<Step<DeletedChat>, Error> {

@@ -190,7 +190,7 @@ impl StartGuard {
             ],
         )?;
         self.state = State::Stamping(started);
-        Ok(Step::Send(vec![request]))
+        Ok(Step::Send(request.into()))
     }
 
     /// What the stamp found: a keyspace that may not start, or one whose other side goes stale
@@ -268,7 +268,7 @@ impl StartGuard {
         self.state = State::WritingMarker {
             checked: keys.len(),
         };
-        Ok(Step::Send(vec![request]))
+        Ok(Step::Send(request.into()))
     }
 
     fn on_replies(&mut self, state: State, replies: Vec<Reply>) -> Result<Step<Started>, Error> {
@@ -284,7 +284,7 @@ impl StartGuard {
                 Value::Nil => {
                     // Another replica wrote it first: check what it wrote.
                     self.state = State::RereadingMarker;
-                    Ok(Step::Send(vec![self.get_marker()?]))
+                    Ok(Step::Send(self.get_marker()?.into()))
                 }
                 ok => {
                     ok.expect_ok()?;
@@ -315,7 +315,7 @@ impl Plan for StartGuard {
         match self.get_marker() {
             Ok(request) => {
                 self.state = State::ReadingMarker;
-                Step::Send(vec![request])
+                Step::Send(request.into())
             }
             Err(e) => Step::Done(Err(e)),
         }

@@ -201,7 +201,7 @@ impl ListMessages {
             ],
         )?;
         self.state = ListState::Page;
-        Ok(Step::Send(vec![request]))
+        Ok(Step::Send(request.into()))
     }
 
     fn items_step(&mut self, page: Value) -> Result<Step<MessagePage>, Error> {
@@ -241,7 +241,7 @@ impl ListMessages {
         self.state = ListState::Items {
             next: more.then_some(last),
         };
-        Ok(Step::Send(vec![request]))
+        Ok(Step::Send(request.into()))
     }
 }
 

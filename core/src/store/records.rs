@@ -273,7 +273,7 @@ impl ListRecords {
             })
             .collect::<Result<Vec<_>, _>>()?;
         self.state = State::Indexes;
-        Ok(Step::Send(batch))
+        Ok(Step::Send(batch.into()))
     }
 
     /// Carries on a step of the legacy scan; when it ends, pages its keys.
@@ -333,7 +333,7 @@ impl ListRecords {
             })
             .collect::<Result<Vec<_>, _>>()?;
         self.state = State::Fetching { groups, next };
-        Ok(Step::Send(batch))
+        Ok(Step::Send(batch.into()))
     }
 
     fn on_replies(&mut self, state: State, replies: Vec<Reply>) -> Result<Step<RecordPage>, Error> {

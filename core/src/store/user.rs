@@ -246,7 +246,7 @@ impl ListUserData {
                     Vec::new(),
                 )?;
                 self.state = ListState::Index;
-                Ok(Step::Send(vec![request]))
+                Ok(Step::Send(request.into()))
             }
             None => {
                 let mut scan = legacy_scan(&self.ks, &self.user, self.ns.as_deref());
@@ -313,7 +313,7 @@ impl ListUserData {
             })
             .collect::<Result<Vec<_>, _>>()?;
         self.state = ListState::Fetching { groups };
-        Ok(Step::Send(batch))
+        Ok(Step::Send(batch.into()))
     }
 
     fn on_replies(
@@ -419,7 +419,7 @@ impl ClearUserData {
                     .arg(-1i64)
                     .build()?;
                 self.state = ClearState::Index;
-                Ok(Step::Send(vec![request]))
+                Ok(Step::Send(request.into()))
             }
             None => {
                 let mut scan = legacy_scan(&self.ks, &self.user, self.ns.as_deref());
@@ -452,7 +452,7 @@ impl ClearUserData {
             return Ok(Step::Done(Ok(0)));
         }
         self.state = ClearState::Deleting { calls: batch.len() };
-        Ok(Step::Send(batch))
+        Ok(Step::Send(batch.into()))
     }
 
     fn on_members(&mut self, members: Vec<Value>) -> Result<Step<u64>, Error> {

@@ -156,7 +156,7 @@ impl Sequence {
 
     fn next(&mut self) -> Step<Vec<Vec<Reply>>> {
         match self.batches.pop_front() {
-            Some(batch) => Step::Send(batch),
+            Some(batch) => Step::Send(batch.into()),
             None => Step::Done(Ok(std::mem::take(&mut self.replies))),
         }
     }

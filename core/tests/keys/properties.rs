@@ -154,9 +154,9 @@ fn save_message_request(ks: &Keyspace, chat: &str, id: &str) -> botmesh_redis_co
         messages::save_message(ks, chat, id, 1_700_000_000_000, Bytes::from_static(b"p"))
             .expect("cluster keys of one chat share a slot");
     match plan.start() {
-        Step::Send(mut batch) => {
+        Step::Send(batch) => {
             assert_eq!(batch.len(), 1);
-            batch.remove(0)
+            batch.into_vec().remove(0)
         }
         other => panic!("save_message did not start with a send: {other:?}"),
     }

@@ -11,6 +11,8 @@
 #[cfg(feature = "testing")]
 mod support;
 
+mod batch;
+
 #[cfg(feature = "testing")]
 #[macro_use]
 mod coord;

@@ -317,7 +317,7 @@ fn hostile_ids() {
 
 fn first_request<P: Plan>(mut plan: P) -> Request {
     match plan.start() {
-        Step::Send(mut batch) => batch.remove(0),
+        Step::Send(batch) => batch.into_vec().remove(0),
         Step::Wait(d) => panic!("a plan that starts by waiting {d:?}"),
         Step::Done(_) => panic!("a plan that is done before it sends"),
     }

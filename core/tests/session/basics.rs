@@ -63,7 +63,7 @@ impl Plan for PollUntil {
 
     fn start(&mut self) -> Step<u32> {
         self.reads += 1;
-        Step::Send(vec![get(&self.key)])
+        Step::Send(get(&self.key).into())
     }
 
     fn resume(&mut self, replies: Vec<Reply>) -> Step<u32> {

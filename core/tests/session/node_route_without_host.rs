@@ -31,7 +31,7 @@ impl Plan for VisitEveryMaster {
     }
 
     fn start(&mut self) -> Step<Self::Output> {
-        Step::Send(vec![masters_request().unwrap()])
+        Step::Send(masters_request().unwrap().into())
     }
 
     fn resume(&mut self, replies: Vec<Reply>) -> Step<Self::Output> {

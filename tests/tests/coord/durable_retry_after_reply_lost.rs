@@ -60,7 +60,7 @@ impl Plan for Together {
     }
 
     fn start(&mut self) -> Step<Vec<Reply>> {
-        Step::Send(self.0.take().unwrap_or_default())
+        Step::Send(self.0.take().unwrap_or_default().into())
     }
 
     fn resume(&mut self, replies: Vec<Reply>) -> Step<Vec<Reply>> {
@@ -71,7 +71,7 @@ impl Plan for Together {
 /// The one request of a one-request plan.
 fn request_of<P: Plan>(mut plan: P) -> Request {
     match plan.start() {
-        Step::Send(mut requests) if requests.len() == 1 => requests.remove(0),
+        Step::Send(requests) if requests.len() == 1 => requests.into_vec().remove(0),
         _ => panic!("not a one-request plan"),
     }
 }

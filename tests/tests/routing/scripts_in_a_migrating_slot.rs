@@ -19,11 +19,11 @@ use tokio::sync::Notify;
 
 use botmesh_redis_core::driver::store::delete_chat::delete_chat;
 use botmesh_redis_core::driver::store::messages::save_message;
-use botmesh_redis_core::driver::{Plan, Reply, Step};
+use botmesh_redis_core::driver::{Batch, Plan, Reply, Step};
 use botmesh_redis_core::keys::{RecordKind, TurnPart};
 use botmesh_redis_core::{
     Acked, Begun, ClientOptions, Coordinator, DeletedChat, Durability, Executor, Key, Keyspace,
-    Layout, Leases, Limit, Released, Request, Schedules, Store, StoreOptions,
+    Layout, Leases, Limit, Released, Schedules, Store, StoreOptions,
 };
 use botmesh_redis_tests::conformance::{Client, Runtime};
 use botmesh_redis_tests::coord::server_ms;
@@ -290,7 +290,7 @@ async fn releasing_locks_leases_and_schedules<R: Runtime>() {
 /// runs, between its begin and its first chunk, and a slot migration begun there.
 struct PauseAfterFirstStep<P> {
     plan: P,
-    extra: Option<Vec<Request>>,
+    extra: Option<Batch>,
     held: Option<Vec<Reply>>,
     paused: Arc<Notify>,
     go: Arc<AtomicBool>,

@@ -200,7 +200,7 @@ use botmesh_redis_client::{Client, Runtime};
 use botmesh_redis_harness::{
     parse_info, AdminConn, ClusterOptions, RedisCluster, ServerOptions, SingleNode,
 };
-use botmesh_redis_tokio::driver::{store::messages, Plan, Reply, Step};
+use botmesh_redis_tokio::driver::{store::messages, Batch, Plan, Reply, Step};
 use botmesh_redis_tokio::runtime::Tokio;
 use botmesh_redis_tokio::{Access, ClientOptions, Executor, Key, Keyspace, Layout, Request, Value};
 use botmesh_redis_tokio::{Limit, RecordCursor, Store, StoreOptions};
@@ -1130,7 +1130,7 @@ impl Plan for Listing {
     }
 
     fn start(&mut self) -> Step<usize> {
-        let batch: Result<Vec<Request>, _> = self
+        let batch: Result<Batch, _> = self
             .keys
             .iter()
             .map(|key| {
