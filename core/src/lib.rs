@@ -81,6 +81,7 @@ mod executor;
 mod framing;
 pub mod keys;
 pub mod migrate;
+mod one_or_vec;
 mod options;
 mod page;
 mod plan;

@@ -17,9 +17,8 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
-use smallvec::SmallVec;
-
 use crate::error::Error;
+use crate::one_or_vec::{self, OneOrVec};
 use crate::request::Request;
 use crate::value::Value;
 
@@ -43,12 +42,12 @@ pub enum Step<T> {
 /// Built from a request, a vector or an iterator (`request.into()`, `vec![a, b].into()`,
 /// `iter.collect()`); read as a slice.
 #[derive(Clone, Default)]
-pub struct Batch(SmallVec<[Request; 1]>);
+pub struct Batch(OneOrVec<Request>);
 
 impl Batch {
     /// An empty batch: a plan resumed at once, with no replies.
     pub fn new() -> Self {
-        Batch(SmallVec::new())
+        Batch(OneOrVec::new())
     }
 
     /// Appends a request.
@@ -64,7 +63,7 @@ impl Batch {
 
 impl fmt::Debug for Batch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.0.iter()).finish()
+        self.0.fmt(f)
     }
 }
 
@@ -72,27 +71,25 @@ impl Deref for Batch {
     type Target = [Request];
 
     fn deref(&self) -> &[Request] {
-        &self.0
+        self.0.as_slice()
     }
 }
 
 impl DerefMut for Batch {
     fn deref_mut(&mut self) -> &mut [Request] {
-        &mut self.0
+        self.0.as_mut_slice()
     }
 }
 
 impl From<Request> for Batch {
     fn from(request: Request) -> Self {
-        let mut batch = Batch::new();
-        batch.push(request);
-        batch
+        Batch(OneOrVec::One(request))
     }
 }
 
 impl From<Vec<Request>> for Batch {
     fn from(requests: Vec<Request>) -> Self {
-        Batch(SmallVec::from_vec(requests))
+        Batch(OneOrVec::from_vec(requests))
     }
 }
 
@@ -122,12 +119,12 @@ impl<'a> IntoIterator for &'a Batch {
     type IntoIter = std::slice::Iter<'a, Request>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
+        self.0.as_slice().iter()
     }
 }
 
 /// The requests of a [`Batch`], by value, in order.
-pub struct BatchIter(smallvec::IntoIter<[Request; 1]>);
+pub struct BatchIter(one_or_vec::IntoIter<Request>);
 
 impl Iterator for BatchIter {
     type Item = Request;
