@@ -334,7 +334,10 @@ impl<R: Runtime> Client<R> {
         let client = Self::start_with(options, registry)?;
         // Every lane's connection is checked, so none is left to fail on a first call.
         for lane in 0..client.shared.lanes.len() {
-            if let Err(e) = client.run_in(lane, connect_check(&endpoints)).await {
+            if let Err(e) = client
+                .run_in(lane, Call::new(connect_check(&endpoints)))
+                .await
+            {
                 client.close().await;
                 return Err(e);
             }
@@ -505,22 +508,46 @@ pub async fn connect<R: Runtime>(
     }
 }
 
+/// A plan boxed for its session with its caller's receiver, before the call's first await: the
+/// plan is moved once, into its box, rather than into each future that waits for it (a plan is
+/// larger than the compiler moves without a call to `memcpy`).
+struct Call<T> {
+    operation: &'static str,
+    submission: Submission<task::OneShot>,
+    rx: oneshot::Receiver<Delivery<T>>,
+}
+
+impl<T: Send + 'static> Call<T> {
+    fn new<P: Plan<Output = T>>(plan: P) -> Self {
+        let operation = plan.operation();
+        let (done, rx) = oneshot::channel();
+        Call {
+            operation,
+            submission: Submission::new(plan, done),
+            rx,
+        }
+    }
+}
+
 impl<R: Runtime> Client<R> {
-    /// Runs the plan in the given lane, inside a span of its own (see [`OPERATION_SPAN`]), a
+    /// Runs the call in the given lane, inside a span of its own (see [`OPERATION_SPAN`]), a
     /// child of the caller's current span.
-    async fn run_in<P: Plan>(&self, lane: usize, plan: P) -> Result<P::Output, Error> {
+    async fn run_in<T: Send + 'static>(&self, lane: usize, call: Call<T>) -> Result<T, Error> {
+        let Call {
+            operation,
+            submission,
+            rx,
+        } = call;
         let span = tracing::info_span!(
             OPERATION_SPAN,
-            operation = plan.operation(),
+            operation,
             slot = Empty,
             attempts = Empty,
             node = Empty,
             outcome = Empty,
         );
-        let (done, rx) = oneshot::channel();
         let call = async {
             let lane = &self.shared.lanes[lane];
-            let submission = Submission::new(plan, done);
             if let Some(submission) = task::submit_inline(&lane.hub, submission) {
                 lane.tx
                     .send(Msg::Submit(submission))
@@ -553,8 +580,9 @@ impl<R: Runtime> Executor for Client<R> {
     /// Runs the plan in the lane of the calling task ([`ClientOptions::lanes`]), inside a span
     /// of its own (see [`OPERATION_SPAN`]), a child of the caller's current span.
     async fn run<P: Plan>(&self, plan: P) -> Result<P::Output, Error> {
+        let call = Call::new(plan);
         let lane = std::future::poll_fn(|cx| Poll::Ready(self.shared.lane(cx.waker()))).await;
-        self.run_in(lane, plan).await
+        self.run_in(lane, call).await
     }
 
     fn detach<P: Plan>(&self, plan: P) {

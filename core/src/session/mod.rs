@@ -687,18 +687,20 @@ impl<W: Waiters> Session<W> {
             } else if let Some(id) = self.to_advance.pop_front() {
                 let input = self.ops.get_mut(id).map(|op| {
                     op.deadline = None;
-                    let reply =
-                        |r: ReqState| r.reply.unwrap_or_else(|| Err(misuse("a reply is missing")));
+                    // The replies are taken where they lie: a request's state is larger than
+                    // the compiler moves without a call to `memcpy`.
+                    let reply = |r: &mut ReqState| {
+                        r.reply
+                            .take()
+                            .unwrap_or_else(|| Err(misuse("a reply is missing")))
+                    };
                     // Most batches are one request: its reply goes without a vector.
-                    match (op.reqs.len(), op.reqs.pop()) {
-                        (1, Some(only)) => Input::Reply(reply(only)),
-                        (_, last) => {
-                            let mut replies = Vec::with_capacity(op.reqs.len() + 1);
-                            replies.extend(op.reqs.drain(..).map(reply));
-                            replies.extend(last.map(reply));
-                            Input::Replies(replies)
-                        }
-                    }
+                    let input = match op.reqs.as_mut_slice() {
+                        [only] => Input::Reply(reply(only)),
+                        reqs => Input::Replies(reqs.iter_mut().map(reply).collect()),
+                    };
+                    op.reqs.clear();
+                    input
                 });
                 if let Some(input) = input {
                     self.prune_deadlines();

@@ -196,12 +196,11 @@ impl<W: Waiters> Session<W> {
                         op.reqs = self.spare_reqs.pop().unwrap_or_default();
                     }
                     op.reqs.clear();
-                    op.reqs.extend(
-                        batch
-                            .into_iter()
-                            .zip(first..)
-                            .map(|(request, attempt)| ReqState::new(request, attempt)),
-                    );
+                    // A loop, not `extend`: the zipped iterator is larger than the compiler
+                    // moves without a call to `memcpy`, and `extend` takes it by value.
+                    for (attempt, request) in (first..).zip(batch) {
+                        op.reqs.push(ReqState::new(request, attempt));
+                    }
                     // A deadline too far to represent is no deadline.
                     op.deadline = after(now, self.config.request_timeout);
                     if let Some(deadline) = op.deadline {
