@@ -11,6 +11,7 @@
 
 use std::fmt;
 use std::mem;
+use std::ops::{Deref, DerefMut};
 
 /// One value, or any number in a vector (none included).
 #[derive(Clone)]
@@ -65,6 +66,20 @@ impl<T> OneOrVec<T> {
             OneOrVec::One(value) => vec![value],
             OneOrVec::Vec(values) => values,
         }
+    }
+}
+
+impl<T> Deref for OneOrVec<T> {
+    type Target = [T];
+
+    fn deref(&self) -> &[T] {
+        self.as_slice()
+    }
+}
+
+impl<T> DerefMut for OneOrVec<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        self.as_mut_slice()
     }
 }
 

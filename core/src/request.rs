@@ -206,7 +206,7 @@ impl CommandBuilder {
                 NodeTarget::parse(&text)
                     .ok_or_else(|| ConfigError::BadNodeAddress { text: text.clone() })?,
             ),
-            None => route_of(self.keys.as_slice())?,
+            None => route_of(&self.keys)?,
         };
         Ok(Request {
             body: Body::Command(self.args),
@@ -346,7 +346,7 @@ impl Request {
 
     /// The declared keys.
     pub fn keys(&self) -> &[Key] {
-        self.keys.as_slice()
+        &self.keys
     }
 
     /// The route.
@@ -381,7 +381,7 @@ impl Request {
         match &self.body {
             Body::Command(args) => args.clone(),
             Body::Script { script, args } => {
-                let mut out = Vec::with_capacity(3 + self.keys.as_slice().len() + args.len());
+                let mut out = Vec::with_capacity(3 + self.keys.len() + args.len());
                 if with_source {
                     out.push(Bytes::from_static(b"EVAL"));
                     out.push(Bytes::from_static(script.source().as_bytes()));
@@ -389,8 +389,8 @@ impl Request {
                     out.push(Bytes::from_static(b"EVALSHA"));
                     out.push(script.sha1().clone());
                 }
-                out.push(Bytes::from(self.keys.as_slice().len().to_string()));
-                out.extend(self.keys.as_slice().iter().map(Key::to_bytes));
+                out.push(Bytes::from(self.keys.len().to_string()));
+                out.extend(self.keys.iter().map(Key::to_bytes));
                 out.extend(args.iter().cloned());
                 out
             }
@@ -409,9 +409,9 @@ impl Request {
                 } else {
                     (b"EVALSHA", script.sha1())
                 };
-                let numkeys = Decimal::new(self.keys.as_slice().len());
+                let numkeys = Decimal::new(self.keys.len());
                 let head = [verb, body, numkeys.as_bytes()];
-                let keys = self.keys.as_slice().iter().map(Key::as_bytes);
+                let keys = self.keys.iter().map(Key::as_bytes);
                 let rest = args.iter().map(|a| &a[..]);
                 write_command(buf, head.into_iter().chain(keys).chain(rest));
             }
@@ -539,7 +539,7 @@ impl fmt::Display for Request {
                     .into_owned();
                 // Show the arguments that are not declared keys, in order.
                 let mut rest = Vec::new();
-                let mut keys = self.keys.as_slice().iter().peekable();
+                let mut keys = self.keys.iter().peekable();
                 for arg in args.iter().skip(1) {
                     if keys.peek().is_some_and(|k| k.as_bytes() == arg.as_ref()) {
                         keys.next();
@@ -563,7 +563,7 @@ impl fmt::Display for Request {
             out.push_str(&format!(" then=[WAIT {replicas} {ms}]"));
         }
         out.push_str(" keys=[");
-        for (i, k) in self.keys.as_slice().iter().enumerate() {
+        for (i, k) in self.keys.iter().enumerate() {
             if i > 0 {
                 out.push(' ');
             }
