@@ -196,6 +196,7 @@ impl<W: Waiters> Session<W> {
                         op.reqs = self.spare_reqs.pop().unwrap_or_default();
                     }
                     op.reqs.clear();
+                    op.reqs.reserve(batch.len());
                     // A loop, not `extend`: the zipped iterator is larger than the compiler
                     // moves without a call to `memcpy`, and `extend` takes it by value.
                     for (attempt, request) in (first..).zip(batch) {
