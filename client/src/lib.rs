@@ -588,10 +588,8 @@ impl<R: Runtime> Executor for Client<R> {
     fn detach<P: Plan>(&self, plan: P) {
         // The receiver goes at once: the session delivers the result to nobody.
         // No task to follow here: detached plans take the first lane.
-        let (done, _) = oneshot::channel();
-        let _ = self.shared.lanes[0]
-            .tx
-            .send(Msg::Submit(Submission::new(plan, done)));
+        let Call { submission, .. } = Call::new(plan);
+        let _ = self.shared.lanes[0].tx.send(Msg::Submit(submission));
     }
 
     async fn shutdown(&self, grace: Duration) {

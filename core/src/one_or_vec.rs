@@ -116,6 +116,10 @@ impl<T> FromIterator<T> for OneOrVec<T> {
 
 impl<T> Extend<T> for OneOrVec<T> {
     fn extend<I: IntoIterator<Item = T>>(&mut self, iter: I) {
+        let iter = iter.into_iter();
+        if let OneOrVec::Vec(values) = self {
+            values.reserve(iter.size_hint().0);
+        }
         for value in iter {
             self.push(value);
         }
@@ -214,7 +218,9 @@ mod tests {
     #[test]
     fn it_takes_no_more_room_than_a_request_or_a_key() {
         use crate::keys::Key;
+        use crate::plan::Step;
         use crate::request::Request;
+        use crate::value::Value;
         assert_eq!(
             std::mem::size_of::<OneOrVec<Key>>(),
             std::mem::size_of::<Key>()
@@ -223,6 +229,8 @@ mod tests {
             std::mem::size_of::<OneOrVec<Request>>(),
             std::mem::size_of::<Request>()
         );
+        // A request, and the step that carries it, move without a call to `memcpy`.
         assert!(std::mem::size_of::<Request>() <= 128);
+        assert!(std::mem::size_of::<Step<Value>>() <= 128);
     }
 }

@@ -71,13 +71,13 @@ impl Deref for Batch {
     type Target = [Request];
 
     fn deref(&self) -> &[Request] {
-        self.0.as_slice()
+        &self.0
     }
 }
 
 impl DerefMut for Batch {
     fn deref_mut(&mut self) -> &mut [Request] {
-        self.0.as_mut_slice()
+        &mut self.0
     }
 }
 
@@ -119,7 +119,7 @@ impl<'a> IntoIterator for &'a Batch {
     type IntoIter = std::slice::Iter<'a, Request>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.0.as_slice().iter()
+        self.0.iter()
     }
 }
 
