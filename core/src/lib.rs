@@ -77,6 +77,7 @@ mod batch;
 pub mod codec;
 mod coord;
 mod error;
+mod exact;
 mod executor;
 mod framing;
 pub mod keys;

@@ -143,7 +143,7 @@ macro_rules! int_arg {
     ($($t:ty),*) => {$(
         impl Arg for $t {
             fn into_arg(self) -> Bytes {
-                Bytes::from(self.to_string())
+                crate::exact::format_bytes(format_args!("{self}"))
             }
         }
     )*};

@@ -261,12 +261,10 @@ impl Keyspace {
     }
 
     fn key(&self, rest: std::fmt::Arguments<'_>) -> Key {
-        use std::fmt::Write;
-        // Most keys fit, so the key is built in one allocation.
-        let mut key = String::with_capacity(self.prefix.len() + 64);
-        // Writing into a String cannot fail.
-        let _ = write!(key, "{}:{rest}", self.prefix);
-        Key::new(key.into_bytes())
+        Key::new(crate::exact::format_bytes(format_args!(
+            "{}:{rest}",
+            self.prefix
+        )))
     }
 
     fn is_cluster(&self) -> bool {

@@ -555,7 +555,7 @@ pub(super) fn canonical_int(bytes: &[u8]) -> Option<Bytes> {
 /// The TTL argument of a write script: ms, or empty for none.
 pub(super) fn ttl_arg(ttl: Option<i64>) -> Bytes {
     match ttl {
-        Some(ms) => Bytes::from(ms.to_string()),
+        Some(ms) => crate::exact::format_bytes(format_args!("{ms}")),
         None => Bytes::new(),
     }
 }

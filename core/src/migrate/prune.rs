@@ -360,7 +360,7 @@ fn removals(tgt: &Keyspace, doomed: Vec<Doomed>) -> (Vec<Removal>, Vec<String>) 
                 Namespace::UserData,
                 tgt.user_index(&user),
                 tgt.user_entry(&user, &ns, &key),
-                Bytes::from(format!("{}:{}", enc(&ns), enc(&key))),
+                crate::exact::format_bytes(format_args!("{}:{}", enc(&ns), enc(&key))),
             ),
             Doomed::Shared(ns, key) => add(ns, None, key, Bytes::new()),
         }

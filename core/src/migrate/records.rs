@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use crate::error::Error;
+use crate::exact::format_bytes;
 use crate::executor::Executor;
 use crate::keys::{enc, Key, Keyspace, Layout, RecordKind};
 use crate::script::Script;
@@ -194,7 +195,7 @@ fn entry(tgt: &Keyspace, job: Job, value: &Read) -> Option<(Group, Namespace, Un
             (group, Namespace::of_record(kind), one(key, head, args))
         }
         Job::User { user, ns, key } => {
-            let member = Bytes::from(format!("{}:{}", enc(&ns), enc(&key)));
+            let member = format_bytes(format_args!("{}:{}", enc(&ns), enc(&key)));
             let head = tgt.user_index(&user).into_iter().collect();
             let key = tgt.user_entry(&user, &ns, &key);
             let args = vec![member, bytes(), ttl_arg(value.ttl())];
@@ -209,7 +210,7 @@ fn entry(tgt: &Keyspace, job: Job, value: &Read) -> Option<(Group, Namespace, Un
             (Group::Plain, Namespace::Cursors, one(key, Vec::new(), args))
         }
         Job::Restore(ns, key) => {
-            let ttl = Bytes::from(value.ttl().unwrap_or(0).to_string());
+            let ttl = format_bytes(format_args!("{}", value.ttl().unwrap_or(0)));
             (
                 Group::Restores,
                 ns,
@@ -307,7 +308,7 @@ pub(super) fn lease_entry(value: &Read, tgt: Key) -> Option<Untagged> {
         .and_then(|u| std::str::from_utf8(u).ok()?.parse().ok());
     let left = match until {
         Some(until) if !holder.is_empty() && until > value.now_ms => {
-            Bytes::from((until - value.now_ms).to_string())
+            format_bytes(format_args!("{}", until - value.now_ms))
         }
         _ => Bytes::new(),
     };

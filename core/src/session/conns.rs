@@ -181,8 +181,8 @@ impl<W: Waiters> Session<W> {
                     };
                     let wait = vec![
                         Bytes::from_static(b"WAIT"),
-                        Bytes::from(replicas.to_string()),
-                        Bytes::from(ms.to_string()),
+                        crate::exact::format_bytes(format_args!("{replicas}")),
+                        crate::exact::format_bytes(format_args!("{ms}")),
                     ];
                     encode_args(wait, buf);
                     c.in_flight.push_back((Pending::Wait { req }, now));

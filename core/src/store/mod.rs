@@ -98,7 +98,7 @@ pub(crate) fn set_with_ttl(
 /// The optional TTL argument of an expiring script: milliseconds, or empty for none.
 pub(crate) fn ttl_arg(ttl: Option<Duration>) -> Result<Bytes, Error> {
     Ok(match ttl {
-        Some(ttl) => Bytes::from(ttl_ms(ttl, "ttl")?.to_string()),
+        Some(ttl) => crate::exact::format_bytes(format_args!("{}", ttl_ms(ttl, "ttl")?)),
         None => Bytes::new(),
     })
 }
