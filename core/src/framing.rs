@@ -16,10 +16,10 @@
 //!
 //! [`Value`]: crate::value::Value
 
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use redis_protocol::resp2::decode::decode_bytes_mut;
 
-use crate::value::{from_frame, Frame};
+use crate::value::{from_frame, Frame, Value};
 
 /// Arrays nested deeper than this are refused. Redis replies nest a few levels (`CLUSTER
 /// SLOTS` three, `EXEC` of those four); 64 leaves room for any command and for scripts.
@@ -115,13 +115,18 @@ impl ReplyDecoder {
             // The cap holds however the bytes were cut: a reply that arrived whole in one read
             // is refused like one that grew past the cap.
             Scanned::Complete(len) if len > self.max_bytes => self.too_big(),
-            Scanned::Complete(len) => match decode_bytes_mut(&mut self.buf) {
-                Ok(Some((frame, used, _))) if used == len => return Some(Ok(from_frame(frame))),
-                Ok(Some((_, used, _))) => {
-                    format!("a reply framed as {len} bytes decoded as {used}")
-                }
-                Ok(None) => format!("a reply framed as {len} bytes did not decode"),
-                Err(e) => e.to_string(),
+            Scanned::Complete(len) => match lone_scalar(&mut self.buf, len) {
+                Some(value) => return Some(Ok(Ok(value))),
+                None => match decode_bytes_mut(&mut self.buf) {
+                    Ok(Some((frame, used, _))) if used == len => {
+                        return Some(Ok(from_frame(frame)))
+                    }
+                    Ok(Some((_, used, _))) => {
+                        format!("a reply framed as {len} bytes decoded as {used}")
+                    }
+                    Ok(None) => format!("a reply framed as {len} bytes did not decode"),
+                    Err(e) => e.to_string(),
+                },
             },
             Scanned::Incomplete if self.buf.len() > self.max_bytes => self.too_big(),
             Scanned::Incomplete => return None,
@@ -152,6 +157,46 @@ impl ReplyDecoder {
             self.max_bytes
         )
     }
+}
+
+/// The reply that takes the first `len` bytes of `buf` when it is a lone status, integer or
+/// bulk string, taken off `buf` without the general decoder. The scan has read its framing
+/// already, and these are nearly every reply a bot gets (a `GET`'s bulk string, a `SET`'s
+/// status, a script's integer): redis-protocol's decoder walked the same bytes again with its
+/// parser combinators, which cost a `GET` about as much as encoding it (docs/performance.md,
+/// "Exact keys, lone replies"). `None` leaves the reply to that decoder, which stays the
+/// reference (a property test holds the two equal): an array, an error reply, and anything not
+/// written the plain way (an integer with a sign other than `-`, a nil other than `$-1`, a
+/// bulk payload not followed by CRLF).
+fn lone_scalar(buf: &mut BytesMut, len: usize) -> Option<Value> {
+    let reply = buf.get(..len)?;
+    let lf = reply.iter().position(|&b| b == b'\n')?;
+    let line = reply.get(1..lf.checked_sub(1)?)?;
+    let value = match reply[0] {
+        b'+' if lf + 1 == len => {
+            let reply = buf.split_to(len).freeze();
+            return Some(Value::Status(reply.slice(1..lf - 1)));
+        }
+        b':' if lf + 1 == len => Value::Int(plain_integer(line)?),
+        b'$' if line == b"-1" && lf + 1 == len => Value::Nil,
+        b'$' if lf + 3 <= len && reply[len - 2..] == *b"\r\n" => {
+            let reply = buf.split_to(len).freeze();
+            return Some(Value::Bulk(reply.slice(lf + 1..len - 2)));
+        }
+        _ => return None,
+    };
+    buf.advance(len);
+    Some(value)
+}
+
+/// An integer written the plain way: an optional `-`, then digits; `None` for anything else,
+/// and for a value out of range.
+fn plain_integer(line: &[u8]) -> Option<i64> {
+    let digits = line.strip_prefix(b"-").unwrap_or(line);
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(line).ok()?.parse().ok()
 }
 
 /// The scan of the reply at the front of a buffer, resumed after each read.
@@ -284,6 +329,9 @@ fn length(line: &[u8]) -> Option<i64> {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+    use proptest::prelude::*;
+
     use super::*;
 
     fn whole(bytes: &[u8]) -> Scanned {
@@ -366,6 +414,120 @@ mod tests {
         let mut deep = b"*1\r\n".repeat(MAX_DEPTH);
         deep.extend_from_slice(b":1\r\n");
         assert_eq!(whole(&deep), Scanned::Complete(deep.len()));
+    }
+
+    /// One reply as a server could write it, plain or in the odd forms RESP2 readers accept
+    /// (a signed or zero-padded number, a bulk payload not followed by CRLF).
+    fn reply() -> impl Strategy<Value = Vec<u8>> {
+        let text = || {
+            proptest::collection::vec(
+                any::<u8>().prop_filter("no CR or LF", |b| *b != b'\r' && *b != b'\n'),
+                0..12,
+            )
+        };
+        let scalar = prop_oneof![
+            text().prop_map(|t| [&b"+"[..], &t, b"\r\n"].concat()),
+            text().prop_map(|t| [&b"-ERR "[..], &t, b"\r\n"].concat()),
+            any::<i64>().prop_map(|i| format!(":{i}\r\n").into_bytes()),
+            prop_oneof![
+                Just("+5"),
+                Just("007"),
+                Just("-0"),
+                Just("99999999999999999999"),
+                Just(""),
+                Just("1x")
+            ]
+            .prop_map(|i| format!(":{i}\r\n").into_bytes()),
+            Just(b"$-1\r\n".to_vec()),
+            (
+                proptest::collection::vec(any::<u8>(), 0..40),
+                prop_oneof![Just(""), Just("+"), Just("0")]
+            )
+                .prop_map(|(p, sign)| [
+                    format!("${sign}{}\r\n", p.len()).as_bytes(),
+                    &p,
+                    b"\r\n"
+                ]
+                .concat()),
+            proptest::collection::vec(any::<u8>(), 0..8).prop_map(|p| [
+                format!("${}\r\n", p.len()).as_bytes(),
+                &p,
+                b"XY"
+            ]
+            .concat()),
+        ];
+        scalar.prop_recursive(2, 12, 4, |inner| {
+            proptest::collection::vec(inner, 0..4).prop_map(|items| {
+                let mut array = format!("*{}\r\n", items.len()).into_bytes();
+                items.iter().for_each(|item| array.extend_from_slice(item));
+                array
+            })
+        })
+    }
+
+    /// What redis-protocol's decoder makes of `bytes`, reply by reply, as `from_frame` sees it.
+    fn reference(bytes: &[u8]) -> Vec<Result<Frame, String>> {
+        let mut buf = BytesMut::from(bytes);
+        let mut out = Vec::new();
+        while !buf.is_empty() {
+            match decode_bytes_mut(&mut buf) {
+                Ok(Some((frame, _, _))) => out.push(Ok(from_frame(frame))),
+                Ok(None) => break,
+                Err(e) => {
+                    out.push(Err(e.to_string()));
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    proptest! {
+        /// The lone-scalar path decodes every reply as redis-protocol does, however the bytes
+        /// arrive.
+        #[test]
+        fn lone_replies_decode_as_the_reference_does(
+            replies in proptest::collection::vec(reply(), 1..6),
+            cut in any::<proptest::sample::Index>(),
+        ) {
+            let bytes = replies.concat();
+            let cut = cut.index(bytes.len() + 1);
+            let mut decoder = ReplyDecoder::new(usize::MAX, DEFAULT_MAX_REPLY_ELEMENTS);
+            let mut got = Vec::new();
+            for part in [&bytes[..cut], &bytes[cut..]] {
+                decoder.push(BytesMut::from(part));
+                while let Some(next) = decoder.next_reply() {
+                    got.push(next);
+                }
+            }
+            prop_assert_eq!(got, reference(&bytes));
+        }
+    }
+
+    #[test]
+    fn lone_scalars_are_taken_without_the_decoder() {
+        for (bytes, value) in [
+            (&b"+OK\r\n"[..], Value::Status(Bytes::from_static(b"OK"))),
+            (b":-12\r\n", Value::Int(-12)),
+            // The payload is where the scan's length put it, however the length was written.
+            (b"$+1\r\na\r\n", Value::Bulk(Bytes::from_static(b"a"))),
+            (b"$-1\r\n", Value::Nil),
+            (b"$0\r\n\r\n", Value::Bulk(Bytes::new())),
+            (
+                b"$4\r\na\r\nb\r\n",
+                Value::Bulk(Bytes::from_static(b"a\r\nb")),
+            ),
+        ] {
+            let mut buf = BytesMut::from(bytes);
+            buf.extend_from_slice(b"+NEXT\r\n");
+            assert_eq!(lone_scalar(&mut buf, bytes.len()), Some(value), "{bytes:?}");
+            assert_eq!(&buf[..], b"+NEXT\r\n");
+        }
+        for odd in [&b"*0\r\n"[..], b"-ERR x\r\n", b":+5\r\n", b"$1\r\naXY"] {
+            let mut buf = BytesMut::from(odd);
+            assert_eq!(lone_scalar(&mut buf, odd.len()), None, "{odd:?}");
+            assert_eq!(&buf[..], odd, "left for the decoder");
+        }
     }
 
     #[test]
