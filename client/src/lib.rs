@@ -88,7 +88,6 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use futures_channel::oneshot;
 use tracing::field::{display, Empty};
 use tracing::Instrument;
 

@@ -24,7 +24,6 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender};
-use futures_channel::oneshot;
 use futures_lite::{future, StreamExt};
 
 use botmesh_redis_core::driver::session::{
