@@ -119,15 +119,16 @@
 //! One line per workload and client run on stdout:
 //!
 //! ```text
-//! W1 client=botmesh-tokio deployment=cluster runtime=multi ops_per_s=... p50_us=... p99_us=... cpu_s_per_100k=... p999_us=... callers=64 payload=200 ceiling_share=0.81 server_busy=0.52
+//! W1 client=botmesh-tokio deployment=cluster runtime=multi ops_per_s=... p50_us=... p99_us=... cpu_s_per_100k=... p999_us=... callers=64 payload=200 ceiling_share=0.81 server_busy=0.52 machine_busy=0.84
 //! ```
 //!
 //! The fields after `cpu_s_per_100k` are newer than the others and come last, so that readers
 //! of the older lines keep working: `p999_us`, the setting (`callers`, and `payload`, W1's
 //! message or W2's value size, `-` for W3), where the workload has a ceiling,
-//! `ceiling_share`, and `server_busy`, the servers' mean busy share of a core over the run
+//! `ceiling_share`, `server_busy`, the servers' mean busy share of a core over the run
 //! (their CPU seconds over the wall time and the number of servers: 1.0 is every server flat
-//! out). The ceiling and the open-loop levels get lines of their own:
+//! out), and `machine_busy`, the machine's (the client's and the servers' CPU seconds over the
+//! wall time and the cores). The ceiling and the open-loop levels get lines of their own:
 //!
 //! ```text
 //! W2 ceiling deployment=standalone runtime=multi tool=redis-benchmark pipeline=16 clients=64 ops_per_s=... callers=64 payload=100
@@ -146,7 +147,7 @@
 //! After the rounds of a workload, one line compares ours with the best peer:
 //!
 //! ```text
-//! W1 ratio deployment=cluster runtime=multi rounds=5 best_peer=fred ops_per_s_x=1.41 (1.30-1.52) cpu_per_op_x=0.55 (0.50-0.60) callers=64 payload=200 ceiling_share=0.81 server_busy=0.52 peer_server_busy=0.40 server_bound_x=2.71
+//! W1 ratio deployment=cluster runtime=multi rounds=5 best_peer=fred ops_per_s_x=1.41 (1.30-1.52) cpu_per_op_x=0.55 (0.50-0.60) callers=64 payload=200 ceiling_share=0.81 server_busy=0.52 peer_server_busy=0.40 server_bound_x=2.71 machine_busy=0.84 machine_bound_x=1.62
 //! ```
 //!
 //! In each round the best peer is the peer's run (any form: `fred-pipe` is one) with the highest
@@ -161,7 +162,12 @@
 //! throughput: how far ours could go beyond the best peer if the servers ran flat out at our
 //! server cost per call. Where it is below the goal's 1.3, the servers are the bound of that
 //! row and no change of the client alone reaches the goal (on a cluster, a mean over the
-//! masters: the hottest one is the bound sooner). Our goal (`docs/performance.md`) is at least 1.3 for
+//! masters: the hottest one is the bound sooner). Last come `machine_busy` (ours, the median)
+//! and `machine_bound_x`, the median of each round's bound where the client and the servers
+//! share the cores: the cores over our servers' CPU per call (what a client that took no CPU
+//! at all would reach at our server cost per call) over the best peer's throughput. Three
+//! masters on two cores are that case: each has headroom, the machine has none, and a row
+//! whose `machine_bound_x` is below 1.3 is out of any client's reach on this machine. Our goal (`docs/performance.md`) is at least 1.3 for
 //! `ops_per_s_x` and at most 0.7 for `cpu_per_op_x`, on every workload, cluster and standalone.
 //!
 //! Progress and notes go to stderr, prefixed with `#`. After each line, a note on stderr gives
@@ -769,6 +775,12 @@ struct Figures {
     /// The servers' mean busy share of a core over the run: at 1.0 every server ran flat out,
     /// and no client could have been faster at the same server cost per call.
     server_busy: f64,
+    /// The servers' CPU seconds per operation, all of them together.
+    server_cpu_per_op: f64,
+    /// The machine's busy share over the run: the client's and the servers' CPU over the wall
+    /// time and the cores. Near 1.0 the client and the servers compete for the cores, and a
+    /// client's CPU per call is taken from the servers' throughput.
+    machine_busy: f64,
 }
 
 /// What every comparison shares.
@@ -923,6 +935,8 @@ fn summarize(
     let mut busy = Vec::new();
     let mut peer_busy = Vec::new();
     let mut bound = Vec::new();
+    let mut machine_busy = Vec::new();
+    let mut machine_bound = Vec::new();
     // How many rounds each peer was the best of, in the order of first being best.
     let mut best_counts: Vec<(&str, usize)> = Vec::new();
     for figures in rounds {
@@ -942,6 +956,12 @@ fn summarize(
         // Ours with the servers flat out at our server cost per call, over the best peer:
         // the most any change of the client alone could give on this row.
         bound.push(our.ops_per_s / our.server_busy.max(f64::EPSILON) / best.ops_per_s);
+        // A client that took no CPU at all, with the machine's cores spent on the servers at
+        // our server cost per call, over the best peer: the bound where the client and the
+        // servers share the cores (a cluster's nodes on two cores).
+        machine_busy.push(our.machine_busy);
+        let per_op = our.server_cpu_per_op.max(f64::EPSILON);
+        machine_bound.push(cores() as f64 / per_op / best.ops_per_s);
         match best_counts.iter_mut().find(|(n, _)| *n == name) {
             Some((_, count)) => *count += 1,
             None => best_counts.push((name, 1)),
@@ -956,6 +976,11 @@ fn summarize(
         Spread::of(peer_busy),
         Spread::of(bound),
     ) else {
+        return;
+    };
+    let (Some(machine_busy), Some(machine_bound)) =
+        (Spread::of(machine_busy), Spread::of(machine_bound))
+    else {
         return;
     };
     let best_peer = match best_counts.as_slice() {
@@ -975,7 +1000,8 @@ fn summarize(
         out,
         "{} ratio deployment={} runtime={} rounds={compared} best_peer={best_peer} \
          ops_per_s_x={:.2} ({:.2}-{:.2}) cpu_per_op_x={:.2} ({:.2}-{:.2}) {} \
-         server_busy={:.2} peer_server_busy={:.2} server_bound_x={:.2}",
+         server_busy={:.2} peer_server_busy={:.2} server_bound_x={:.2} machine_busy={:.2} \
+         machine_bound_x={:.2}",
         setting.workload,
         bench.deployment.name(),
         bench.runtime.name(),
@@ -989,6 +1015,8 @@ fn summarize(
         busy.median,
         peer_busy.median,
         bound.median,
+        machine_busy.median,
+        machine_bound.median,
     );
     let _ = out.flush();
 }
@@ -1024,6 +1052,7 @@ fn report(bench: &Bench<'_>, setting: &Setting, client: &str, m: &Measured) -> F
     let cpu_per_100k = m.cpu_s * 100_000.0 / m.ops as f64;
     let (p50, p99, p999) = m.percentiles_us();
     let server_busy = m.server_cpu_s / (m.wall.as_secs_f64() * m.servers.max(1) as f64);
+    let machine_busy = (m.cpu_s + m.server_cpu_s) / (m.wall.as_secs_f64() * cores() as f64);
     // A closed stdout (`bench | head -1`) must not panic: a panic keeps the servers' folders.
     // New fields go after the old ones, so that readers of the old lines keep working.
     let mut out = std::io::stdout().lock();
@@ -1031,7 +1060,7 @@ fn report(bench: &Bench<'_>, setting: &Setting, client: &str, m: &Measured) -> F
         out,
         "{workload} client={client} deployment={} runtime={} ops_per_s={ops_per_s:.0} \
          p50_us={p50:.1} p99_us={p99:.1} cpu_s_per_100k={cpu_per_100k:.3} p999_us={p999:.1} {} \
-         server_busy={server_busy:.2}",
+         server_busy={server_busy:.2} machine_busy={machine_busy:.2}",
         bench.deployment.name(),
         bench.runtime.name(),
         setting.fields(ops_per_s),
@@ -1067,6 +1096,8 @@ fn report(bench: &Bench<'_>, setting: &Setting, client: &str, m: &Measured) -> F
         ops_per_s,
         cpu_per_100k,
         server_busy,
+        server_cpu_per_op: m.server_cpu_s / m.ops as f64,
+        machine_busy,
     }
 }
 
@@ -2228,7 +2259,7 @@ async fn redis_rs(servers: &Servers) -> RedisConn {
 
 fn main() {
     let args = Args::parse();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = cores();
     eprintln!(
         "# {}; runtime={}; {cores} cores; {}",
         match args.deployment {
@@ -2299,4 +2330,9 @@ fn main() {
         };
         run::<Tokio>(args, servers, "botmesh-tokio", peers, figures).await
     });
+}
+
+/// The cores this process may run on, which the client and the servers share.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
