@@ -1,12 +1,14 @@
 //! Text formatted on the stack, then copied into a buffer of exactly its length.
 //!
-//! A key or an argument built with `format!` or `to_string` costs two allocations once it is
-//! `Bytes`: the `String`, which formatting sizes by estimate and so leaves longer than its
-//! text, and the shared handle `Bytes` allocates beside a buffer whose capacity is not its
-//! length. Formatted on the stack and copied once, the same text costs one allocation, of its
-//! exact length, which `Bytes` holds without a handle until its first clone. A script's keys
-//! and arguments are encoded from where they lie and never cloned, so a store call saves
-//! both allocations of each (docs/performance.md, "Exact keys").
+//! An argument built with `to_string` or `format!` costs two allocations once it is `Bytes`:
+//! the `String`, which formatting sizes by estimate and so leaves longer than its text, and
+//! the shared handle `Bytes` allocates beside a buffer whose capacity is not its length.
+//! Formatted on the stack and copied once, the same text costs one allocation, of its exact
+//! length, which `Bytes` holds without a handle until its first clone. Arguments (a score, a
+//! TTL, `WAIT`'s numbers, a migrated member) are encoded from where they lie and never cloned,
+//! so each saves an allocation. Keys are not built this way: most are cloned into a command,
+//! and the first clone of an exact buffer allocates the handle after all, after a costlier
+//! promotion (docs/performance.md, "Exact arguments, lone replies").
 
 use std::fmt::{self, Write};
 

@@ -164,7 +164,7 @@ impl ReplyDecoder {
 /// already, and these are nearly every reply a bot gets (a `GET`'s bulk string, a `SET`'s
 /// status, a script's integer): redis-protocol's decoder walked the same bytes again with its
 /// parser combinators, which cost a `GET` about as much as encoding it (docs/performance.md,
-/// "Exact keys, lone replies"). `None` leaves the reply to that decoder, which stays the
+/// "Exact arguments, lone replies"). `None` leaves the reply to that decoder, which stays the
 /// reference (a property test holds the two equal): an array, an error reply, and anything not
 /// written the plain way (an integer with a sign other than `-`, a nil other than `$-1`, a
 /// bulk payload not followed by CRLF).

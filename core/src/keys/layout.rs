@@ -261,10 +261,16 @@ impl Keyspace {
     }
 
     fn key(&self, rest: std::fmt::Arguments<'_>) -> Key {
-        Key::new(crate::exact::format_bytes(format_args!(
-            "{}:{rest}",
-            self.prefix
-        )))
+        use std::fmt::Write;
+        // Most keys fit, so the text is built in one allocation. It is not copied to an
+        // allocation of its exact length (`exact::format_bytes`): a key is cloned into most
+        // commands, and `Bytes` allocates its shared handle at the first clone of an exact
+        // buffer anyway, after a costlier promotion (callgrind of the million-key migration:
+        // 2.6% more instructions).
+        let mut key = String::with_capacity(self.prefix.len() + 64);
+        // Writing into a String cannot fail.
+        let _ = write!(key, "{}:{rest}", self.prefix);
+        Key::new(key.into_bytes())
     }
 
     fn is_cluster(&self) -> bool {
