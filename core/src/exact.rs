@@ -14,8 +14,8 @@ use std::fmt::{self, Write};
 
 use bytes::Bytes;
 
-/// Stack room for one text: every store key with ids of a few dozen bytes fits; a longer text
-/// moves to the heap once and is still correct.
+/// Stack room for one text: a number, or a migrated member (a namespace and a key, both
+/// encoded) of a few dozen bytes; a longer text moves to the heap once and is still correct.
 const ROOM: usize = 192;
 
 /// `args` formatted, as `Bytes` of exactly its length.

@@ -6,8 +6,8 @@
 //! reply that arrives in small reads is decoded again from its first byte after every read,
 //! which is quadratic in its size. [`FrameScan`] walks the framing only (type bytes, length
 //! lines, bulk payloads) with an explicit stack and a depth limit, remembers how far it got
-//! between reads, and says where a complete reply ends; the session hands exactly that
-//! reply to the decoder, once.
+//! between reads, and says where a complete reply ends; the session takes a lone status,
+//! integer or bulk string from there itself and hands any other reply to the decoder, once.
 //!
 //! The byte cap alone does not bound what a reply costs decoded: `:0\r\n` is 4 bytes on the
 //! wire and a few dozen once decoded (the decoder's frame, then the session's [`Value`]).

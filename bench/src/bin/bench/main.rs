@@ -167,8 +167,9 @@
 //! share the cores: the cores over our servers' CPU per call (what a client that took no CPU
 //! at all would reach at our server cost per call) over the best peer's throughput. Three
 //! masters on two cores are that case: each has headroom, the machine has none, and a row
-//! whose `machine_bound_x` is below 1.3 is out of any client's reach on this machine. Our goal (`docs/performance.md`) is at least 1.3 for
-//! `ops_per_s_x` and at most 0.7 for `cpu_per_op_x`, on every workload, cluster and standalone.
+//! whose `machine_bound_x` is below 1.3 is out of any client's reach on this machine at that
+//! server cost. Our goal (`docs/performance.md`) is at least 1.3 for `ops_per_s_x` and at most
+//! 0.7 for `cpu_per_op_x`, on every workload, cluster and standalone.
 //!
 //! Progress and notes go to stderr, prefixed with `#`. After each line, a note on stderr gives
 //! the servers' side of the same run: the Redis processes' CPU (from `/proc/<pid>/stat`, per
