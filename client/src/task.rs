@@ -27,7 +27,8 @@ use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender};
 use futures_lite::{future, StreamExt};
 
 use botmesh_redis_core::driver::session::{
-    ConnId, Decoded, DialTarget, Output, ReplyDecoder, Session, Submission, Summary, Waiters,
+    Completion, ConnId, Decoded, DialTarget, Output, ReplyDecoder, Session, Submission, Summary,
+    Waiters,
 };
 use botmesh_redis_core::{Error, NodeAddr};
 
@@ -218,6 +219,36 @@ pub(crate) struct SessionTask<R: Runtime> {
     armed: Option<Instant>,
     /// The session task has ended: everything goes to its (closed) inboxes.
     ended: bool,
+    /// Completions held while an input is applied outside the session task, handed to their
+    /// callers once the hub is released (see [`Deferred`]); `None` in the session task.
+    deferred: Option<Deferred>,
+}
+
+/// The completions of an input applied from a caller's or a reader's task. Delivered under
+/// the hub's lock, a result woke its caller on another worker thread while the lock was still
+/// held, and the caller's next call, finding the hub busy, went through the session task: a
+/// lone caller woke it for one call in two (`tests/tests/client/inline.rs`). Usually one.
+#[derive(Default)]
+struct Deferred {
+    one: Option<Completion<OneShot>>,
+    more: Vec<Completion<OneShot>>,
+}
+
+impl Deferred {
+    fn push(&mut self, completion: Completion<OneShot>) {
+        match self.one {
+            None => self.one = Some(completion),
+            Some(_) => self.more.push(completion),
+        }
+    }
+
+    /// Hands every result to its caller; called with the hub released.
+    fn deliver(self) {
+        self.one
+            .into_iter()
+            .chain(self.more)
+            .for_each(Completion::deliver);
+    }
 }
 
 /// Starts a client's session task; yields the hub and the callers' inbox.
@@ -253,6 +284,7 @@ pub(crate) fn start<R: Runtime>(
             awaited: 0,
             armed: None,
             ended: false,
+            deferred: None,
         })
     });
     let task = run::<R>(Arc::clone(&hub), events, calls, closed);
@@ -590,7 +622,10 @@ impl<R: Runtime> SessionTask<R> {
                     // so a caller that reads the metrics after its call sees the call in them.
                     self.instruments.completed(completion.summary());
                     self.instruments.observe(&self.session);
-                    completion.deliver();
+                    match &mut self.deferred {
+                        Some(deferred) => deferred.push(completion),
+                        None => completion.deliver(),
+                    }
                     self.awaited += 1;
                 }
                 Output::Wait { until, .. } => {
@@ -666,8 +701,14 @@ pub(crate) fn submit_inline<R: Runtime>(
     if !task.takes_inline() || task.awaited > 1 || !task.sending_at_most(0) {
         return Some(submission);
     }
+    task.deferred = Some(Deferred::default());
     task.apply(Msg::Submit(submission), Instant::now());
     task.settle();
+    let deferred = task.deferred.take();
+    drop(task);
+    if let Some(deferred) = deferred {
+        deferred.deliver();
+    }
     None
 }
 
@@ -691,8 +732,14 @@ fn read_inline<R: Runtime>(
     if !task.takes_inline() || !task.events.idle() || !task.sending_at_most(1) {
         return Some(event);
     }
+    task.deferred = Some(Deferred::default());
     task.apply(Msg::Conn(conn, event), Instant::now());
     task.settle();
+    let deferred = task.deferred.take();
+    drop(task);
+    if let Some(deferred) = deferred {
+        deferred.deliver();
+    }
     None
 }
 
