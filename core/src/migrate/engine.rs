@@ -10,7 +10,7 @@ use crate::error::Error;
 use crate::executor::Executor;
 use crate::keys::Key;
 use crate::plan::{misuse, Reply};
-use crate::request::{Access, Request};
+use crate::request::{Access, Arg, Request};
 use crate::scan::{masters_of, masters_request, parse_page};
 use crate::script::Script;
 use crate::value::Value;
@@ -555,7 +555,7 @@ pub(super) fn canonical_int(bytes: &[u8]) -> Option<Bytes> {
 /// The TTL argument of a write script: ms, or empty for none.
 pub(super) fn ttl_arg(ttl: Option<i64>) -> Bytes {
     match ttl {
-        Some(ms) => crate::exact::format_bytes(format_args!("{ms}")),
+        Some(ms) => ms.into_arg(),
         None => Bytes::new(),
     }
 }

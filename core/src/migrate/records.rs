@@ -11,6 +11,7 @@ use crate::error::Error;
 use crate::exact::format_bytes;
 use crate::executor::Executor;
 use crate::keys::{enc, Key, Keyspace, Layout, RecordKind};
+use crate::request::Arg;
 use crate::script::Script;
 
 use super::engine::{canonical_int, read, ttl_arg, write, Entry, Mode, Read, WRITE_CHUNK};
@@ -210,7 +211,7 @@ fn entry(tgt: &Keyspace, job: Job, value: &Read) -> Option<(Group, Namespace, Un
             (Group::Plain, Namespace::Cursors, one(key, Vec::new(), args))
         }
         Job::Restore(ns, key) => {
-            let ttl = format_bytes(format_args!("{}", value.ttl().unwrap_or(0)));
+            let ttl = value.ttl().unwrap_or(0).into_arg();
             (
                 Group::Restores,
                 ns,
@@ -308,7 +309,7 @@ pub(super) fn lease_entry(value: &Read, tgt: Key) -> Option<Untagged> {
         .and_then(|u| std::str::from_utf8(u).ok()?.parse().ok());
     let left = match until {
         Some(until) if !holder.is_empty() && until > value.now_ms => {
-            format_bytes(format_args!("{}", until - value.now_ms))
+            (until - value.now_ms).into_arg()
         }
         _ => Bytes::new(),
     };

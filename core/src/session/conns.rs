@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use crate::addr::{DialTarget, NodeAddr};
 use crate::error::Error;
 use crate::framing::ReplyDecoder;
-use crate::request::{encode_args, Access};
+use crate::request::{encode_args, Access, Arg};
 use crate::value::Value;
 
 use super::ids::{ConnId, NodeId, ReqRef};
@@ -181,8 +181,8 @@ impl<W: Waiters> Session<W> {
                     };
                     let wait = vec![
                         Bytes::from_static(b"WAIT"),
-                        crate::exact::format_bytes(format_args!("{replicas}")),
-                        crate::exact::format_bytes(format_args!("{ms}")),
+                        replicas.into_arg(),
+                        ms.into_arg(),
                     ];
                     encode_args(wait, buf);
                     c.in_flight.push_back((Pending::Wait { req }, now));

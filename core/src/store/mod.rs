@@ -29,7 +29,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::error::Error;
-use crate::request::{Access, Request};
+use crate::request::{Access, Arg, Request};
 use crate::value::Value;
 
 mod api;
@@ -98,7 +98,7 @@ pub(crate) fn set_with_ttl(
 /// The optional TTL argument of an expiring script: milliseconds, or empty for none.
 pub(crate) fn ttl_arg(ttl: Option<Duration>) -> Result<Bytes, Error> {
     Ok(match ttl {
-        Some(ttl) => crate::exact::format_bytes(format_args!("{}", ttl_ms(ttl, "ttl")?)),
+        Some(ttl) => ttl_ms(ttl, "ttl")?.into_arg(),
         None => Bytes::new(),
     })
 }
