@@ -4,18 +4,19 @@
 //! the `String`, which formatting sizes by estimate and so leaves longer than its text, and
 //! the shared handle `Bytes` allocates beside a buffer whose capacity is not its length.
 //! Formatted on the stack and copied once, the same text costs one allocation, of its exact
-//! length, which `Bytes` holds without a handle until its first clone. Arguments (a score, a
-//! TTL, `WAIT`'s numbers, a migrated member) are encoded from where they lie and never cloned,
-//! so each saves an allocation. Keys are not built this way: most are cloned into a command,
-//! and the first clone of an exact buffer allocates the handle after all, after a costlier
-//! promotion (docs/performance.md, "Exact arguments, lone replies").
+//! length, which `Bytes` holds without a handle until its first clone. Arguments (a user
+//! index's member, written by the store and the migration) are encoded from where they lie and
+//! never cloned, so each saves an allocation; integers take the same way through `itoa`
+//! (`request::Arg`). Keys are not built this way: most are cloned into a command, and the first
+//! clone of an exact buffer allocates the handle after all, after a costlier promotion
+//! (docs/performance.md, "Exact arguments, lone replies").
 
 use std::fmt::{self, Write};
 
 use bytes::Bytes;
 
-/// Stack room for one text: a number, or a migrated member (a namespace and a key, both
-/// encoded) of a few dozen bytes; a longer text moves to the heap once and is still correct.
+/// Stack room for one text: a user index's member (a namespace and a key, both encoded) of a
+/// few dozen bytes; a longer text moves to the heap once and is still correct.
 const ROOM: usize = 192;
 
 /// `args` formatted, as `Bytes` of exactly its length.
@@ -26,7 +27,7 @@ pub(crate) fn format_bytes(args: fmt::Arguments<'_>) -> Bytes {
         spilled: None,
     };
     // Writing to a `StackText` never fails; only a `Display` impl that fails could, and the
-    // formats given here are of strings, integers and `enc`.
+    // formats given here are of `enc`'s segments.
     let _ = text.write_fmt(args);
     match text.spilled {
         Some(spilled) => Bytes::from(spilled),

@@ -143,7 +143,9 @@ macro_rules! int_arg {
     ($($t:ty),*) => {$(
         impl Arg for $t {
             fn into_arg(self) -> Bytes {
-                crate::exact::format_bytes(format_args!("{self}"))
+                // Copied once into a buffer of its exact length: one allocation, and no
+                // shared handle, since an argument is encoded where it lies (`crate::exact`).
+                Bytes::copy_from_slice(itoa::Buffer::new().format(self).as_bytes())
             }
         }
     )*};

@@ -35,6 +35,12 @@ pub(crate) fn enc_display(segment: &str) -> impl fmt::Display + '_ {
     percent_encode(segment.as_bytes(), SEGMENT)
 }
 
+/// Appends [`enc`] of `segment` to `text`, without a `String` of its own. The segment need not
+/// be UTF-8: every byte outside the unreserved set is written as `%XX`, so the text stays ASCII.
+pub(crate) fn push_enc(text: &mut String, segment: &[u8]) {
+    text.extend(percent_encode(segment, SEGMENT));
+}
+
 /// [`enc`] of raw bytes, which need not be UTF-8 (message ids read back from a log another
 /// program wrote): the same byte-by-byte rule, so it is [`enc`] for UTF-8 input.
 pub(crate) fn enc_bytes(segment: &[u8]) -> impl fmt::Display + '_ {

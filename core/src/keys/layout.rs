@@ -4,9 +4,50 @@
 //! `docs/key-layout.md` can be read (and reviewed) in one place. Nothing outside this module
 //! formats a key name.
 
-// Segments are written straight into the key being formatted, without a String of their own.
-use super::encoding::{bucket, enc_display as enc, glob_escape, Key, BUCKET_COUNT};
+use super::encoding::{bucket, glob_escape, push_enc, Key, BUCKET_COUNT};
 use std::fmt;
+
+/// A key under a keyspace's prefix, from its pieces in order: a `&str` as it is, [`Enc`] of a
+/// segment percent-encoded, a `u8` (a bucket) in decimal.
+///
+/// Each piece is pushed straight into the key's one `String`. Formatting the same text with
+/// `write!` took twice the instructions (its dispatch per piece and through `Display`), and
+/// two keys were two thirds of building a `save_message` (callgrind, docs/performance.md,
+/// "Keys without the formatter").
+macro_rules! key {
+    ($keyspace:expr, $($piece:expr),+ $(,)?) => {{
+        let mut text = $keyspace.key_text();
+        $(Piece::push($piece, &mut text);)+
+        Key::new(text.into_bytes())
+    }};
+}
+
+/// One piece of a key's text, for [`key!`].
+trait Piece {
+    fn push(self, text: &mut String);
+}
+
+impl Piece for &str {
+    fn push(self, text: &mut String) {
+        text.push_str(self);
+    }
+}
+
+/// A segment written percent-encoded, as [`enc`](super::enc) spells it: of a `str`, or of
+/// raw bytes (an id read back from a log, which need not be UTF-8), byte by byte alike.
+struct Enc<'a, T: ?Sized>(&'a T);
+
+impl<T: AsRef<[u8]> + ?Sized> Piece for Enc<'_, T> {
+    fn push(self, text: &mut String) {
+        push_enc(text, self.0.as_ref());
+    }
+}
+
+impl Piece for u8 {
+    fn push(self, text: &mut String) {
+        text.push_str(itoa::Buffer::new().format(self));
+    }
+}
 
 /// The value of the layout marker key in the cluster layout.
 pub const CLUSTER_V1: &str = "cluster:v1";
@@ -260,17 +301,17 @@ impl Keyspace {
         &self.prefix
     }
 
-    fn key(&self, rest: std::fmt::Arguments<'_>) -> Key {
-        use std::fmt::Write;
+    /// The text of a key under this prefix, ready for its pieces (see [`key!`]).
+    fn key_text(&self) -> String {
         // Most keys fit, so the text is built in one allocation. It is not copied to an
-        // allocation of its exact length (`exact::format_bytes`): a key is cloned into most
-        // commands, and `Bytes` allocates its shared handle at the first clone of an exact
+        // allocation of its exact length (`exact`'s way for arguments): a key is cloned into
+        // most commands, and `Bytes` allocates its shared handle at the first clone of an exact
         // buffer anyway, after a costlier promotion (callgrind of the million-key migration:
         // 2.6% more instructions).
         let mut key = String::with_capacity(self.prefix.len() + 64);
-        // Writing into a String cannot fail.
-        let _ = write!(key, "{}:{rest}", self.prefix);
-        Key::new(key.into_bytes())
+        key.push_str(&self.prefix);
+        key.push(':');
+        key
     }
 
     fn is_cluster(&self) -> bool {
@@ -282,24 +323,24 @@ impl Keyspace {
     /// The message log of a chat: a sorted set, member = message id, score = time in ms.
     pub fn message_log(&self, chat: &str) -> Key {
         match self.layout {
-            Layout::Legacy => self.key(format_args!("msgs:{chat}")),
-            Layout::Cluster => self.key(format_args!("{{m:{}}}:z", enc(chat))),
+            Layout::Legacy => key!(self, "msgs:", chat),
+            Layout::Cluster => key!(self, "{m:", Enc(chat), "}:z"),
         }
     }
 
     /// A chat's log while `delete_chat` drains it, in the log's slot.
     pub fn message_drain(&self, chat: &str) -> Key {
         match self.layout {
-            Layout::Legacy => self.key(format_args!("msgs-deleting:{chat}")),
-            Layout::Cluster => self.key(format_args!("{{m:{}}}:d", enc(chat))),
+            Layout::Legacy => key!(self, "msgs-deleting:", chat),
+            Layout::Cluster => key!(self, "{m:", Enc(chat), "}:d"),
         }
     }
 
     /// One message's item.
     pub fn message_item(&self, chat: &str, id: &str) -> Key {
         match self.layout {
-            Layout::Legacy => self.key(format_args!("msg:{chat}:{id}")),
-            Layout::Cluster => self.key(format_args!("{{m:{}}}:i:{}", enc(chat), enc(id))),
+            Layout::Legacy => key!(self, "msg:", chat, ":", id),
+            Layout::Cluster => key!(self, "{m:", Enc(chat), "}:i:", Enc(id)),
         }
     }
 
@@ -310,21 +351,18 @@ impl Keyspace {
     pub fn message_item_raw(&self, chat: &str, id: &[u8]) -> Key {
         match std::str::from_utf8(id) {
             Ok(id) => self.message_item(chat, id),
-            Err(_) => {
-                let mut key = match self.layout {
-                    Layout::Legacy => format!("{}:msg:{chat}:", self.prefix).into_bytes(),
-                    Layout::Cluster => {
-                        format!("{}:{{m:{}}}:i:", self.prefix, enc(chat)).into_bytes()
+            Err(_) => match self.layout {
+                Layout::Legacy => {
+                    let mut key = self.key_text();
+                    for piece in ["msg:", chat, ":"] {
+                        Piece::push(piece, &mut key);
                     }
-                };
-                match self.layout {
-                    Layout::Legacy => key.extend_from_slice(id),
-                    Layout::Cluster => {
-                        key.extend(crate::keys::enc_bytes(id).to_string().into_bytes())
-                    }
+                    let mut key = key.into_bytes();
+                    key.extend_from_slice(id);
+                    Key::new(key)
                 }
-                Key::new(key)
-            }
+                Layout::Cluster => key!(self, "{m:", Enc(chat), "}:i:", Enc(id)),
+            },
         }
     }
 
@@ -333,13 +371,8 @@ impl Keyspace {
     /// A record of `kind`.
     pub fn record(&self, kind: RecordKind, id: &str) -> Key {
         match self.layout {
-            Layout::Legacy => self.key(format_args!("{}:{id}", kind.legacy_name())),
-            Layout::Cluster => self.key(format_args!(
-                "{{{}:{}}}:r:{}",
-                kind.tag(),
-                bucket(id),
-                enc(id)
-            )),
+            Layout::Legacy => key!(self, kind.legacy_name(), ":", id),
+            Layout::Cluster => key!(self, "{", kind.tag(), ":", bucket(id), "}:r:", Enc(id)),
         }
     }
 
@@ -351,7 +384,7 @@ impl Keyspace {
     /// The index of bucket `b` of `kind` (cluster layout only; `None` in legacy or out of range).
     pub fn record_index(&self, kind: RecordKind, b: u8) -> Option<Key> {
         (self.is_cluster() && b < BUCKET_COUNT)
-            .then(|| self.key(format_args!("{{{}:{b}}}:idx", kind.tag())))
+            .then(|| key!(self, "{", kind.tag(), ":", b, "}:idx"))
     }
 
     /// All bucket indexes of `kind`, in bucket order (empty in the legacy layout).
@@ -372,20 +405,15 @@ impl Keyspace {
     /// One user-data entry (`ctx.user`).
     pub fn user_entry(&self, user: &str, ns: &str, key: &str) -> Key {
         match self.layout {
-            Layout::Legacy => self.key(format_args!("user:{user}:{ns}:{key}")),
-            Layout::Cluster => self.key(format_args!(
-                "{{ud:{}}}:e:{}:{}",
-                enc(user),
-                enc(ns),
-                enc(key)
-            )),
+            Layout::Legacy => key!(self, "user:", user, ":", ns, ":", key),
+            Layout::Cluster => key!(self, "{ud:", Enc(user), "}:e:", Enc(ns), ":", Enc(key)),
         }
     }
 
     /// A user's entry index, scored by expiry (cluster layout only).
     pub fn user_index(&self, user: &str) -> Option<Key> {
         self.is_cluster()
-            .then(|| self.key(format_args!("{{ud:{}}}:idx", enc(user))))
+            .then(|| key!(self, "{ud:", Enc(user), "}:idx"))
     }
 
     /// The `SCAN MATCH` pattern for a user's entries, optionally in one namespace (legacy only).
@@ -402,40 +430,40 @@ impl Keyspace {
     /// A lock's holder key.
     pub fn lock(&self, key: &str) -> Key {
         match self.layout {
-            Layout::Legacy => self.key(format_args!("lock:{key}")),
-            Layout::Cluster => self.key(format_args!("{{lk:{}}}:l", enc(key))),
+            Layout::Legacy => key!(self, "lock:", key),
+            Layout::Cluster => key!(self, "{lk:", Enc(key), "}:l"),
         }
     }
 
     /// A lock's fence counter, which is never deleted.
     pub fn lock_fence(&self, key: &str) -> Key {
         match self.layout {
-            Layout::Legacy => self.key(format_args!("fence:{key}")),
-            Layout::Cluster => self.key(format_args!("{{lk:{}}}:f", enc(key))),
+            Layout::Legacy => key!(self, "fence:", key),
+            Layout::Cluster => key!(self, "{lk:", Enc(key), "}:f"),
         }
     }
 
     /// One key of a chat's turn queue.
     pub fn turn(&self, chat: &str, part: TurnPart) -> Key {
         match self.layout {
-            Layout::Legacy => self.key(format_args!("co:turn:{chat}:{}", part.name())),
-            Layout::Cluster => self.key(format_args!("co:{{t:{}}}:{}", enc(chat), part.name())),
+            Layout::Legacy => key!(self, "co:turn:", chat, ":", part.name()),
+            Layout::Cluster => key!(self, "co:{t:", Enc(chat), "}:", part.name()),
         }
     }
 
     /// A leadership's holder key.
     pub fn leader(&self, name: &str) -> Key {
         match self.layout {
-            Layout::Legacy => self.key(format_args!("co:leader:{name}")),
-            Layout::Cluster => self.key(format_args!("co:{{ld:{}}}", enc(name))),
+            Layout::Legacy => key!(self, "co:leader:", name),
+            Layout::Cluster => key!(self, "co:{ld:", Enc(name), "}"),
         }
     }
 
     /// A leadership's term counter, which is never deleted.
     pub fn leader_term(&self, name: &str) -> Key {
         match self.layout {
-            Layout::Legacy => self.key(format_args!("co:term:{name}")),
-            Layout::Cluster => self.key(format_args!("co:{{ld:{}}}:term", enc(name))),
+            Layout::Legacy => key!(self, "co:term:", name),
+            Layout::Cluster => key!(self, "co:{ld:", Enc(name), "}:term"),
         }
     }
 
@@ -443,7 +471,7 @@ impl Keyspace {
 
     /// A replica's heartbeat (same name in both layouts).
     pub fn heartbeat(&self, replica: &str) -> Key {
-        self.key(format_args!("co:rep:{replica}"))
+        key!(self, "co:rep:", replica)
     }
 
     /// The `SCAN MATCH` pattern of every heartbeat.
@@ -453,17 +481,17 @@ impl Keyspace {
 
     /// A chat's conversation state (same name in both layouts).
     pub fn conversation(&self, chat: &str) -> Key {
-        self.key(format_args!("conv:{chat}"))
+        key!(self, "conv:", chat)
     }
 
     /// A named cursor (same name in both layouts).
     pub fn cursor(&self, name: &str) -> Key {
-        self.key(format_args!("cursor:{name}"))
+        key!(self, "cursor:", name)
     }
 
     /// A named lease (same name in both layouts).
     pub fn lease(&self, name: &str) -> Key {
-        self.key(format_args!("lease:{name}"))
+        key!(self, "lease:", name)
     }
 
     /// One key of a durability table; the table name is the hash tag in both layouts.
@@ -473,12 +501,12 @@ impl Keyspace {
                 table: table.to_owned(),
             });
         }
-        Ok(self.key(format_args!("{{durable:{table}}}:{part}")))
+        Ok(key!(self, "{durable:", table, "}:", part))
     }
 
     /// The layout marker, `p:{meta}:layout`, whose value is [`CLUSTER_V1`].
     pub fn marker(&self) -> Key {
-        self.key(format_args!("{{meta}}:layout"))
+        key!(self, "{meta}:layout")
     }
 
     /// This layout's lifecycle record under the prefix, `p:{meta}:lifecycle:<layout>` (a hash):
@@ -486,7 +514,7 @@ impl Keyspace {
     /// layouts keep theirs beside the marker, in the `{meta}` slot, so the two records of an
     /// in-place migration and the marker can be read in one call.
     pub fn lifecycle(&self) -> Key {
-        self.key(format_args!("{{meta}}:lifecycle:{}", self.layout.name()))
+        key!(self, "{meta}:lifecycle:", self.layout.name())
     }
 
     /// The `SCAN MATCH` pattern of every key under the prefix.
@@ -556,6 +584,27 @@ mod tests {
             ks.record_pattern(RecordKind::Chat).as_deref(),
             Some("bot:chat:*")
         );
+    }
+
+    #[test]
+    fn raw_message_ids_keep_or_encode_their_bytes() {
+        let id = b"m\xff:{x}";
+        let legacy = Keyspace::new(Layout::Legacy, "bot").unwrap();
+        assert_eq!(
+            legacy.message_item_raw("c:1", id).as_bytes(),
+            b"bot:msg:c:1:m\xff:{x}"
+        );
+        let cluster = Keyspace::new(Layout::Cluster, "bot").unwrap();
+        let key = cluster.message_item_raw("c:1", id);
+        assert_eq!(key.as_bytes(), b"bot:{m:c%3A1}:i:m%FF%3A%7Bx%7D");
+        assert_eq!(key.slot(), cluster.message_log("c:1").slot());
+        for layout in [Layout::Legacy, Layout::Cluster] {
+            let ks = Keyspace::new(layout, "bot").unwrap();
+            assert_eq!(
+                ks.message_item_raw("c", b"m 1"),
+                ks.message_item("c", "m 1")
+            );
+        }
     }
 
     #[test]

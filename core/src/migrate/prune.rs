@@ -12,10 +12,11 @@ use bytes::Bytes;
 
 use crate::error::Error;
 use crate::executor::Executor;
-use crate::keys::{enc, Key};
+use crate::keys::Key;
 use crate::keys::{Keyspace, Layout, RecordKind};
 use crate::request::{Access, Request};
 use crate::scripts::{DELETE_INDEXED_CHUNK, MIGRATE_DROP, MIGRATE_PRUNE_SCHEDULE};
+use crate::store::user::member;
 use crate::value::Value;
 
 use super::engine::{delete, existing, members, scan_page, script_call, send_ok};
@@ -360,7 +361,7 @@ fn removals(tgt: &Keyspace, doomed: Vec<Doomed>) -> (Vec<Removal>, Vec<String>) 
                 Namespace::UserData,
                 tgt.user_index(&user),
                 tgt.user_entry(&user, &ns, &key),
-                crate::exact::format_bytes(format_args!("{}:{}", enc(&ns), enc(&key))),
+                member(&ns, &key),
             ),
             Doomed::Shared(ns, key) => add(ns, None, key, Bytes::new()),
         }

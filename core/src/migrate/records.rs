@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use crate::error::Error;
-use crate::exact::format_bytes;
 use crate::executor::Executor;
-use crate::keys::{enc, Key, Keyspace, Layout, RecordKind};
+use crate::keys::{Key, Keyspace, Layout, RecordKind};
 use crate::request::Arg;
 use crate::script::Script;
+use crate::store::user::member;
 
 use super::engine::{canonical_int, read, ttl_arg, write, Entry, Mode, Read, WRITE_CHUNK};
 use super::pair::{tally, Pair, Settings};
@@ -196,7 +196,7 @@ fn entry(tgt: &Keyspace, job: Job, value: &Read) -> Option<(Group, Namespace, Un
             (group, Namespace::of_record(kind), one(key, head, args))
         }
         Job::User { user, ns, key } => {
-            let member = format_bytes(format_args!("{}:{}", enc(&ns), enc(&key)));
+            let member = member(&ns, &key);
             let head = tgt.user_index(&user).into_iter().collect();
             let key = tgt.user_entry(&user, &ns, &key);
             let args = vec![member, bytes(), ttl_arg(value.ttl())];

@@ -18,7 +18,7 @@ use bytes::Bytes;
 use percent_encoding::percent_decode_str;
 
 use crate::error::Error;
-use crate::keys::enc;
+use crate::keys::enc_display;
 use crate::keys::Keyspace;
 use crate::plan::{misuse, single, Plan, Reply, Single, Step};
 use crate::request::{Access, Arg, Request};
@@ -55,9 +55,10 @@ pub struct UserDataCursor {
 /// starts, `None` after the last page.
 pub type UserDataPage = crate::page::Page<UserEntry, UserDataCursor>;
 
-/// The index member of an entry: `enc(ns) ":" enc(key)`.
-fn member(ns: &str, key: &str) -> String {
-    format!("{}:{}", enc(ns), enc(key))
+/// The index member of an entry: `enc(ns) ":" enc(key)`, as sent; the migration writes and
+/// prunes the same members.
+pub(crate) fn member(ns: &str, key: &str) -> Bytes {
+    crate::exact::format_bytes(format_args!("{}:{}", enc_display(ns), enc_display(key)))
 }
 
 /// The namespace and key of an index member; `None` for a member this store did not write.
@@ -109,7 +110,7 @@ pub fn set_user_data(
             &SET_EXPIRING_INDEXED,
             Access::Write,
             vec![entry, index],
-            vec![member(ns, key).into_arg(), value, ttl_arg(ttl)?],
+            vec![member(ns, key), value, ttl_arg(ttl)?],
         )?,
         None => super::set_with_ttl(&entry, value, ttl)?,
     };
@@ -145,7 +146,7 @@ pub fn delete_user_data(
             &DELETE_INDEXED,
             Access::Write,
             vec![entry, index],
-            vec![member(ns, key).into_arg()],
+            vec![member(ns, key)],
         )?,
         None => Request::cmd(Access::Write, "DEL").key(&entry).build()?,
     };
@@ -537,7 +538,7 @@ mod tests {
     fn members_round_trip() {
         for (ns, key) in [("", ""), ("a:b", "c"), ("a", "b:c"), ("%", "😀 {x}*")] {
             assert_eq!(
-                parse_member(&member(ns, key)),
+                parse_member(std::str::from_utf8(&member(ns, key)).unwrap()),
                 Some((ns.to_owned(), key.to_owned()))
             );
         }
