@@ -30,7 +30,8 @@ pub fn enc(segment: &str) -> String {
     enc_display(segment).to_string()
 }
 
-/// [`enc`] as a `Display`, for writing a segment straight into a key being formatted.
+/// [`enc`] as a `Display`, for writing a segment straight into a text being formatted (a user
+/// index's member); keys push theirs with [`push_enc`].
 pub(crate) fn enc_display(segment: &str) -> impl fmt::Display + '_ {
     percent_encode(segment.as_bytes(), SEGMENT)
 }

@@ -353,10 +353,11 @@ impl Keyspace {
             Ok(id) => self.message_item(chat, id),
             Err(_) => match self.layout {
                 Layout::Legacy => {
+                    // The id's bytes as they are: not UTF-8, so not a piece of a `String`.
                     let mut key = self.key_text();
-                    for piece in ["msg:", chat, ":"] {
-                        Piece::push(piece, &mut key);
-                    }
+                    key.push_str("msg:");
+                    key.push_str(chat);
+                    key.push(':');
                     let mut key = key.into_bytes();
                     key.extend_from_slice(id);
                     Key::new(key)
