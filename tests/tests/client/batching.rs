@@ -52,10 +52,11 @@ async fn concurrent_callers_share_writes<R: Runtime>() {
     let calls = (CALLERS * ROUNDS) as u64;
     let writes = after.writes - before.writes;
     // One write per call would be 3,200 writes; batches of all 64 callers, 50. Measured: 32
-    // to 53 calls per write; without the yield before writing, 5 on tokio's multi-thread
-    // runtime. Sixteen leaves room for a loaded machine's scheduling.
+    // to 53 calls per write alone; 14.7 once on async-std with the rest of the client suite
+    // running beside it on two cores; without the yield before writing, 5 on tokio's
+    // multi-thread runtime. Ten keeps that regression out and a loaded machine's batches in.
     assert!(
-        writes * 16 <= calls,
+        writes * 10 <= calls,
         "{calls} calls took {writes} writes ({:.1} calls per write)",
         calls as f64 / writes as f64
     );
