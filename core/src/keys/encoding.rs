@@ -27,13 +27,7 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
 /// no `:`, `{`, `}`, `%` or glob character survives and the encoding is injective: an id can never
 /// end a hash tag early or alias another key.
 pub fn enc(segment: &str) -> String {
-    enc_display(segment).to_string()
-}
-
-/// [`enc`] as a `Display`, for writing a segment straight into a text being formatted (a user
-/// index's member); keys push theirs with [`push_enc`].
-pub(crate) fn enc_display(segment: &str) -> impl fmt::Display + '_ {
-    percent_encode(segment.as_bytes(), SEGMENT)
+    enc_bytes(segment.as_bytes()).to_string()
 }
 
 /// Appends [`enc`] of `segment` to `text`, without a `String` of its own. The segment need not
@@ -42,8 +36,10 @@ pub(crate) fn push_enc(text: &mut String, segment: &[u8]) {
     text.extend(percent_encode(segment, SEGMENT));
 }
 
-/// [`enc`] of raw bytes, which need not be UTF-8 (message ids read back from a log another
-/// program wrote): the same byte-by-byte rule, so it is [`enc`] for UTF-8 input.
+/// [`enc`] as a `Display`, of raw bytes, which need not be UTF-8 (message ids read back from a
+/// log another program wrote): the same byte-by-byte rule, so it is [`enc`] for UTF-8 input.
+/// For writing a segment straight into a text being formatted (a user index's member); keys
+/// push theirs with [`push_enc`].
 pub(crate) fn enc_bytes(segment: &[u8]) -> impl fmt::Display + '_ {
     percent_encode(segment, SEGMENT)
 }

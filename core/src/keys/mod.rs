@@ -13,7 +13,7 @@ pub(crate) mod lifecycle;
 
 pub use encoding::{bucket, enc, glob_escape, hash_tag, slot, BUCKET_COUNT, SLOT_COUNT};
 // `Key` is at the crate root, with the requests that carry it.
-pub(crate) use encoding::{enc_bytes, enc_display, Key};
+pub(crate) use encoding::{enc_bytes, Key};
 pub use layout::{RecordKind, TurnPart, CLUSTER_V1};
 // `Keyspace`, `Layout` and the errors of a prefix or a layout name are at the crate root.
 pub(crate) use layout::{KeyError, Keyspace, Layout};

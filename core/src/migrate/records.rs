@@ -196,10 +196,9 @@ fn entry(tgt: &Keyspace, job: Job, value: &Read) -> Option<(Group, Namespace, Un
             (group, Namespace::of_record(kind), one(key, head, args))
         }
         Job::User { user, ns, key } => {
-            let member = member(&ns, &key);
+            let args = vec![member(&ns, &key), bytes(), ttl_arg(value.ttl())];
             let head = tgt.user_index(&user).into_iter().collect();
             let key = tgt.user_entry(&user, &ns, &key);
-            let args = vec![member, bytes(), ttl_arg(value.ttl())];
             (Group::Expiring, Namespace::UserData, one(key, head, args))
         }
         Job::Counter(ns, key) => {

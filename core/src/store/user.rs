@@ -18,7 +18,7 @@ use bytes::Bytes;
 use percent_encoding::percent_decode_str;
 
 use crate::error::Error;
-use crate::keys::enc_display;
+use crate::keys::enc_bytes;
 use crate::keys::Keyspace;
 use crate::plan::{misuse, single, Plan, Reply, Single, Step};
 use crate::request::{Access, Arg, Request};
@@ -58,7 +58,8 @@ pub type UserDataPage = crate::page::Page<UserEntry, UserDataCursor>;
 /// The index member of an entry: `enc(ns) ":" enc(key)`, as sent; the migration writes and
 /// prunes the same members.
 pub(crate) fn member(ns: &str, key: &str) -> Bytes {
-    crate::exact::format_bytes(format_args!("{}:{}", enc_display(ns), enc_display(key)))
+    let (ns, key) = (enc_bytes(ns.as_bytes()), enc_bytes(key.as_bytes()));
+    crate::exact::format_bytes(format_args!("{ns}:{key}"))
 }
 
 /// The namespace and key of an index member; `None` for a member this store did not write.
