@@ -7,7 +7,7 @@
 //! which is quadratic in its size. [`FrameScan`] walks the framing only (type bytes, length
 //! lines, bulk payloads) with an explicit stack and a depth limit, remembers how far it got
 //! between reads, and says where a complete reply ends; the session takes a lone status,
-//! integer or bulk string, or a flat array of those, from there itself and hands any other
+//! integer or bulk string, or an array of those, from there itself and hands any other
 //! reply to the decoder, once.
 //!
 //! The byte cap alone does not bound what a reply costs decoded: `:0\r\n` is 4 bytes on the
@@ -122,7 +122,7 @@ impl ReplyDecoder {
                     return Some(Ok(Ok(value)));
                 }
                 let reply = self.buf.split_to(len).freeze();
-                if let Some(value) = flat_array(&reply) {
+                if let Some(value) = plain_array(&reply) {
                     return Some(Ok(Ok(value)));
                 }
                 match decode_bytes(&reply) {
@@ -195,55 +195,62 @@ fn lone_scalar(buf: &mut BytesMut, len: usize) -> Option<Value> {
     Some(value)
 }
 
-/// The reply `reply` when it is an array of lone statuses, integers, nils and bulk strings,
-/// each written the plain way, or a nil or empty array: what a listing gets (`ZRANGE`, `MGET`,
-/// `HGETALL`, a page of a log, most script replies). Its elements are slices of `reply`, as
-/// the decoder's would be. In a 32-bucket listing (W3), redis-protocol's decoder and the
-/// conversion of its frames took two thirds of the client's instructions, with its own
-/// second walk over lines the scan had just read (docs/performance.md, "Flat arrays without
-/// the decoder"). `None` leaves the reply to that decoder, as [`lone_scalar`] does: a nested
-/// array, an error element, or any element not written the plain way.
-fn flat_array(reply: &Bytes) -> Option<Value> {
-    let (count, mut at) = line_at(reply, 0, b'*')?;
-    let count = match plain_integer(count)? {
-        -1 => return (at == reply.len()).then_some(Value::Nil),
-        n => usize::try_from(n).ok()?,
-    };
-    // The scan found `count` complete elements in the reply, each at least three bytes (an
-    // empty status); the bound holds for a reply that was not scanned too.
-    let mut items = Vec::with_capacity(count.min(reply.len() / 3));
-    for _ in 0..count {
-        let kind = *reply.get(at)?;
-        let (line, next) = line_at(reply, at, kind)?;
-        let item = match kind {
-            b'+' => Value::Status(reply.slice(at + 1..next - 2)),
-            b':' => Value::Int(plain_integer(line)?),
-            b'$' if line == b"-1" => Value::Nil,
-            b'$' => {
-                // A length of 19 digits or more is no payload a server sends: the decoder's.
-                let end = next.checked_add(usize::try_from(short_digits(line)?).ok()?)?;
-                if reply.get(end..end.checked_add(2)?)? != b"\r\n" {
-                    return None;
-                }
-                at = end + 2;
-                items.push(Value::Bulk(reply.slice(next..end)));
-                continue;
-            }
-            _ => return None,
-        };
-        at = next;
-        items.push(item);
-    }
-    (at == reply.len()).then_some(Value::Array(items))
-}
-
-/// The line of the element of type `kind` at `at` in `reply`, without its type byte and
-/// CRLF, and where the next element starts.
-fn line_at(reply: &[u8], at: usize, kind: u8) -> Option<(&[u8], usize)> {
-    let rest = reply.get(at..)?;
-    if rest.first() != Some(&kind) {
+/// The reply `reply` when it is an array of statuses, integers, nils, bulk strings and arrays
+/// of those, each written the plain way: what a listing gets (`ZRANGE`, `MGET`, `HGETALL`,
+/// `SCAN`, a page of a log, most script replies). Its bulk strings and statuses are slices of
+/// `reply`, as the decoder's would be. In a 32-bucket listing (W3), redis-protocol's decoder
+/// and the conversion of its frames took two thirds of the client's instructions, walking
+/// again the lines the scan had just read (docs/performance.md, "Arrays without the
+/// decoder"). `None` leaves the reply to that decoder, as [`lone_scalar`] does: an error
+/// element (`EXEC`'s), or any element not written the plain way.
+fn plain_array(reply: &Bytes) -> Option<Value> {
+    if reply.first() != Some(&b'*') {
         return None;
     }
+    let (value, end) = plain_at(reply, 0, 0)?;
+    (end == reply.len()).then_some(value)
+}
+
+/// The plain element at `at` in `reply`, nested in `depth` arrays, and where the next element
+/// starts. The scan refused deeper nesting than [`MAX_DEPTH`] already; the bound is kept for a
+/// reply that was not scanned.
+fn plain_at(reply: &Bytes, at: usize, depth: usize) -> Option<(Value, usize)> {
+    let kind = *reply.get(at)?;
+    let (line, next) = line_at(reply, at)?;
+    let value = match kind {
+        b'+' => Value::Status(reply.slice(at + 1..next - 2)),
+        b':' => Value::Int(plain_integer(line)?),
+        b'$' | b'*' if line == b"-1" => Value::Nil,
+        b'$' => {
+            // A length of 19 digits or more is no payload a server sends: the decoder's.
+            let end = next.checked_add(usize::try_from(short_digits(line)?).ok()?)?;
+            if reply.get(end..end.checked_add(2)?)? != b"\r\n" {
+                return None;
+            }
+            return Some((Value::Bulk(reply.slice(next..end)), end + 2));
+        }
+        b'*' if depth < MAX_DEPTH => {
+            let count = usize::try_from(short_digits(line)?).ok()?;
+            // Each element takes at least three bytes (an empty status): a count the bytes
+            // cannot hold reserves no more than they could.
+            let mut items = Vec::with_capacity(count.min((reply.len() - next) / 3));
+            let mut at = next;
+            for _ in 0..count {
+                let (item, after) = plain_at(reply, at, depth + 1)?;
+                items.push(item);
+                at = after;
+            }
+            return Some((Value::Array(items), at));
+        }
+        _ => return None,
+    };
+    Some((value, next))
+}
+
+/// The line of the element at `at` in `reply`, without its type byte and CRLF, and where
+/// what follows the line starts.
+fn line_at(reply: &[u8], at: usize) -> Option<(&[u8], usize)> {
+    let rest = reply.get(at..)?;
     let lf = rest.iter().position(|&b| b == b'\n')?;
     let line = rest.get(1..lf.checked_sub(1)?)?;
     (rest[lf - 1] == b'\r').then_some((line, at + lf + 1))
@@ -568,7 +575,7 @@ mod tests {
     }
 
     proptest! {
-        /// The paths around the decoder (lone scalars, flat arrays) decode every reply as
+        /// The paths around the decoder (lone scalars, plain arrays) decode every reply as
         /// redis-protocol does, however the bytes arrive.
         #[test]
         fn replies_decode_as_the_reference_does(
@@ -616,7 +623,7 @@ mod tests {
     }
 
     #[test]
-    fn flat_arrays_are_taken_without_the_decoder() {
+    fn plain_arrays_are_taken_without_the_decoder() {
         let bulk = |b: &'static [u8]| Value::Bulk(Bytes::from_static(b));
         for (bytes, value) in [
             (&b"*-1\r\n"[..], Value::Nil),
@@ -632,23 +639,28 @@ mod tests {
                     bulk(b"a\r\nb"),
                 ]),
             ),
+            (
+                // A `SCAN` page: the cursor, then the keys.
+                b"*2\r\n$1\r\n0\r\n*2\r\n$1\r\na\r\n*-1\r\n",
+                Value::Array(vec![bulk(b"0"), Value::Array(vec![bulk(b"a"), Value::Nil])]),
+            ),
         ] {
             assert_eq!(
-                flat_array(&Bytes::from_static(bytes)),
+                plain_array(&Bytes::from_static(bytes)),
                 Some(value),
                 "{bytes:?}"
             );
         }
         for odd in [
-            &b"*1\r\n*0\r\n"[..],
-            b"*1\r\n-ERR x\r\n",
+            &b"*1\r\n-ERR x\r\n"[..],
+            b"*1\r\n*1\r\n-ERR x\r\n",
             b"*1\r\n:+5\r\n",
             b"*1\r\n$+1\r\na\r\n",
             b"*1\r\n$1\r\naXY",
             b"*2\r\n:1\r\n",
             b"*1\r\n:1\r\n:2\r\n",
         ] {
-            assert_eq!(flat_array(&Bytes::from_static(odd)), None, "{odd:?}");
+            assert_eq!(plain_array(&Bytes::from_static(odd)), None, "{odd:?}");
         }
     }
 
