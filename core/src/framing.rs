@@ -17,8 +17,7 @@
 //!
 //! [`Value`]: crate::value::Value
 
-use bytes::Bytes;
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use redis_protocol::resp2::decode::decode_bytes;
 
 use crate::value::{from_frame, Frame, Value};
