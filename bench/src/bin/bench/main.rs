@@ -139,10 +139,11 @@
 //! - `p50_us`, `p99_us`, `p999_us`: percentiles of the per-call latencies (every call is timed with
 //!   `Instant` around its `.await`; all timings are sorted).
 //! - `cpu_s_per_100k`: the process's user + system CPU time over the workload, scaled to 100,000
-//!   operations. It is read from `/proc/self/stat` (fields 14 `utime` and 15 `stime`, summed over
-//!   every thread of the process, in clock ticks of `getconf CLK_TCK`, 100 per second on Linux:
-//!   a 10 ms resolution). The Redis servers are other processes and are not counted; the bench's
-//!   own caller loops (key formatting, timing) are, equally for every client.
+//!   operations. It is the time on a CPU of every thread of the process, from the scheduler's
+//!   `/proc/self/task/<tid>/schedstat`, to the nanosecond (`/proc/self/stat` counts in 10 ms
+//!   ticks, a twentieth of a `GET` workload's client CPU). The Redis servers are other processes
+//!   and are not counted (theirs is read the same way); the bench's own caller loops (key
+//!   formatting, timing) are, equally for every client.
 //!
 //! After the rounds of a workload, one line compares ours with the best peer:
 //!
@@ -192,6 +193,7 @@ mod open_loop;
 mod sweep;
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -568,34 +570,71 @@ fn node_url(node: &SingleNode, over_socket: bool) -> String {
 // Measuring
 // ---------------------------------------------------------------------------------------------
 
-/// Clock ticks per second of `/proc/self/stat` (`getconf CLK_TCK`; 100 when that fails).
-fn clock_ticks() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .filter(|&t| t > 0.0)
-        .unwrap_or(100.0)
+/// CPU time of one process so far, thread by thread: nanoseconds on a CPU, by thread id, from
+/// the first field of `/proc/<pid>/task/<tid>/schedstat`, which the scheduler keeps to the
+/// nanosecond. `/proc/<pid>/stat` counts in clock ticks (10 ms on Linux), a twentieth of a
+/// `GET` workload's client CPU on this machine, which made its CPU ratios step by 5%.
+#[derive(Clone, Default)]
+struct ThreadTimes(HashMap<u32, u64>);
+
+impl ThreadTimes {
+    /// Reads every thread of process `pid` (`"self"` for this one).
+    fn of(pid: &str) -> ThreadTimes {
+        let dir = format!("/proc/{pid}/task");
+        let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("read {dir}: {e}"));
+        let mut times = HashMap::new();
+        for entry in entries.flatten() {
+            let Some(tid) = entry.file_name().to_str().and_then(|t| t.parse().ok()) else {
+                continue;
+            };
+            // A thread that ended since the directory was listed has no file left: it is
+            // counted as it would be had it ended before.
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("schedstat")) else {
+                continue;
+            };
+            let ns = stat.split_whitespace().next().and_then(|f| f.parse().ok());
+            times.insert(
+                tid,
+                ns.unwrap_or_else(|| panic!("malformed {dir}/{tid}/schedstat")),
+            );
+        }
+        ThreadTimes(times)
+    }
+
+    /// CPU seconds spent since `before`, by the threads alive now. A thread that ended in
+    /// between loses what it ran after `before`; the threads measured (the runtime's workers,
+    /// the clients' tasks on them, a server's event loop) live through a run.
+    fn seconds_since(&self, before: &ThreadTimes) -> f64 {
+        let ns: u64 = self
+            .0
+            .iter()
+            .map(|(tid, &now)| now.saturating_sub(before.0.get(tid).copied().unwrap_or(0)))
+            .sum();
+        ns as f64 / 1e9
+    }
 }
 
-/// User + system CPU seconds of process `pid` (`"self"` for this one) so far, every thread,
-/// live or ended.
-fn cpu_seconds_of(pid: &str, ticks_per_s: f64) -> f64 {
-    let path = format!("/proc/{pid}/stat");
-    let stat = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
-    // The command name (field 2) is in parentheses and may hold spaces: count from the last ')'.
-    let rest = &stat[stat.rfind(')').expect("malformed /proc/<pid>/stat") + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // `rest` starts at field 3, so field 14 (utime) is index 11 and field 15 (stime) index 12.
-    let ticks = |i: usize| fields[i].parse::<u64>().expect("a tick count");
-    (ticks(11) + ticks(12)) as f64 / ticks_per_s
+/// CPU times read at one instant: this process's, and each server's.
+struct CpuSample {
+    client: ThreadTimes,
+    servers: Vec<ThreadTimes>,
+}
+
+impl CpuSample {
+    /// CPU seconds since `before`: (this process, all servers together).
+    fn since(&self, before: &CpuSample) -> (f64, f64) {
+        let servers = self
+            .servers
+            .iter()
+            .zip(&before.servers)
+            .map(|(now, then)| now.seconds_since(then))
+            .sum();
+        (self.client.seconds_since(&before.client), servers)
+    }
 }
 
 /// Where CPU time is read: this process, and the servers.
 struct Probe {
-    ticks_per_s: f64,
     servers: Vec<String>,
     nodes: Vec<std::net::SocketAddr>,
 }
@@ -612,7 +651,6 @@ struct ServerCounts {
 impl Probe {
     fn new(servers: &Servers) -> Probe {
         Probe {
-            ticks_per_s: clock_ticks(),
             servers: servers.pids(),
             nodes: servers.nodes(),
         }
@@ -637,14 +675,16 @@ impl Probe {
         sum
     }
 
-    /// CPU seconds so far: (this process, all servers together).
-    fn cpu(&self) -> (f64, f64) {
-        let servers = self
-            .servers
-            .iter()
-            .map(|pid| cpu_seconds_of(pid, self.ticks_per_s))
-            .sum();
-        (cpu_seconds_of("self", self.ticks_per_s), servers)
+    /// The CPU times of this process and of the servers, now.
+    fn cpu(&self) -> CpuSample {
+        CpuSample {
+            client: ThreadTimes::of("self"),
+            servers: self
+                .servers
+                .iter()
+                .map(|pid| ThreadTimes::of(pid))
+                .collect(),
+        }
     }
 }
 
@@ -743,13 +783,13 @@ async fn drive<W: Worker>(
         results.push(task.await);
     }
     let wall = start.elapsed();
-    let cpu_after = probe.cpu();
+    let (cpu_s, server_cpu_s) = probe.cpu().since(&cpu_before);
     let counts_after = probe.counts();
     let mut measured = Measured {
         ops: total,
         wall,
-        cpu_s: cpu_after.0 - cpu_before.0,
-        server_cpu_s: cpu_after.1 - cpu_before.1,
+        cpu_s,
+        server_cpu_s,
         servers: probe.servers.len(),
         server_reads: counts_after.reads - counts_before.reads,
         server_writes: counts_after.writes - counts_before.writes,

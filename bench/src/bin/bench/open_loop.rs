@@ -93,14 +93,14 @@ impl Level {
                 Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
             }
         }
-        let cpu_after = probe.cpu();
+        let (cpu_s, server_cpu_s) = probe.cpu().since(&cpu_before);
         let counts_after = probe.counts();
         let last = results.iter().map(|o| o.finished).max().unwrap_or(start);
         let mut measured = Measured {
             ops: results.len(),
             wall: last - start,
-            cpu_s: cpu_after.0 - cpu_before.0,
-            server_cpu_s: cpu_after.1 - cpu_before.1,
+            cpu_s,
+            server_cpu_s,
             servers: probe.servers.len(),
             server_reads: counts_after.reads - counts_before.reads,
             server_writes: counts_after.writes - counts_before.writes,
