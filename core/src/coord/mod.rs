@@ -9,7 +9,7 @@
 //!
 //! Every multi-key script call shares one hash tag in the cluster layout; the legacy layout has
 //! no hash tags and runs on one node, where the same scripts go out as
-//! [`Request::single_node_script`].
+//! [`Request::single_node_script`](crate::request::Request::single_node_script).
 
 use crate::error::Error;
 use crate::value::Value;

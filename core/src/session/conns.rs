@@ -26,7 +26,7 @@ pub(super) enum Pending {
         asking: bool,
     },
     Asking,
-    /// The `WAIT` written right after `req` (see [`Request::then_wait`]).
+    /// The `WAIT` written right after `req` (see [`Request::then_wait`](crate::request::Request::then_wait)).
     Wait {
         req: ReqRef,
     },

@@ -174,7 +174,7 @@
 //!
 //! | file | holds |
 //! | - | - |
-//! | `config.rs` | [`Config`]: endpoints (and so the [`Deployment`](crate::Deployment)), credentials, timeouts, retry policy |
+//! | `config.rs` | [`Config`]: endpoints (and so the [`Deployment`]), credentials, timeouts, retry policy |
 //! | `plans.rs` | [`Waiters`], [`Submission`] and [`Completion`]: plans with their output type erased, each boxed with its caller's waiter, typed by the plan's output |
 //! | `ops.rs` | `Ops`, the one slab of ops in flight (each plan with its caller's waiter and its current batch); stepping a plan, ending a request, the retry of a request |
 //! | `nodes.rs` | `Nodes`, the node registry: addresses and their ids (reused after a node is forgotten), the connection each node uses, connect backoff, absence from the topology |

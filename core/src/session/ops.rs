@@ -310,7 +310,7 @@ impl<W: Waiters> Session<W> {
         }
     }
 
-    /// Forgets the queued deadlines of batches that have ended (see [`Timers`]).
+    /// Forgets the queued deadlines of batches that have ended (see [`Timers`](super::timers::Timers)).
     pub(super) fn prune_deadlines(&mut self) {
         let ops = &self.ops;
         self.timers.prune_deadlines(ops.len(), |id, at| {

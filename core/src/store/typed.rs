@@ -20,7 +20,7 @@ use super::Store;
 /// and everything else are the store's: reach it with [`Typed::store`].
 ///
 /// Writes need `C: Encode<T>` and reads `C: Decode<T>`, nothing more: with
-/// [`Json`](crate::codec::Json), reading a `Deserialize`-only type works.
+/// `codec::Json` (feature `json`), reading a `Deserialize`-only type works.
 ///
 /// Errors: [`Error::Codec`] when the value cannot be encoded (nothing is sent) or the stored
 /// bytes cannot be decoded, naming the record (`decoding contact "ana"`); otherwise the

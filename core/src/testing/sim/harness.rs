@@ -51,7 +51,7 @@ pub struct Wire {
 
 impl Wire {
     /// The commands written, decoded and rendered (see
-    /// [`render_args`](super::cluster::render_args)), in wire order.
+    /// [`render_args`]), in wire order.
     pub fn commands(&self) -> Vec<String> {
         let mut all = Vec::new();
         for write in &self.writes {
