@@ -82,14 +82,14 @@ use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::io;
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use tracing::field::{display, Empty};
-use tracing::Instrument;
 
 use botmesh_redis_core::driver::plan::connect_check;
 use botmesh_redis_core::driver::session::{DialTarget, Session, Submission, Summary};
@@ -333,10 +333,8 @@ impl<R: Runtime> Client<R> {
         let client = Self::start_with(options, registry)?;
         // Every lane's connection is checked, so none is left to fail on a first call.
         for lane in 0..client.shared.lanes.len() {
-            if let Err(e) = client
-                .run_in(lane, Call::new(connect_check(&endpoints)))
-                .await
-            {
+            let check = Running::new(&client.shared, Some(lane), connect_check(&endpoints));
+            if let Err(e) = check.await {
                 client.close().await;
                 return Err(e);
             }
@@ -507,87 +505,111 @@ pub async fn connect<R: Runtime>(
     }
 }
 
-/// A plan boxed for its session with its caller's receiver, before the call's first await: the
-/// plan is moved once, into its box, rather than into each future that waits for it (a plan is
-/// larger than the compiler moves without a call to `memcpy`).
-struct Call<T> {
+/// A call, from its plan to its result: one future, polled by the calling task. The plan is
+/// boxed for its session with its caller's receiver when the call is made, so it is moved once,
+/// into its box, rather than into each future that waits for it (a plan is larger than the
+/// compiler moves without a call to `memcpy`). The first poll opens the call's span and submits
+/// the plan, in the lane of the calling task unless one is given; later polls wait for its
+/// delivery. One hand-written state where nested `async` blocks (the call, its lane, its span)
+/// each kept one and were each polled in turn.
+struct Running<'a, R: Runtime, T> {
+    shared: &'a Shared<R>,
     operation: &'static str,
-    submission: Submission<task::OneShot>,
-    rx: oneshot::Receiver<Delivery<T>>,
+    /// The call's span (see [`OPERATION_SPAN`]), opened at the first poll so that its parent is
+    /// the span the caller polls in; disabled when no subscriber wants it, and then neither
+    /// entered nor recorded.
+    span: Option<tracing::Span>,
+    /// The plan until the first poll submits it.
+    submission: Option<Submission<task::OneShot>>,
+    /// The lane to submit in; the calling task's when `None`.
+    lane: Option<usize>,
+    rx: oneshot::AsyncReceiver<Delivery<T>>,
 }
 
-impl<T: Send + 'static> Call<T> {
-    fn new<P: Plan<Output = T>>(plan: P) -> Self {
-        let operation = plan.operation();
+impl<'a, R: Runtime, T: Send + 'static> Running<'a, R, T> {
+    fn new<P: Plan<Output = T>>(shared: &'a Shared<R>, lane: Option<usize>, plan: P) -> Self {
         let (done, rx) = oneshot::channel();
-        Call {
-            operation,
-            submission: Submission::new(plan, done),
-            rx,
+        Running {
+            shared,
+            operation: plan.operation(),
+            span: None,
+            submission: Some(Submission::new(plan, done)),
+            lane,
+            rx: std::future::IntoFuture::into_future(rx),
         }
     }
 }
 
-impl<R: Runtime> Client<R> {
-    /// Runs the call in the given lane, inside a span of its own (see [`OPERATION_SPAN`]), a
-    /// child of the caller's current span.
-    async fn run_in<T: Send + 'static>(&self, lane: usize, call: Call<T>) -> Result<T, Error> {
-        let Call {
+impl<R: Runtime, T: Send + 'static> Future for Running<'_, R, T> {
+    type Output = Result<T, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Running {
+            shared,
             operation,
+            span,
             submission,
+            lane,
             rx,
-        } = call;
-        let span = tracing::info_span!(
-            OPERATION_SPAN,
-            operation,
-            slot = Empty,
-            attempts = Empty,
-            node = Empty,
-            outcome = Empty,
-        );
-        let call = async {
-            let lane = &self.shared.lanes[lane];
+        } = self.get_mut();
+        let span = span.get_or_insert_with(|| {
+            tracing::info_span!(
+                OPERATION_SPAN,
+                operation = *operation,
+                slot = Empty,
+                attempts = Empty,
+                node = Empty,
+                outcome = Empty,
+            )
+        });
+        let traced = !span.is_disabled();
+        let _entered = traced.then(|| span.enter());
+        if let Some(submission) = submission.take() {
+            // Written at once by this task when the session is free, else through the lane's
+            // inbox.
+            let lane = &shared.lanes[lane.unwrap_or_else(|| shared.lane(cx.waker()))];
             if let Some(submission) = task::submit_inline(&lane.hub, submission) {
-                lane.tx
-                    .send(Msg::Submit(submission))
-                    .map_err(|_| Error::Closed)?;
+                if lane.tx.send(Msg::Submit(submission)).is_err() {
+                    return Poll::Ready(ended(span, traced, Err(Error::Closed)));
+                }
             }
-            rx.await.map_err(|_| Error::Closed)
-        };
-        // Without a subscriber that wants the span, the call is not wrapped at all.
-        if span.is_disabled() {
-            return call.await?.result;
         }
-        let result = match call.instrument(span.clone()).await {
+        let result = match ready!(Pin::new(rx).poll(cx)) {
             Ok(Delivery { result, summary }) => {
-                if let Some(summary) = summary {
-                    record(&span, &summary);
+                if let Some(summary) = summary.filter(|_| traced) {
+                    record(span, &summary);
                 }
                 result
             }
-            Err(closed) => Err(closed),
+            Err(_) => Err(Error::Closed),
         };
+        Poll::Ready(ended(span, traced, result))
+    }
+}
+
+/// Records a call's outcome on its span, when traced, and yields its result.
+fn ended<T>(span: &tracing::Span, traced: bool, result: Result<T, Error>) -> Result<T, Error> {
+    if traced {
         span.record(
             "outcome",
             result.as_ref().map_or_else(Error::kind, |_| "ok"),
         );
-        result
     }
+    result
 }
 
 impl<R: Runtime> Executor for Client<R> {
     /// Runs the plan in the lane of the calling task ([`ClientOptions::lanes`]), inside a span
     /// of its own (see [`OPERATION_SPAN`]), a child of the caller's current span.
-    async fn run<P: Plan>(&self, plan: P) -> Result<P::Output, Error> {
-        let call = Call::new(plan);
-        let lane = std::future::poll_fn(|cx| Poll::Ready(self.shared.lane(cx.waker()))).await;
-        self.run_in(lane, call).await
+    fn run<P: Plan>(&self, plan: P) -> impl Future<Output = Result<P::Output, Error>> + Send {
+        Running::new(&self.shared, None, plan)
     }
 
     fn detach<P: Plan>(&self, plan: P) {
         // The receiver goes at once: the session delivers the result to nobody.
         // No task to follow here: detached plans take the first lane.
-        let Call { submission, .. } = Call::new(plan);
+        let (done, _) = oneshot::channel();
+        let submission = Submission::new(plan, done);
         let _ = self.shared.lanes[0].tx.send(Msg::Submit(submission));
     }
 
