@@ -461,7 +461,7 @@ const HEADER_ROOM: usize = 24;
 /// The number of decimal digits of `n`. Argument counts and lengths are nearly always under a
 /// thousand, which three comparisons settle; `ilog10`'s general path was a sixth of a `GET`'s
 /// encoding instructions under callgrind (docs/performance.md).
-fn digit_count(n: usize) -> usize {
+const fn digit_count(n: usize) -> usize {
     match n {
         0..=9 => 1,
         10..=99 => 2,
@@ -516,13 +516,7 @@ const fn small_headers() -> [[u8; SMALL_BLOCK]; SMALL] {
     let mut table = [[0u8; SMALL_BLOCK]; SMALL];
     let mut n = 0;
     while n < SMALL {
-        let digits = if n < 10 {
-            1
-        } else if n < 100 {
-            2
-        } else {
-            3
-        };
+        let digits = digit_count(n);
         let mut rest = n;
         let mut place = digits;
         while place > 0 {
