@@ -654,10 +654,19 @@ fn deleted(w: &mut World, side: Id, other: Id, context: &str) {
             !w.written,
             "{context}\nthe live side was deleted after its bots wrote"
         );
+        let data = w.data();
+        if w.content(other).is_none() {
+            // A killed step left the other side unknown to the model (a step the lifecycle
+            // refused at its first check, before it wrote, leaves it as it was), and the
+            // lifecycle judged it a complete copy of this one: the caller checks right after
+            // this step that it holds the data, on the servers.
+            let shared_unknown = w.shared[&place(other)].is_none();
+            w.set(other, Some(data.clone()), shared_unknown);
+        }
         assert_eq!(
             w.content(other),
-            Some(w.data()),
-            "the live side deleted without a copy"
+            Some(data),
+            "{context}\nthe live side deleted without a copy"
         );
         w.live = other;
         w.written = false;
