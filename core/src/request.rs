@@ -517,14 +517,8 @@ const fn small_headers() -> [[u8; SMALL_BLOCK]; SMALL] {
     let mut n = 0;
     while n < SMALL {
         let digits = digit_count(n);
-        let mut rest = n;
-        let mut place = digits;
-        while place > 0 {
-            // A remainder below 10 always fits a byte.
-            table[n][place] = b'0' + (rest % 10) as u8;
-            rest /= 10;
-            place -= 1;
-        }
+        let (_, after_kind) = table[n].split_at_mut(1);
+        fill_digits(after_kind.split_at_mut(digits).0, n);
         table[n][digits + 1] = b'\r';
         table[n][digits + 2] = b'\n';
         table[n][SMALL_BLOCK - 1] = (digits + 3) as u8;
@@ -534,11 +528,14 @@ const fn small_headers() -> [[u8; SMALL_BLOCK]; SMALL] {
 }
 
 /// Writes the decimal digits of `n` into `out`, which is [`digit_count`]`(n)` bytes long.
-fn fill_digits(out: &mut [u8], n: usize) {
+/// A `const fn`, for [`SMALL_HEADERS`].
+const fn fill_digits(out: &mut [u8], n: usize) {
     let mut rest = n;
-    for place in out.iter_mut().rev() {
+    let mut place = out.len();
+    while place > 0 {
+        place -= 1;
         // A remainder below 10 always fits a byte.
-        *place = b'0' + (rest % 10) as u8;
+        out[place] = b'0' + (rest % 10) as u8;
         rest /= 10;
     }
 }

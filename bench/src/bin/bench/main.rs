@@ -574,7 +574,6 @@ fn node_url(node: &SingleNode, over_socket: bool) -> String {
 /// the first field of `/proc/<pid>/task/<tid>/schedstat`, which the scheduler keeps to the
 /// nanosecond. `/proc/<pid>/stat` counts in clock ticks (10 ms on Linux), a twentieth of a
 /// `GET` workload's client CPU on this machine, which made its CPU ratios step by 5%.
-#[derive(Clone, Default)]
 struct ThreadTimes(HashMap<u32, u64>);
 
 impl ThreadTimes {
