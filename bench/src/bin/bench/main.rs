@@ -5,7 +5,7 @@
 //! cargo run --release -p botmesh-redis-bench --bin bench --
 //!     [--deployment cluster|standalone|standalone-unix]
 //!     [--runtime multi|current|async-std] [--quick] [--only W1,W2,W3,S1,S2,S3] [--client LIST]
-//!     [--w3-callers N] [--rounds N] [--fred-pool N]
+//!     [--w3-callers N] [--rounds N] [--round-seconds S] [--fred-pool N]
 //!     [--callers LIST] [--payload LIST] [--no-ceiling] [--open-loop] [--csv PATH]
 //! ```
 //!
@@ -108,7 +108,11 @@
 //! `--rounds N` runs each of W1-W3 N times with every client, in an order that rotates by
 //! round (round r starts with the client after the one that started round r - 1), so that no
 //! client always runs first or last on the servers; each workload ends with a ratio line (see
-//! below). `--quick` runs a tenth of every count (a smoke test). `--only` and `--client`
+//! below). `--round-seconds S` makes each of those runs last S seconds, as many operations
+//! as the callers start in that time (W2's keys wrap at its 100,000), instead of the
+//! workload's count: every client then runs for the same time, where with a count the faster
+//! client's runs are the shorter ones, and a pause of the machine (another process, the
+//! hypervisor) is a larger share of them, so its rounds spread wider for the same pauses. `--quick` runs a tenth of every count (a smoke test). `--only` and `--client`
 //! restrict the run (for profiling one client with `perf`). `--w3-callers N` changes W3's
 //! callers: at 64 (2,048 requests in flight) redis-rs's joined form saturates, its per-node
 //! pipelines queue (bounded at 50 by default) and its p99 climbs to hundreds of milliseconds; a
@@ -148,7 +152,7 @@
 //! After the rounds of a workload, one line compares ours with the best peer:
 //!
 //! ```text
-//! W1 ratio deployment=cluster runtime=multi rounds=5 best_peer=fred ops_per_s_x=1.41 (1.30-1.52) cpu_per_op_x=0.55 (0.50-0.60) callers=64 payload=200 ceiling_share=0.81 server_busy=0.52 peer_server_busy=0.40 server_bound_x=2.71 machine_busy=0.84 machine_bound_x=1.62
+//! W1 ratio deployment=cluster runtime=multi rounds=5 best_peer=fred ops_per_s_x=1.41 (1.30-1.52) cpu_per_op_x=0.55 (0.50-0.60) callers=64 payload=200 ceiling_share=0.81 server_busy=0.52 peer_server_busy=0.40 server_bound_x=2.71 machine_busy=0.84 machine_bound_x=1.62 spread=1.12 peer_spread=1.20
 //! ```
 //!
 //! In each round the best peer is the peer's run (any form: `fred-pipe` is one) with the highest
@@ -169,8 +173,11 @@
 //! at all would reach at our server cost per call) over the best peer's throughput. Three
 //! masters on two cores are that case: each has headroom, the machine has none, and a row
 //! whose `machine_bound_x` is below 1.3 is out of any client's reach on this machine at that
-//! server cost. Our goal (`docs/performance.md`) is at least 1.3 for `ops_per_s_x` and at most
-//! 0.7 for `cpu_per_op_x`, on every workload, cluster and standalone.
+//! server cost. Last, `spread` and `peer_spread`: how far apart the rounds were, the fastest
+//! round's throughput over the slowest's, ours and the best peer's (each round's best). Our
+//! goal (`docs/performance.md`) is at least 1.3 for `ops_per_s_x` and at most 0.7 for
+//! `cpu_per_op_x`, on every workload, cluster and standalone, with `spread` no wider than
+//! `peer_spread`.
 //!
 //! Progress and notes go to stderr, prefixed with `#`. After each line, a note on stderr gives
 //! the servers' side of the same run: the Redis processes' CPU (from `/proc/<pid>/stat`, per
@@ -294,6 +301,9 @@ struct Args {
     /// W3's callers when given (`--w3-callers`), else W3 sweeps `callers` too.
     w3_callers: Option<usize>,
     rounds: usize,
+    /// How long each closed-loop run lasts, when given (`--round-seconds`); else each run is
+    /// the workload's count of operations.
+    round: Option<Duration>,
     fred_pool: usize,
     /// The caller counts every workload runs at (`--callers`).
     callers: Vec<usize>,
@@ -317,6 +327,7 @@ impl Args {
             clients: None,
             w3_callers: None,
             rounds: 1,
+            round: None,
             fred_pool: FRED_POOL_SIZE,
             callers: vec![CALLERS],
             payloads: vec![PAYLOAD_LEN],
@@ -367,6 +378,13 @@ impl Args {
                     args.clients = Some(list);
                 }
                 "--rounds" => args.rounds = positive(it.next(), "--rounds"),
+                "--round-seconds" => {
+                    let seconds = it.next().and_then(|s| s.parse::<f64>().ok());
+                    match seconds.and_then(|s| Duration::try_from_secs_f64(s).ok()) {
+                        Some(d) if !d.is_zero() => args.round = Some(d),
+                        _ => usage("--round-seconds wants a positive number of seconds"),
+                    }
+                }
                 "--w3-callers" => args.w3_callers = Some(positive(it.next(), "--w3-callers")),
                 "--callers" => args.callers = sweep::positive_list(it.next(), "--callers"),
                 "--payload" => args.payloads = sweep::positive_list(it.next(), "--payload"),
@@ -434,7 +452,8 @@ fn usage(problem: &str) -> ! {
     eprintln!(
         "usage: bench [--deployment cluster|standalone|standalone-unix] [--runtime multi|current|async-std] \
          [--quick] [--only W1,W2,W3,S1,S2,S3] [--client botmesh,redis-rs,redis-rs-pipe,fred,\
-         fred-pipe,fred-pool,fred-pool-pipe] [--w3-callers N] [--rounds N] [--fred-pool N] \
+         fred-pipe,fred-pool,fred-pool-pipe] [--w3-callers N] [--rounds N] [--round-seconds S] \
+         [--fred-pool N] \
          [--callers LIST] [--payload LIST] [--no-ceiling] [--open-loop] [--csv PATH]"
     );
     std::process::exit(2)
@@ -744,11 +763,36 @@ fn spawn<T: Send + 'static>(
     }
 }
 
+/// How long a closed-loop run lasts.
+#[derive(Clone, Copy, Debug)]
+enum Length {
+    /// Operations `0..n`.
+    Ops(usize),
+    /// As many operations as the callers start within `run`, numbered from 0 and wrapping at
+    /// `wrap` (a workload's keyspace, see [`Compared::keyspace`]). Every client then runs for
+    /// the same time, so that a pause of the machine weighs the same in each client's
+    /// throughput; with a count of operations, the faster client's runs are shorter and the
+    /// same pause is a larger share of them.
+    Time { run: Duration, wrap: usize },
+}
+
 /// Runs operations `0..total` on `callers` concurrent tasks (caller `i` runs `i`,
 /// `i + callers`, ...), each with its own worker, and measures them.
 async fn drive<W: Worker>(
     rt: RuntimeKind,
     total: usize,
+    callers: usize,
+    probe: &Probe,
+    make: impl FnMut() -> W,
+) -> Measured {
+    drive_for(rt, Length::Ops(total), callers, probe, make).await
+}
+
+/// Runs operations for `length` on `callers` concurrent tasks (caller `i` runs `i`,
+/// `i + callers`, ...), each with its own worker, and measures them.
+async fn drive_for<W: Worker>(
+    rt: RuntimeKind,
+    length: Length,
     callers: usize,
     probe: &Probe,
     mut make: impl FnMut() -> W,
@@ -757,16 +801,28 @@ async fn drive<W: Worker>(
     let counts_before = probe.counts();
     let cpu_before = probe.cpu();
     let start = Instant::now();
+    // A caller starts an operation while it is below the count or before the deadline.
+    let (total, deadline, wrap) = match length {
+        Length::Ops(total) => (total, None, usize::MAX),
+        Length::Time { run, wrap } => (usize::MAX, Some(start + run), wrap.max(1)),
+    };
     let mut tasks = Vec::with_capacity(callers);
     for (first, mut worker) in workers.into_iter().enumerate() {
         tasks.push(spawn(rt, async move {
-            let mut latencies = Vec::with_capacity(total / callers + 1);
+            let expected = match length {
+                Length::Ops(total) => total / callers + 1,
+                Length::Time { .. } => 1024,
+            };
+            let mut latencies = Vec::with_capacity(expected);
             let mut errors = 0;
             let mut first_error = None;
             let mut n = first;
             while n < total {
                 let t = Instant::now();
-                let result = worker.op(n).await;
+                if deadline.is_some_and(|at| t >= at) {
+                    break;
+                }
+                let result = worker.op(n % wrap).await;
                 latencies.push(t.elapsed().as_nanos() as u64);
                 if let Err(e) = result {
                     errors += 1;
@@ -784,15 +840,19 @@ async fn drive<W: Worker>(
     let wall = start.elapsed();
     let (cpu_s, server_cpu_s) = probe.cpu().since(&cpu_before);
     let counts_after = probe.counts();
+    let ops = results
+        .iter()
+        .map(|(latencies, _, _)| latencies.len())
+        .sum();
     let mut measured = Measured {
-        ops: total,
+        ops,
         wall,
         cpu_s,
         server_cpu_s,
         servers: probe.servers.len(),
         server_reads: counts_after.reads - counts_before.reads,
         server_writes: counts_after.writes - counts_before.writes,
-        latencies: Vec::with_capacity(total),
+        latencies: Vec::with_capacity(ops),
         errors: 0,
         first_error: None,
     };
@@ -828,6 +888,8 @@ struct Bench<'a> {
     runtime: RuntimeKind,
     deployment: Deployment,
     rounds: usize,
+    /// How long each closed-loop run lasts (`--round-seconds`), when not its workload's count.
+    round: Option<Duration>,
     probe: &'a Probe,
     /// Whether the runs are a tenth of their size (`--quick`).
     quick: bool,
@@ -888,8 +950,8 @@ struct Compared<'a> {
     /// The workload and its callers, payload and ceiling.
     setting: Setting,
     total: usize,
-    /// Operation numbers of the open loop wrap at this count (W2 has `total` keys); W1's do
-    /// not wrap, so that every message is new.
+    /// Operation numbers of the open loop and of timed runs (`--round-seconds`) wrap at this
+    /// count (W2 has `total` keys); W1's do not wrap, so that every message is new.
     keyspace: usize,
     /// Run before each client's run (W1 empties the servers).
     before_each: &'a dyn Fn(),
@@ -904,7 +966,14 @@ impl<'a> Compared<'a> {
         peer: bool,
         make: impl Fn() -> W + 'a,
     ) -> Contender<'a> {
-        let (rt, total, probe) = (bench.runtime, self.total, bench.probe);
+        let (rt, probe) = (bench.runtime, bench.probe);
+        let length = match bench.round {
+            Some(run) => Length::Time {
+                run,
+                wrap: self.keyspace,
+            },
+            None => Length::Ops(self.total),
+        };
         let callers = self.setting.callers;
         let level = open_loop::Level {
             runtime: rt,
@@ -919,7 +988,7 @@ impl<'a> Compared<'a> {
             peer,
             run: Box::new(move || {
                 let make = make.clone();
-                Box::pin(drive(rt, total, callers, probe, move || make()))
+                Box::pin(drive_for(rt, length, callers, probe, move || make()))
             }),
             offer: Box::new(move |rate| {
                 let make = offered.clone();
@@ -972,6 +1041,7 @@ fn summarize(
     let mut speed = Vec::new();
     let mut cpu = Vec::new();
     let mut ours_per_s = Vec::new();
+    let mut best_per_s = Vec::new();
     let mut busy = Vec::new();
     let mut peer_busy = Vec::new();
     let mut bound = Vec::new();
@@ -990,6 +1060,7 @@ fn summarize(
         let Some((name, best)) = best else { continue };
         speed.push(our.ops_per_s / best.ops_per_s);
         ours_per_s.push(our.ops_per_s);
+        best_per_s.push(best.ops_per_s);
         cpu.push(our.cpu_per_100k / best.cpu_per_100k);
         busy.push(our.server_busy);
         peer_busy.push(best.server_busy);
@@ -1018,9 +1089,11 @@ fn summarize(
     ) else {
         return;
     };
-    let (Some(machine_busy), Some(machine_bound)) =
-        (Spread::of(machine_busy), Spread::of(machine_bound))
-    else {
+    let (Some(machine_busy), Some(machine_bound), Some(best_per_s)) = (
+        Spread::of(machine_busy),
+        Spread::of(machine_bound),
+        Spread::of(best_per_s),
+    ) else {
         return;
     };
     let best_peer = match best_counts.as_slice() {
@@ -1041,7 +1114,7 @@ fn summarize(
         "{} ratio deployment={} runtime={} rounds={compared} best_peer={best_peer} \
          ops_per_s_x={:.2} ({:.2}-{:.2}) cpu_per_op_x={:.2} ({:.2}-{:.2}) {} \
          server_busy={:.2} peer_server_busy={:.2} server_bound_x={:.2} machine_busy={:.2} \
-         machine_bound_x={:.2}",
+         machine_bound_x={:.2} spread={:.2} peer_spread={:.2}",
         setting.workload,
         bench.deployment.name(),
         bench.runtime.name(),
@@ -1057,6 +1130,8 @@ fn summarize(
         bound.median,
         machine_busy.median,
         machine_bound.median,
+        ours_per_s.ratio(),
+        best_per_s.ratio(),
     );
     let _ = out.flush();
 }
@@ -1069,6 +1144,11 @@ struct Spread {
 }
 
 impl Spread {
+    /// The largest over the smallest: how far apart the rounds were.
+    fn ratio(&self) -> f64 {
+        self.max / self.min.max(f64::EPSILON)
+    }
+
     fn of(mut values: Vec<f64>) -> Option<Spread> {
         values.sort_by(f64::total_cmp);
         let n = values.len();
@@ -1844,6 +1924,7 @@ async fn run<R: Runtime>(
         runtime: rt,
         deployment: servers.deployment(),
         rounds: args.rounds,
+        round: args.round,
         probe,
         quick: args.quick,
         figures: figures.map(RefCell::new),
@@ -2375,4 +2456,22 @@ fn main() {
 /// The cores this process may run on, which the client and the servers share.
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spread_is_its_median_range_and_ratio() {
+        let spread = Spread::of(vec![300.0, 450.0, 360.0, 400.0]).expect("four rounds");
+        assert_eq!(
+            (spread.median, spread.min, spread.max),
+            (380.0, 300.0, 450.0)
+        );
+        assert_eq!(spread.ratio(), 1.5);
+        let one = Spread::of(vec![2.0]).expect("one round");
+        assert_eq!((one.median, one.ratio()), (2.0, 1.0));
+        assert!(Spread::of(Vec::new()).is_none());
+    }
 }
