@@ -955,6 +955,12 @@ struct Compared<'a> {
     keyspace: usize,
     /// Run before each client's run (W1 empties the servers).
     before_each: &'a dyn Fn(),
+    /// The servers' ceiling measured again, before each round but the first (whose ceiling
+    /// is `setting.ceiling`); `None` where the workload has none. Each round's lines are a
+    /// share of their own round's ceiling, and the ratio line gives the ceilings' spread: the
+    /// same tool on the same servers, so how far apart the machine's rounds were, whatever
+    /// the client.
+    ceiling_again: &'a dyn Fn() -> Option<f64>,
 }
 
 impl<'a> Compared<'a> {
@@ -1002,7 +1008,16 @@ impl<'a> Compared<'a> {
     async fn run(&self, bench: &Bench<'_>, contenders: &[Contender<'_>]) -> Vec<f64> {
         let count = contenders.len();
         let mut rounds = Vec::with_capacity(bench.rounds);
+        let mut ceilings = Vec::new();
         for round in 0..bench.rounds {
+            let setting = Setting {
+                ceiling: match round {
+                    0 => self.setting.ceiling,
+                    _ => (self.ceiling_again)(),
+                },
+                ..self.setting
+            };
+            ceilings.extend(setting.ceiling);
             // The order rotates by one client per round: with two clients, who goes first
             // alternates; with more, each is first, second, ... in turn, so that none always runs
             // on the warmest (or most fragmented) servers.
@@ -1012,11 +1027,11 @@ impl<'a> Compared<'a> {
                 let contender = &contenders[i];
                 (self.before_each)();
                 let m = (contender.run)().await;
-                figures[i] = Some(report(bench, &self.setting, &contender.name, &m));
+                figures[i] = Some(report(bench, &setting, &contender.name, &m));
             }
             rounds.push(figures);
         }
-        summarize(bench, &self.setting, contenders, &rounds);
+        summarize(bench, &self.setting, contenders, &rounds, ceilings);
         (0..count)
             .map(|i| {
                 rounds
@@ -1034,6 +1049,7 @@ fn summarize(
     setting: &Setting,
     contenders: &[Contender<'_>],
     rounds: &[Vec<Option<Figures>>],
+    ceilings: Vec<f64>,
 ) {
     let Some(ours) = contenders.iter().position(|c| !c.peer) else {
         return;
@@ -1108,13 +1124,21 @@ fn summarize(
             names.join(",")
         }
     };
+    // Our median against the rounds' median ceiling; the ceilings' spread closes the line.
+    let ceilings = Spread::of(ceilings);
+    let setting = Setting {
+        ceiling: ceilings.as_ref().map(|c| c.median),
+        ..*setting
+    };
+    let ceiling_spread =
+        ceilings.map_or_else(String::new, |c| format!(" ceiling_spread={:.2}", c.ratio()));
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
         "{} ratio deployment={} runtime={} rounds={compared} best_peer={best_peer} \
          ops_per_s_x={:.2} ({:.2}-{:.2}) cpu_per_op_x={:.2} ({:.2}-{:.2}) {} \
          server_busy={:.2} peer_server_busy={:.2} server_bound_x={:.2} machine_busy={:.2} \
-         machine_bound_x={:.2} spread={:.2} peer_spread={:.2}",
+         machine_bound_x={:.2} spread={:.2} peer_spread={:.2}{ceiling_spread}",
         setting.workload,
         bench.deployment.name(),
         bench.runtime.name(),
@@ -2095,6 +2119,11 @@ impl<'a, R: Runtime> Workloads<'a, R> {
                 keyspace: usize::MAX,
                 // Every client inserts new data.
                 before_each: &flush,
+                ceiling_again: &|| {
+                    self.ceiling(&setting, || {
+                        ceiling::w1(self.servers, &self.ks, &digest, size)
+                    })
+                },
             };
             self.sweep(compared, &self.args.callers, |compared| {
                 let mut list = Vec::new();
@@ -2166,6 +2195,9 @@ impl<'a, R: Runtime> Workloads<'a, R> {
             total,
             keyspace: total,
             before_each: &|| {},
+            ceiling_again: &|| {
+                self.ceiling(&setting, || ceiling::w2(self.servers, total, VALUE_LEN))
+            },
         };
         self.sweep(compared, &self.args.callers, |compared| {
             let mut list = Vec::new();
@@ -2263,6 +2295,7 @@ impl<'a, R: Runtime> Workloads<'a, R> {
             total,
             keyspace: usize::MAX,
             before_each: &|| {},
+            ceiling_again: &|| None,
         };
         let callers = match self.args.w3_callers {
             Some(n) => vec![n],
