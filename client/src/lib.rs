@@ -125,6 +125,16 @@ pub trait Runtime: Send + Sync + 'static {
     /// Spawns `task` with `spawner`, to run to its end on its own.
     fn spawn_detached<F: Future<Output = ()> + Send + 'static>(spawner: &Self::Spawner, task: F);
 
+    /// Whether `spawner` runs every task on one thread (tokio's current-thread runtime). There
+    /// the callers a batch of results woke run one after another, never beside the session,
+    /// so each adds its next call to the session itself and the last of them writes the
+    /// batch (see the `task` module). `false` by default: on several threads those callers
+    /// would contend for the session's lock.
+    fn one_thread(spawner: &Self::Spawner) -> bool {
+        let _ = spawner;
+        false
+    }
+
     /// Completes at `at`.
     fn sleep_until(at: Instant) -> impl Future<Output = ()> + Send;
 

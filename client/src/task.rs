@@ -12,8 +12,10 @@
 //! any connection still queued and at most one plan sending, applies its bytes or replies
 //! itself and delivers them from where it runs; a caller that finds the hub free, with no
 //! other plan sending and nobody else just woken, submits and writes its call itself. Each
-//! saves a task hop and a wake-up, which is most of a call's cost for a lone caller; when the hub is busy, the input goes through the
-//! inbox as before. Work done outside the session task that arms a timer sooner than the one
+//! saves a task hop and a wake-up, which is most of a call's cost for a lone caller; when the
+//! hub is busy, the input goes through the inbox as before. On a runtime of one thread
+//! ([`Runtime::one_thread`]) the callers a batch of results woke also submit their next calls
+//! themselves, and the last of them writes the batch ([`submit_inline`]). Work done outside the session task that arms a timer sooner than the one
 //! the task sleeps on wakes it ([`Msg::Rearm`]).
 
 use std::collections::{HashMap, HashSet};
@@ -92,7 +94,7 @@ impl Waiters for OneShot {
 type Tx<R> = UnboundedSender<Msg<R>>;
 type Rx<R> = UnboundedReceiver<Msg<R>>;
 
-/// The callers' inbox of the session task ([`calls`](crate::calls)): likewise, without an
+/// The callers' inbox of the session task ([`calls`]): likewise, without an
 /// allocation per call.
 pub(crate) type Calls<R> = CallsTx<Msg<R>>;
 type CallsIn<R> = CallsRx<Msg<R>>;
@@ -215,6 +217,12 @@ pub(crate) struct SessionTask<R: Runtime> {
     /// Callers the last drains woke (results delivered) that have not submitted since, as far
     /// as the count of submits tells: the ones the yield before a write waits for.
     awaited: usize,
+    /// Every task of the client runs on one thread ([`Runtime::one_thread`]): the callers the
+    /// last results woke add their calls themselves, and the last of them writes.
+    one_thread: bool,
+    /// A caller added its call without writing, and woke the session task to write in case no
+    /// later caller does; cleared at the task's next pass.
+    nudged: bool,
     /// The timer the session task sleeps on, as of its last pass or a later [`Msg::Rearm`].
     armed: Option<Instant>,
     /// The session task has ended: everything goes to its (closed) inboxes.
@@ -282,6 +290,8 @@ pub(crate) fn start<R: Runtime>(
             dialled: HashSet::new(),
             instruments,
             awaited: 0,
+            one_thread: R::one_thread(&spawner),
+            nudged: false,
             armed: None,
             ended: false,
             deferred: None,
@@ -356,6 +366,7 @@ impl<R: Runtime> SessionTask<R> {
     /// The first step of a pass: applies what woke the task.
     fn wake(&mut self, woke: Woke<R>) -> Pass {
         self.counters.passes.fetch_add(1, Ordering::Relaxed);
+        self.nudged = false;
         let now = Instant::now();
         let msg = match woke {
             Woke::Timer => {
@@ -686,10 +697,19 @@ impl<R: Runtime> SessionTask<R> {
     }
 }
 
-/// A caller's call, submitted and written from the caller's own task when it is alone: the
-/// hub is free, no other plan has requests out, and no other caller was just woken (a burst of
-/// woken callers is gathered into one write by the session task instead). Yields the
-/// submission back when it must go through the callers' inbox.
+/// A caller's call, submitted from the caller's own task when the hub is free and either the
+/// caller is alone (no other plan has requests out, no other caller was just woken) or every
+/// task runs on one thread and the last results woke this caller. Yields the submission back
+/// when it must go through the callers' inbox.
+///
+/// A lone caller writes its call at once. On one thread, the callers a batch of results woke
+/// run one after another: each adds its call, and the last of them writes the batch, where
+/// the session task would have written it only after every task queued meanwhile had run,
+/// the callers other lanes' results woke among them. Each lane's batch then leaves as soon as
+/// its own callers are back, so the node works on one lane's batch while the client turns the
+/// other's around, rather than receiving both together and answering both together, which
+/// once it happens keeps the lanes in step (measured with `hops`: 1.19x the calls a second,
+/// the node 0.66-0.74 busy instead of 0.57-0.62).
 pub(crate) fn submit_inline<R: Runtime>(
     hub: &Hub<R>,
     submission: Submission<OneShot>,
@@ -698,11 +718,25 @@ pub(crate) fn submit_inline<R: Runtime>(
         return Some(submission);
     };
     // The caller itself may be the one caller the last results woke.
-    if !task.takes_inline() || task.awaited > 1 || !task.sending_at_most(0) {
+    let alone = task.awaited <= 1 && task.sending_at_most(0);
+    let woken_on_one_thread = task.one_thread && task.awaited > 0;
+    if !task.takes_inline() || !(alone || woken_on_one_thread) {
         return Some(submission);
     }
+    let now = Instant::now();
+    if !alone && task.awaited > 1 {
+        // Callers the results woke are still to come: the last of them writes. The session
+        // task is woken once, to write should none of them call again.
+        task.apply(Msg::Submit(submission), now);
+        task.counters.inline.fetch_add(1, Ordering::Relaxed);
+        if !task.nudged {
+            task.nudged = true;
+            task.events.rearm();
+        }
+        return None;
+    }
     task.deferred = Some(Deferred::default());
-    task.apply(Msg::Submit(submission), Instant::now());
+    task.apply(Msg::Submit(submission), now);
     task.settle();
     let deferred = task.deferred.take();
     drop(task);

@@ -87,6 +87,10 @@ impl Runtime for Tokio {
         drop(spawner.spawn(task));
     }
 
+    fn one_thread(spawner: &tokio::runtime::Handle) -> bool {
+        spawner.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread
+    }
+
     async fn sleep_until(at: Instant) {
         tokio::time::sleep_until(at.into()).await;
     }

@@ -2,13 +2,15 @@
 //! reply, without waking the session task (the client's counters show it), even beside a plan
 //! that waits between its steps (a keeper's period); and a caller on
 //! another runtime that does so spawns the client's tasks on the client's own runtime, so the
-//! connection it opened outlives the caller's runtime.
+//! connection it opened outlives the caller's runtime. On tokio's current-thread runtime the
+//! callers a batch of results woke add their next calls themselves and the last of them writes
+//! the batch, which stays whole; callers that stop calling leave nothing unwritten.
 
 use std::time::Duration;
 
 use botmesh_redis_core::driver::{Plan, Reply, Step};
 use botmesh_redis_core::{ClientOptions, Executor, Key, Value};
-use botmesh_redis_tests::conformance::{get, Client, Runtime};
+use botmesh_redis_tests::conformance::{get, shared_turn, Client, Runtime, Tokio};
 use botmesh_redis_tests::{both_drivers, eventually, shared_single, ServerOptions, SingleNode};
 
 const ROUNDS: u64 = 50;
@@ -106,3 +108,73 @@ both_drivers!(
     a_lone_caller_does_not_wake_the_session_task,
     a_caller_on_another_runtime_opens_connections_on_the_clients
 );
+
+/// `callers` tasks on this (current-thread) runtime, caller `c` making `calls(c)` `GET`s of an
+/// absent key in a closed loop, each within 2 s: a call left unwritten until some timer of the
+/// session's woke its task (seconds later) fails the test. Yields the calls made, the socket
+/// writes they took and the inputs applied outside the session task.
+async fn closed_loop_on_one_thread(
+    lanes: usize,
+    callers: u64,
+    calls: impl Fn(u64) -> u64,
+) -> (u64, u64, u64) {
+    let options = ClientOptions::url(shared_single().url()).lanes(lanes);
+    let client = Client::<Tokio>::connect(options).await.unwrap();
+    let key = Key::new("botmesh-inline-one-thread-absent");
+    get(&client, &key).await;
+    let before = client.stats();
+    let mut tasks = Vec::new();
+    let mut total = 0;
+    for c in 0..callers {
+        let (client, key, n) = (client.clone(), key.clone(), calls(c));
+        total += n;
+        tasks.push(tokio::spawn(async move {
+            for i in 0..n {
+                let answer = tokio::time::timeout(Duration::from_secs(2), get(&client, &key));
+                assert_eq!(answer.await, Ok(Value::Nil), "caller {c}, call {i}");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let after = client.stats();
+    client.close().await;
+    (
+        total,
+        after.writes - before.writes,
+        after.inline - before.inline,
+    )
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn on_one_thread_woken_callers_submit_and_the_last_writes() {
+    let _turn = shared_turn().await;
+    for lanes in [1, 2] {
+        let (calls, writes, inline) = closed_loop_on_one_thread(lanes, 32, |_| ROUNDS).await;
+        // Through the session task, a call under load was applied there (0.00 inline inputs a
+        // call): here nearly every call is added by its caller, and the reply applied by the
+        // session task.
+        assert!(
+            inline * 2 >= calls,
+            "{lanes} lane(s): {inline} inline inputs for {calls} calls"
+        );
+        // The last woken caller writes the batch whole: 32 callers over `lanes` lanes are 16
+        // or 32 calls a write, less the ramp at the start and the end.
+        assert!(
+            writes * 8 <= calls,
+            "{lanes} lane(s): {calls} calls took {writes} writes"
+        );
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn on_one_thread_callers_that_stop_leave_nothing_unwritten() {
+    let _turn = shared_turn().await;
+    // Caller c stops after c + 1 calls: in every round some of the callers the last results
+    // woke do not call again, so no caller is the last one the count waits for, and the calls
+    // of the others are written by the session task, which the first of them woke.
+    let (calls, writes, _) = closed_loop_on_one_thread(1, 48, |c| c + 1).await;
+    assert_eq!(calls, 48 * 49 / 2);
+    assert!(writes <= calls, "{calls} calls took {writes} writes");
+}
