@@ -708,8 +708,8 @@ impl<R: Runtime> SessionTask<R> {
 /// the callers other lanes' results woke among them. Each lane's batch then leaves as soon as
 /// its own callers are back, so the node works on one lane's batch while the client turns the
 /// other's around, rather than receiving both together and answering both together, which
-/// once it happens keeps the lanes in step (measured with `hops`: 1.19x the calls a second,
-/// the node 0.66-0.74 busy instead of 0.57-0.62).
+/// once it happens keeps the lanes in step (measured with `hops`, one node: 1.25x the calls a
+/// second, the node 0.65-0.71 busy instead of 0.59-0.64; `docs/performance.md`).
 pub(crate) fn submit_inline<R: Runtime>(
     hub: &Hub<R>,
     submission: Submission<OneShot>,
