@@ -15,8 +15,9 @@
 //! saves a task hop and a wake-up, which is most of a call's cost for a lone caller; when the
 //! hub is busy, the input goes through the inbox as before. On a runtime of one thread
 //! ([`Runtime::one_thread`]) the callers a batch of results woke also submit their next calls
-//! themselves, and the last of them writes the batch ([`submit_inline`]). Work done outside the session task that arms a timer sooner than the one
-//! the task sleeps on wakes it ([`Msg::Rearm`]).
+//! themselves, and the last of them writes the batch ([`submit_inline`]). Work done outside the
+//! session task that arms a timer sooner than the one the task sleeps on wakes it
+//! ([`Msg::Rearm`]).
 
 use std::collections::{HashMap, HashSet};
 use std::io;

@@ -112,8 +112,10 @@
 //! as the callers start in that time (W2's keys wrap at its 100,000), instead of the
 //! workload's count: every client then runs for the same time, where with a count the faster
 //! client's runs are the shorter ones, and a pause of the machine (another process, the
-//! hypervisor) is a larger share of them, so its rounds spread wider for the same pauses. `--quick` runs a tenth of every count (a smoke test). `--only` and `--client`
-//! restrict the run (for profiling one client with `perf`). `--w3-callers N` changes W3's
+//! hypervisor) is a larger share of them, so its rounds spread wider for the same pauses.
+//! With more than one round, a workload's ceiling is measured again before each round (see
+//! `ceiling_spread` below). `--quick` runs a tenth of every count (a smoke test). `--only` and
+//! `--client` restrict the run (for profiling one client with `perf`). `--w3-callers N` changes W3's
 //! callers: at 64 (2,048 requests in flight) redis-rs's joined form saturates, its per-node
 //! pipelines queue (bounded at 50 by default) and its p99 climbs to hundreds of milliseconds; a
 //! smaller N shows every client unsaturated.
@@ -152,7 +154,7 @@
 //! After the rounds of a workload, one line compares ours with the best peer:
 //!
 //! ```text
-//! W1 ratio deployment=cluster runtime=multi rounds=5 best_peer=fred ops_per_s_x=1.41 (1.30-1.52) cpu_per_op_x=0.55 (0.50-0.60) callers=64 payload=200 ceiling_share=0.81 server_busy=0.52 peer_server_busy=0.40 server_bound_x=2.71 machine_busy=0.84 machine_bound_x=1.62 spread=1.12 peer_spread=1.20
+//! W1 ratio deployment=cluster runtime=multi rounds=5 best_peer=fred ops_per_s_x=1.41 (1.30-1.52) cpu_per_op_x=0.55 (0.50-0.60) callers=64 payload=200 ceiling_share=0.81 server_busy=0.52 peer_server_busy=0.40 server_bound_x=2.71 machine_busy=0.84 machine_bound_x=1.62 spread=1.12 peer_spread=1.20 ceiling_spread=1.25
 //! ```
 //!
 //! In each round the best peer is the peer's run (any form: `fred-pipe` is one) with the highest
@@ -174,7 +176,10 @@
 //! masters on two cores are that case: each has headroom, the machine has none, and a row
 //! whose `machine_bound_x` is below 1.3 is out of any client's reach on this machine at that
 //! server cost. Last, `spread` and `peer_spread`: how far apart the rounds were, the fastest
-//! round's throughput over the slowest's, ours and the best peer's (each round's best). Our
+//! round's throughput over the slowest's, ours and the best peer's (each round's best), and,
+//! where the workload has a ceiling, `ceiling_spread`, the same of the ceilings measured
+//! before each round: the same tool on the same servers, so the machine's own spread. The
+//! `ceiling_share` of the ratio line is our median over the rounds' median ceiling. Our
 //! goal (`docs/performance.md`) is at least 1.3 for `ops_per_s_x` and at most 0.7 for
 //! `cpu_per_op_x`, on every workload, cluster and standalone, with `spread` no wider than
 //! `peer_spread`.
