@@ -221,8 +221,10 @@ pub(crate) struct SessionTask<R: Runtime> {
     /// Every task of the client runs on one thread ([`Runtime::one_thread`]): the callers the
     /// last results woke add their calls themselves, and the last of them writes.
     one_thread: bool,
-    /// A caller added its call without writing, and woke the session task to write in case no
-    /// later caller does; cleared at the task's next pass.
+    /// A caller added its call without writing and woke the session task, whose next drain
+    /// writes it should no later caller; cleared by every drain, which carries out all that
+    /// was added before it (a wake-up taken before the drain of its pass must not stand for
+    /// calls added after that drain).
     nudged: bool,
     /// The timer the session task sleeps on, as of its last pass or a later [`Msg::Rearm`].
     armed: Option<Instant>,
@@ -367,7 +369,6 @@ impl<R: Runtime> SessionTask<R> {
     /// The first step of a pass: applies what woke the task.
     fn wake(&mut self, woke: Woke<R>) -> Pass {
         self.counters.passes.fetch_add(1, Ordering::Relaxed);
-        self.nudged = false;
         let now = Instant::now();
         let msg = match woke {
             Woke::Timer => {
@@ -454,9 +455,11 @@ impl<R: Runtime> SessionTask<R> {
     /// Whether at most `most` plans have requests out. Plans waiting between their steps (a
     /// keeper's period, a turn's poll interval) get no reply and wake nobody, so they do not
     /// count. `in_flight` bounds the count at no cost; the plans are walked only when it does
-    /// not decide.
+    /// not decide, and only up to the first plan past `most`: a walk of every plan for every
+    /// call made a backlog of calls quadratic (on one thread, 18,000 calls a second with a
+    /// master stopped: 120,000 calls still waiting seconds after the arrivals ended).
     fn sending_at_most(&self, most: usize) -> bool {
-        self.session.in_flight() <= most || self.session.sending() <= most
+        self.session.in_flight() <= most || self.session.sending_at_most(most)
     }
 
     /// Whether an input may be applied outside the session task now: not once it ended, nor
@@ -580,6 +583,7 @@ impl<R: Runtime> SessionTask<R> {
 
     /// Carries out the session's outputs until it says what to wait for.
     fn drain(&mut self) -> Option<Instant> {
+        self.nudged = false;
         loop {
             match self.session.poll() {
                 Output::Connect { conn, node, dial } => {

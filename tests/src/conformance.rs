@@ -122,6 +122,41 @@ macro_rules! both_drivers {
     };
 }
 
+/// Runs generic tests of [`both_drivers!`](crate::both_drivers) once more, on the tokio driver
+/// over a current-thread runtime: there the callers a batch of results woke submit their
+/// calls themselves and the last of them writes ([`Runtime::one_thread`]), a path the
+/// multi-thread runs never take. `on_one_thread!(a, b)` adds `on_one_thread::a::tokio` and
+/// `on_one_thread::b::tokio` (one invocation per file); with `exclusive:` the tests take their
+/// own turn, as [`both_drivers!`](crate::both_drivers)'s exclusive arm does.
+#[macro_export]
+macro_rules! on_one_thread {
+    (exclusive: $($name:ident),+ $(,)?) => {
+        mod on_one_thread {
+            $(
+                mod $name {
+                    #[::tokio::test(flavor = "current_thread")]
+                    async fn tokio() {
+                        super::super::$name::<$crate::conformance::Tokio>().await;
+                    }
+                }
+            )+
+        }
+    };
+    ($($name:ident),+ $(,)?) => {
+        mod on_one_thread {
+            $(
+                mod $name {
+                    #[::tokio::test(flavor = "current_thread")]
+                    async fn tokio() {
+                        let _turn = $crate::conformance::shared_turn().await;
+                        super::super::$name::<$crate::conformance::Tokio>().await;
+                    }
+                }
+            )+
+        }
+    };
+}
+
 /// The driver's name, for messages: `"tokio"`, `"async-std"`, or the type's name.
 pub fn driver_name<R: Runtime>() -> &'static str {
     use std::any::TypeId;

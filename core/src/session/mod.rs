@@ -408,6 +408,17 @@ impl<W: Waiters> Session<W> {
         self.ops.iter().filter(|op| op.remaining > 0).count()
     }
 
+    /// Whether at most `most` plans have a batch of requests out ([`Session::sending`]), found
+    /// without counting them all: the walk stops at the first plan past `most`, so it is short
+    /// under load, where a driver asks it for every call.
+    pub fn sending_at_most(&self, most: usize) -> bool {
+        self.ops
+            .iter()
+            .filter(|op| op.remaining > 0)
+            .nth(most)
+            .is_none()
+    }
+
     /// Plans submitted and not yet complete.
     pub fn in_flight(&self) -> usize {
         self.ops.len()

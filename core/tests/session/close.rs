@@ -207,6 +207,8 @@ fn a_graceful_close_refuses_new_plans_and_waits_only_for_requests_out() {
     assert_eq!(h.session.in_flight(), 2);
     // Only the stalled write has a request out; the parked plan has nothing to wait for.
     assert_eq!(h.session.sending(), 1);
+    assert!(!h.session.sending_at_most(0));
+    assert!(h.session.sending_at_most(1));
 
     h.session.stop_accepting();
     let late = h.submit_batch(vec![get(&ka)]);
@@ -220,6 +222,7 @@ fn a_graceful_close_refuses_new_plans_and_waits_only_for_requests_out() {
         Ok(vec![Ok(botmesh_redis_core::Value::Int(2))])
     );
     assert_eq!(h.session.sending(), 0);
+    assert!(h.session.sending_at_most(0));
     h.close();
     assert_eq!(h.take::<()>(&parked), Some(Err(Error::Closed)));
 }

@@ -12,7 +12,7 @@ use tokio::sync::Barrier;
 
 use botmesh_redis_core::{Access, ClientOptions, Executor, Key, Request, Value};
 use botmesh_redis_tests::conformance::{get, Client, Runtime};
-use botmesh_redis_tests::{both_drivers, shared_single, unique_prefix};
+use botmesh_redis_tests::{both_drivers, on_one_thread, shared_single, unique_prefix};
 
 const CALLERS: usize = 64;
 const ROUNDS: usize = 50;
@@ -82,6 +82,10 @@ async fn a_lone_caller_is_written_per_call<R: Runtime>() {
 }
 
 both_drivers!(
+    concurrent_callers_share_writes,
+    a_lone_caller_is_written_per_call
+);
+on_one_thread!(
     concurrent_callers_share_writes,
     a_lone_caller_is_written_per_call
 );

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use botmesh_redis_core::{Access, ClientOptions, Executor, Request, Value};
 use botmesh_redis_tests::conformance::{Client, Runtime};
-use botmesh_redis_tests::{both_drivers, shared_single};
+use botmesh_redis_tests::{both_drivers, on_one_thread, shared_single};
 
 const TASKS: usize = 64;
 
@@ -74,6 +74,10 @@ async fn one_lane_is_one_connection<R: Runtime>() {
 }
 
 both_drivers!(
+    one_node_runs_two_lanes_and_a_task_keeps_to_one,
+    one_lane_is_one_connection
+);
+on_one_thread!(
     one_node_runs_two_lanes_and_a_task_keeps_to_one,
     one_lane_is_one_connection
 );

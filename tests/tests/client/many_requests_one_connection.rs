@@ -10,7 +10,7 @@ use std::time::Duration;
 use botmesh_redis_core::{Access, ClientOptions, Executor, Key, Request, Value};
 use botmesh_redis_tests::conformance::{exclusive, Client, Runtime};
 use botmesh_redis_tests::counters::{client_list, info, master_conns};
-use botmesh_redis_tests::{both_drivers, eventually, shared_cluster, unique_prefix};
+use botmesh_redis_tests::{both_drivers, eventually, on_one_thread, shared_cluster, unique_prefix};
 
 const REQUESTS: usize = 10_000;
 
@@ -104,3 +104,4 @@ async fn ten_thousand_concurrent_requests_use_one_connection_per_master<R: Runti
 }
 
 both_drivers!(exclusive: ten_thousand_concurrent_requests_use_one_connection_per_master);
+on_one_thread!(exclusive: ten_thousand_concurrent_requests_use_one_connection_per_master);

@@ -3,7 +3,9 @@
 //! the driver cannot write at once and hands to a flusher while later requests queue behind.
 use botmesh_redis_core::{Access, ClientOptions, Executor, Key, Request, Value};
 use botmesh_redis_tests::conformance::{set_get, Client, Runtime};
-use botmesh_redis_tests::{both_drivers, shared_cluster, shared_single, unique_prefix};
+use botmesh_redis_tests::{
+    both_drivers, on_one_thread, shared_cluster, shared_single, unique_prefix,
+};
 
 async fn single_node_set_get<R: Runtime>() {
     let node = shared_single();
@@ -94,6 +96,11 @@ async fn writes_larger_than_the_socket_buffer_keep_their_order<R: Runtime>() {
 }
 
 both_drivers!(
+    single_node_set_get,
+    cluster_set_get_many,
+    writes_larger_than_the_socket_buffer_keep_their_order
+);
+on_one_thread!(
     single_node_set_get,
     cluster_set_get_many,
     writes_larger_than_the_socket_buffer_keep_their_order

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use botmesh_redis_core::{Access, ClientOptions, Error, Executor, Key, Request};
 use botmesh_redis_tests::conformance::{Client, Runtime};
-use botmesh_redis_tests::{both_drivers, unique_prefix, ClusterOptions, RedisCluster};
+use botmesh_redis_tests::{
+    both_drivers, on_one_thread, unique_prefix, ClusterOptions, RedisCluster,
+};
 
 const REQUEST_TIMEOUT: Duration = Duration::from_millis(2500);
 /// Scheduling noise on a loaded 2-core machine, on top of the request timeout.
@@ -189,3 +191,4 @@ async fn requests_end_in_time_while_a_master_is_stopped<R: Runtime>() {
 }
 
 both_drivers!(exclusive: requests_end_in_time_while_a_master_is_stopped);
+on_one_thread!(exclusive: requests_end_in_time_while_a_master_is_stopped);
