@@ -12,6 +12,8 @@
 //! driver's own tasks (session, readers, writers, timers, sockets) still run on
 //! `async-global-executor` and the `async-io` reactor, so each driver is exercised for real.
 //! (`tests/async_std_without_tokio.rs` shows that the async-std driver needs no tokio at all.)
+//! [`on_one_thread!`](crate::on_one_thread) runs chosen tests once more on the tokio driver over
+//! a current-thread runtime, whose callers take a path of their own.
 //!
 //! ```no_run
 //! use botmesh_redis_core::{Access, ClientOptions, Executor, Request, Value};

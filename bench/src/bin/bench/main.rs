@@ -109,7 +109,9 @@
 //! round (round r starts with the client after the one that started round r - 1), so that no
 //! client always runs first or last on the servers; each workload ends with a ratio line (see
 //! below). `--round-seconds S` makes each of those runs last S seconds, as many operations
-//! as the callers start in that time (W2's keys wrap at its 100,000), instead of the
+//! as the callers start in that time (W2's keys wrap at its 100,000; where W1's payload is
+//! so large that its count is cut to bound the bytes a run writes, that count stays a bound),
+//! instead of the
 //! workload's count: every client then runs for the same time, where with a count the faster
 //! client's runs are the shorter ones, and a pause of the machine (another process, the
 //! hypervisor) is a larger share of them, so its rounds spread wider for the same pauses.
@@ -774,11 +776,15 @@ enum Length {
     /// Operations `0..n`.
     Ops(usize),
     /// As many operations as the callers start within `run`, numbered from 0 and wrapping at
-    /// `wrap` (a workload's keyspace, see [`Compared::keyspace`]). Every client then runs for
-    /// the same time, so that a pause of the machine weighs the same in each client's
-    /// throughput; with a count of operations, the faster client's runs are shorter and the
-    /// same pause is a larger share of them.
-    Time { run: Duration, wrap: usize },
+    /// `wrap` (a workload's keyspace, see [`Compared::keyspace`]), `most` at most. Every
+    /// client then runs for the same time, so that a pause of the machine weighs the same in
+    /// each client's throughput; with a count of operations, the faster client's runs are
+    /// shorter and the same pause is a larger share of them.
+    Time {
+        run: Duration,
+        wrap: usize,
+        most: usize,
+    },
 }
 
 /// Runs operations `0..total` on `callers` concurrent tasks (caller `i` runs `i`,
@@ -809,7 +815,7 @@ async fn drive_for<W: Worker>(
     // A caller starts an operation while it is below the count or before the deadline.
     let (total, deadline, wrap) = match length {
         Length::Ops(total) => (total, None, usize::MAX),
-        Length::Time { run, wrap } => (usize::MAX, Some(start + run), wrap.max(1)),
+        Length::Time { run, wrap, most } => (most, Some(start + run), wrap.max(1)),
     };
     let mut tasks = Vec::with_capacity(callers);
     for (first, mut worker) in workers.into_iter().enumerate() {
@@ -958,6 +964,9 @@ struct Compared<'a> {
     /// Operation numbers of the open loop and of timed runs (`--round-seconds`) wrap at this
     /// count (W2 has `total` keys); W1's do not wrap, so that every message is new.
     keyspace: usize,
+    /// The most operations a timed run makes: W1's count where its payloads' bytes cut it
+    /// ([`sweep::w1_calls`]), so that the servers' memory stays bounded; else no bound.
+    most: usize,
     /// Run before each client's run (W1 empties the servers).
     before_each: &'a dyn Fn(),
     /// The servers' ceiling measured again, before each round but the first (whose ceiling
@@ -982,6 +991,7 @@ impl<'a> Compared<'a> {
             Some(run) => Length::Time {
                 run,
                 wrap: self.keyspace,
+                most: self.most,
             },
             None => Length::Ops(self.total),
         };
@@ -2122,6 +2132,10 @@ impl<'a, R: Runtime> Workloads<'a, R> {
                 setting,
                 total,
                 keyspace: usize::MAX,
+                most: match sweep::w1_calls(200_000, size) < 200_000 {
+                    true => total,
+                    false => usize::MAX,
+                },
                 // Every client inserts new data.
                 before_each: &flush,
                 ceiling_again: &|| {
@@ -2199,6 +2213,7 @@ impl<'a, R: Runtime> Workloads<'a, R> {
             setting,
             total,
             keyspace: total,
+            most: usize::MAX,
             before_each: &|| {},
             ceiling_again: &|| {
                 self.ceiling(&setting, || ceiling::w2(self.servers, total, VALUE_LEN))
@@ -2299,6 +2314,7 @@ impl<'a, R: Runtime> Workloads<'a, R> {
             },
             total,
             keyspace: usize::MAX,
+            most: usize::MAX,
             before_each: &|| {},
             ceiling_again: &|| None,
         };
