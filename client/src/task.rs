@@ -388,7 +388,7 @@ impl<R: Runtime> SessionTask<R> {
         // A submitted plan that is the only one in the session, when the last results woke no
         // other caller, has nobody to wait for (a lone caller, calls arriving one at a time):
         // it is written at once, without the scheduling round of the yield.
-        let lone = submit && self.awaited == 0 && self.sending_at_most(1);
+        let lone = submit && self.awaited == 0 && self.session.sending_at_most(1);
         Pass::Gather { closing, lone }
     }
 
@@ -452,16 +452,6 @@ impl<R: Runtime> SessionTask<R> {
         }
     }
 
-    /// Whether at most `most` plans have requests out. Plans waiting between their steps (a
-    /// keeper's period, a turn's poll interval) get no reply and wake nobody, so they do not
-    /// count. `in_flight` bounds the count at no cost; the plans are walked only when it does
-    /// not decide, and only up to the first plan past `most`: a walk of every plan for every
-    /// call made a backlog of calls quadratic (on one thread, 18,000 calls a second with a
-    /// master stopped: 120,000 calls still waiting seconds after the arrivals ended).
-    fn sending_at_most(&self, most: usize) -> bool {
-        self.session.in_flight() <= most || self.session.sending_at_most(most)
-    }
-
     /// Whether an input may be applied outside the session task now: not once it ended, nor
     /// in a graceful close (whose end the task watches).
     fn takes_inline(&self) -> bool {
@@ -513,7 +503,7 @@ impl<R: Runtime> SessionTask<R> {
     /// Whether a graceful close is over: nothing is out, or its grace ran out.
     fn drained(&self, now: Instant) -> bool {
         self.grace_until
-            .is_some_and(|until| self.session.sending() == 0 || now >= until)
+            .is_some_and(|until| self.session.sending_at_most(0) || now >= until)
     }
 
     /// Applies one message; returns whether the client is closing. Every connection event goes
@@ -723,15 +713,15 @@ pub(crate) fn submit_inline<R: Runtime>(
         return Some(submission);
     };
     // The caller itself may be the one caller the last results woke.
-    let alone = task.awaited <= 1 && task.sending_at_most(0);
+    let alone = task.awaited <= 1 && task.session.sending_at_most(0);
     let woken_on_one_thread = task.one_thread && task.awaited > 0;
     if !task.takes_inline() || !(alone || woken_on_one_thread) {
         return Some(submission);
     }
     let now = Instant::now();
-    if !alone && task.awaited > 1 {
-        // Callers the results woke are still to come: the last of them writes. The session
-        // task is woken once, to write should none of them call again.
+    if task.awaited > 1 {
+        // Woken with others still to come (a lone caller counts at most one): the last of them
+        // writes. The session task is woken once, to write should none of them call again.
         task.apply(Msg::Submit(submission), now);
         task.counters.inline.fetch_add(1, Ordering::Relaxed);
         if !task.nudged {
@@ -768,7 +758,7 @@ fn read_inline<R: Runtime>(
     let Ok(mut task) = hub.try_lock() else {
         return Some(event);
     };
-    if !task.takes_inline() || !task.events.idle() || !task.sending_at_most(1) {
+    if !task.takes_inline() || !task.events.idle() || !task.session.sending_at_most(1) {
         return Some(event);
     }
     task.deferred = Some(Deferred::default());
