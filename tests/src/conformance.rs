@@ -133,24 +133,19 @@ macro_rules! both_drivers {
 #[macro_export]
 macro_rules! on_one_thread {
     (exclusive: $($name:ident),+ $(,)?) => {
-        mod on_one_thread {
-            $(
-                mod $name {
-                    #[::tokio::test(flavor = "current_thread")]
-                    async fn tokio() {
-                        super::super::$name::<$crate::conformance::Tokio>().await;
-                    }
-                }
-            )+
-        }
+        $crate::on_one_thread!(@tests (), $($name),+);
     };
     ($($name:ident),+ $(,)?) => {
+        $crate::on_one_thread!(@tests $crate::conformance::shared_turn().await, $($name),+);
+    };
+    // Each test holds `$turn` (the shared turn, or nothing) for its body.
+    (@tests $turn:expr, $($name:ident),+) => {
         mod on_one_thread {
             $(
                 mod $name {
                     #[::tokio::test(flavor = "current_thread")]
                     async fn tokio() {
-                        let _turn = $crate::conformance::shared_turn().await;
+                        let _turn = $turn;
                         super::super::$name::<$crate::conformance::Tokio>().await;
                     }
                 }
