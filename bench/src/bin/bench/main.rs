@@ -111,16 +111,15 @@
 //! below). `--round-seconds S` makes each of those runs last S seconds, as many operations
 //! as the callers start in that time (W2's keys wrap at its 100,000; where W1's payload is
 //! so large that its count is cut to bound the bytes a run writes, that count stays a bound),
-//! instead of the
-//! workload's count: every client then runs for the same time, where with a count the faster
-//! client's runs are the shorter ones, and a pause of the machine (another process, the
-//! hypervisor) is a larger share of them, so its rounds spread wider for the same pauses.
-//! With more than one round, a workload's ceiling is measured again before each round (see
-//! `ceiling_spread` below). `--quick` runs a tenth of every count (a smoke test). `--only` and
-//! `--client` restrict the run (for profiling one client with `perf`). `--w3-callers N` changes W3's
-//! callers: at 64 (2,048 requests in flight) redis-rs's joined form saturates, its per-node
-//! pipelines queue (bounded at 50 by default) and its p99 climbs to hundreds of milliseconds; a
-//! smaller N shows every client unsaturated.
+//! instead of the workload's count: every client then runs for the same time, where with a
+//! count the faster client's runs are the shorter ones, and a pause of the machine (another
+//! process, the hypervisor) is a larger share of them, so its rounds spread wider for the
+//! same pauses. With more than one round, a workload's ceiling is measured again before each
+//! round (see `ceiling_spread` below). `--quick` runs a tenth of every count (a smoke test).
+//! `--only` and `--client` restrict the run (for profiling one client with `perf`).
+//! `--w3-callers N` changes W3's callers: at 64 (2,048 requests in flight) redis-rs's joined
+//! form saturates, its per-node pipelines queue (bounded at 50 by default) and its p99 climbs
+//! to hundreds of milliseconds; a smaller N shows every client unsaturated.
 //!
 //! # What is printed
 //!
@@ -2119,30 +2118,32 @@ impl<'a, R: Runtime> Workloads<'a, R> {
             let total = self.args.scaled(sweep::w1_calls(200_000, size));
             let payload = Bytes::from(vec![b'p'; size]);
             eprintln!("# W1: save_message over {CHATS} chats, {size}-byte payloads, {total} calls");
-            let mut setting = Setting {
+            let setting = Setting {
                 workload: "W1",
                 callers: CALLERS,
                 payload: Some(size),
                 ceiling: None,
             };
-            setting.ceiling = self.ceiling(&setting, || {
-                ceiling::w1(self.servers, &self.ks, &digest, size)
-            });
+            let measure_ceiling = || {
+                self.ceiling(&setting, || {
+                    ceiling::w1(self.servers, &self.ks, &digest, size)
+                })
+            };
             let compared = Compared {
-                setting,
+                setting: Setting {
+                    ceiling: measure_ceiling(),
+                    ..setting
+                },
                 total,
                 keyspace: usize::MAX,
-                most: match sweep::w1_calls(200_000, size) < 200_000 {
-                    true => total,
-                    false => usize::MAX,
+                most: if sweep::w1_calls(200_000, size) < 200_000 {
+                    total
+                } else {
+                    usize::MAX
                 },
                 // Every client inserts new data.
                 before_each: &flush,
-                ceiling_again: &|| {
-                    self.ceiling(&setting, || {
-                        ceiling::w1(self.servers, &self.ks, &digest, size)
-                    })
-                },
+                ceiling_again: &measure_ceiling,
             };
             self.sweep(compared, &self.args.callers, |compared| {
                 let mut list = Vec::new();
@@ -2202,22 +2203,24 @@ impl<'a, R: Runtime> Workloads<'a, R> {
         .await;
         assert_eq!(loaded.errors, 0, "W2 preload: {:?}", loaded.first_error);
         eprintln!("# W2: GET of {total} existing keys");
-        let mut setting = Setting {
+        let setting = Setting {
             workload: "W2",
             callers: CALLERS,
             payload: Some(VALUE_LEN),
             ceiling: None,
         };
-        setting.ceiling = self.ceiling(&setting, || ceiling::w2(self.servers, total, VALUE_LEN));
+        let measure_ceiling =
+            || self.ceiling(&setting, || ceiling::w2(self.servers, total, VALUE_LEN));
         let compared = Compared {
-            setting,
+            setting: Setting {
+                ceiling: measure_ceiling(),
+                ..setting
+            },
             total,
             keyspace: total,
             most: usize::MAX,
             before_each: &|| {},
-            ceiling_again: &|| {
-                self.ceiling(&setting, || ceiling::w2(self.servers, total, VALUE_LEN))
-            },
+            ceiling_again: &measure_ceiling,
         };
         self.sweep(compared, &self.args.callers, |compared| {
             let mut list = Vec::new();
