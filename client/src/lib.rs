@@ -10,11 +10,12 @@
 //!
 //! ## Lanes and tasks
 //!
-//! A client runs [`ClientOptions::lanes`] lanes (2 on one node, 1 on a cluster): each a
-//! [`Session`] with its own session task and its own connection to every node. A call goes
-//! to the lane of the task that polls it (its waker's address, hashed), so a task's calls
-//! stay in one lane, in order; two lanes to one node overlap the node's work on one lane's
-//! batch with the client's turnaround of the other's. Detached plans take the first lane.
+//! A client runs [`ClientOptions::lanes`] lanes (on one node the runtime's
+//! [`Runtime::ONE_NODE_LANES`], 1 on a cluster): each a [`Session`] with its own session task
+//! and its own connection to every node. A call goes to the lane of the task that polls it
+//! (its waker's address, hashed), so a task's calls stay in one lane, in order; lanes to one
+//! node overlap the node's work on one lane's batch with the client's turnaround of the
+//! others'. Detached plans take the first lane.
 //! Everything below is per lane.
 //!
 //! ```text
@@ -121,6 +122,13 @@ pub trait Runtime: Send + Sync + 'static {
         spawner: &Self::Spawner,
         task: F,
     ) -> Self::Task;
+
+    /// How many lanes a client of one node runs unless its options say
+    /// ([`ClientOptions::lanes`]): enough that the node always has a lane's batch to work on
+    /// while the client turns the others' replies around, and no more, since each lane halves
+    /// the batches further. The count depends on how the runtime runs the lanes' tasks, so
+    /// each driver measures its own (`docs/performance.md`, "Four lanes to one node").
+    const ONE_NODE_LANES: usize = 2;
 
     /// Spawns `task` with `spawner`, to run to its end on its own.
     fn spawn_detached<F: Future<Output = ()> + Send + 'static>(spawner: &Self::Spawner, task: F);
@@ -366,7 +374,7 @@ impl<R: Runtime> Client<R> {
         let config = options.to_config(seed.finish())?;
         let deployment = config.endpoints.deployment();
         let tls = tls::connector(&options)?;
-        let lanes = (0..options.lane_count() as u64)
+        let lanes = (0..options.lane_count(R::ONE_NODE_LANES) as u64)
             .map(|lane| {
                 let mut config = config.clone();
                 // Each lane's retries jitter apart, even from a seed the options fixed.
@@ -397,6 +405,11 @@ impl<R: Runtime> Client<R> {
                 _runtime: PhantomData,
             }),
         })
+    }
+
+    /// How many lanes this client runs ([`ClientOptions::lanes`]).
+    pub fn lanes(&self) -> usize {
+        self.shared.lanes.len()
     }
 
     /// Whether this client talks to a cluster.

@@ -319,13 +319,14 @@ fn lanes_default_by_deployment_are_set_by_name_and_bounded() {
         serde_json::from_str::<ClientConfig>(json)
             .unwrap()
             .into_options()
-            .map(|options| options.lane_count())
+            // 5 stands for the driver's count for one node (`Runtime::ONE_NODE_LANES`).
+            .map(|options| options.lane_count(5))
     };
-    assert_eq!(lanes(r#"{ "url": "redis://127.0.0.1:6379" }"#), Ok(2));
-    assert_eq!(lanes(r#"{ "url": "unix:///run/redis.sock" }"#), Ok(2));
+    assert_eq!(lanes(r#"{ "url": "redis://127.0.0.1:6379" }"#), Ok(5));
+    assert_eq!(lanes(r#"{ "url": "unix:///run/redis.sock" }"#), Ok(5));
     assert_eq!(
         lanes(r#"{ "sentinel": { "sentinels": ["10.0.0.1"], "master_name": "bots" } }"#),
-        Ok(2)
+        Ok(5)
     );
     assert_eq!(lanes(r#"{ "nodes": ["10.0.0.1:7000"] }"#), Ok(1));
     assert_eq!(

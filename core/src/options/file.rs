@@ -74,7 +74,7 @@ pub struct ClientConfig {
     pub refresh_interval_ms: Option<u64>,
     /// [`ClientOptions::max_reply_elements`].
     pub max_reply_elements: Option<u64>,
-    /// [`ClientOptions::lanes`] (default 2 on one node, 1 on a cluster).
+    /// [`ClientOptions::lanes`] (default on one node the driver's count, on a cluster 1).
     pub lanes: Option<usize>,
     /// TLS to every node ([`ClientOptions::tls`]), with these settings; left out, TLS
     /// follows the URLs' scheme (`rediss://`) with the default settings.

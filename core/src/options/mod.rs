@@ -277,15 +277,17 @@ impl ClientOptions {
     }
 
     /// How many lanes the client runs: each lane is a session of its own, with its own
-    /// connection to every node, and the calls of one task stay in one lane. Default: 2 for
-    /// one node (a URL, a Unix socket, or the master of a Sentinel deployment), 1 for a
-    /// cluster; at most [`MAX_LANES`], and 0 is refused ([`ConfigError::LaneCount`]).
+    /// connection to every node, and the calls of one task stay in one lane. Default: 1 for a
+    /// cluster; for one node (a URL, a Unix socket, or the master of a Sentinel deployment)
+    /// the driver's count, which its runtime measured best (4 on tokio, 2 on async-std: see
+    /// [`ClientOptions::lane_count`]); at most [`MAX_LANES`], and 0 is refused
+    /// ([`ConfigError::LaneCount`]).
     ///
     /// A lane carries its calls to a node in batches, one batch in flight per connection:
-    /// while the node works on one lane's batch, the client turns the other lane's replies
-    /// into the next batch, so neither waits for the other. On one node that measured 1.4-1.5
-    /// times the calls per second of one lane on tokio's current-thread runtime, up to 1.3
-    /// times on its multi-thread one (`docs/performance.md`, "Two lanes to one node"); a
+    /// while the node works on one lane's batch, the client turns the other lanes' replies
+    /// into their next batches, so the node does not wait for the client. On one node, 64
+    /// callers, tokio, four lanes measured 1.3-1.4 times the `GET`s a second of two, at the
+    /// same or less CPU a call (`docs/performance.md`, "Four lanes to one node"); a
     /// cluster's connections to its masters already overlap so, and a second lane there
     /// measured slower (each batch halved for nothing). Each lane costs a connection per
     /// node (and, for a Sentinel deployment, a subscription per lane).
@@ -308,12 +310,14 @@ impl ClientOptions {
         self
     }
 
-    /// The lanes a client of these options runs ([`ClientOptions::lanes`], or the
-    /// deployment's default).
-    pub fn lane_count(&self) -> usize {
+    /// The lanes a client of these options runs: the count given to
+    /// [`ClientOptions::lanes`], else 1 on a cluster and `one_node` on one node, the driver's
+    /// own default (its runtime's `ONE_NODE_LANES`: how many lanes keep one node busy depends
+    /// on how the runtime runs the lanes' tasks).
+    pub fn lane_count(&self, one_node: usize) -> usize {
         match (self.lanes, self.deployment()) {
             (Some(n), _) => n,
-            (None, Deployment::Single) => 2,
+            (None, Deployment::Single) => one_node,
             (None, Deployment::Cluster) => 1,
         }
     }

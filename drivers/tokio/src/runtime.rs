@@ -68,6 +68,12 @@ impl Runtime for Tokio {
     /// The runtime the client starts on.
     type Spawner = tokio::runtime::Handle;
 
+    /// Four: on one node, 64 callers, four lanes measured 1.3x the `GET`s a second of two on
+    /// the multi-thread runtime and 1.4x on the current-thread one, at the same or less CPU a
+    /// call; six were slower on one thread (`docs/performance.md`, "Four lanes to one
+    /// node").
+    const ONE_NODE_LANES: usize = 4;
+
     /// Panics outside a tokio runtime, as `tokio::spawn` does: a client starts within one.
     fn spawner() -> tokio::runtime::Handle {
         tokio::runtime::Handle::current()

@@ -19,7 +19,7 @@ const ROUNDS: usize = 50;
 
 async fn concurrent_callers_share_writes<R: Runtime>() {
     let node = shared_single();
-    // One lane, so that the 64 callers meet in one session's batches (two lanes halve each
+    // One lane, so that the 64 callers meet in one session's batches (more lanes split each
     // batch, and overlap them: `lanes.rs`).
     let options = ClientOptions::url(node.url()).lanes(1);
     let client = Client::<R>::connect(options).await.unwrap();

@@ -57,7 +57,7 @@ async fn a_hanging_connect_ends_at_the_connect_timeout_and_leaves_no_task<R: Run
     );
     // The connect task was cancelled with the connection: only the lanes' session tasks are
     // left (the other lane dialled nothing).
-    let lanes = options.lane_count() as u64;
+    let lanes = client.lanes() as u64;
     eventually(
         Duration::from_secs(5),
         "the connect task to end with its connection",

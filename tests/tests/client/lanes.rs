@@ -1,7 +1,8 @@
-//! Lanes ([`ClientOptions::lanes`]): a client of one node runs two by default, each with its
-//! own connection, both checked by `connect`; the calls of one task stay in one lane (the
-//! same connection, so in order), whether awaited in turn or joined in one poll; the calls of
-//! many tasks spread over both; `lanes(1)` is one connection. The cluster's default of one
+//! Lanes ([`ClientOptions::lanes`]): a client of one node runs its driver's count by default
+//! (`Runtime::ONE_NODE_LANES`: 4 on tokio, 2 on async-std), each with its own connection,
+//! every one checked by `connect`; the calls of one task stay in one lane (the same
+//! connection, so in order), whether awaited in turn or joined in one poll; the calls of many
+//! tasks spread over all of them; `lanes(1)` is one connection. The cluster's default of one
 //! lane is `many_requests_one_connection`'s one connection per master.
 
 use std::collections::BTreeSet;
@@ -48,18 +49,28 @@ async fn connections_of_tasks<R: Runtime>(client: &Client<R>) -> BTreeSet<i64> {
     used
 }
 
-async fn one_node_runs_two_lanes_and_a_task_keeps_to_one<R: Runtime>() {
+async fn one_node_runs_the_drivers_lanes_and_a_task_keeps_to_one<R: Runtime>() {
     let options = ClientOptions::url(shared_single().url());
-    assert_eq!(options.lane_count(), 2);
     let client = Client::<R>::connect(options).await.unwrap();
-    // `connect` checked both lanes: each dialled its connection.
+    let lanes = R::ONE_NODE_LANES;
+    assert_eq!(client.lanes(), lanes);
+    // `connect` checked every lane: each dialled its connection.
     let stats = client.stats();
-    assert_eq!((stats.dials, stats.connections), (2, 2), "{stats:?}");
+    assert_eq!(
+        (stats.dials, stats.connections),
+        (lanes as u64, lanes as u64),
+        "{stats:?}"
+    );
     let used = connections_of_tasks(&client).await;
-    // 64 tasks each on one lane of two: all on one would be a chance of 2 in 2^64.
-    assert_eq!(used.len(), 2, "the tasks' calls went on {used:?}");
+    // 64 tasks each on one lane of four: one lane left out would be a chance of
+    // 4 * (3/4)^64, about 1 in 10^7.
+    assert_eq!(used.len(), lanes, "the tasks' calls went on {used:?}");
     let stats = client.stats();
-    assert_eq!((stats.dials, stats.connections), (2, 2), "{stats:?}");
+    assert_eq!(
+        (stats.dials, stats.connections),
+        (lanes as u64, lanes as u64),
+        "{stats:?}"
+    );
     client.close().await;
 }
 
@@ -74,10 +85,10 @@ async fn one_lane_is_one_connection<R: Runtime>() {
 }
 
 both_drivers!(
-    one_node_runs_two_lanes_and_a_task_keeps_to_one,
+    one_node_runs_the_drivers_lanes_and_a_task_keeps_to_one,
     one_lane_is_one_connection
 );
 on_one_thread!(
-    one_node_runs_two_lanes_and_a_task_keeps_to_one,
+    one_node_runs_the_drivers_lanes_and_a_task_keeps_to_one,
     one_lane_is_one_connection
 );

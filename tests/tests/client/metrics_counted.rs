@@ -94,8 +94,8 @@ async fn requests_are_counted_by_operation_and_outcome<R: Runtime>() {
     let node = shared_single();
     let options = ClientOptions::url(node.url());
     // `connect` checks each lane, on a connection of its own.
-    let lanes = options.lane_count();
     let (client, mut totals) = recorded::<R>(options).await;
+    let lanes = client.lanes();
     let store = Store::open(client.clone(), StoreOptions::new(unique_prefix("metrics")))
         .await
         .unwrap();
