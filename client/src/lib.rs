@@ -123,13 +123,6 @@ pub trait Runtime: Send + Sync + 'static {
         task: F,
     ) -> Self::Task;
 
-    /// How many lanes a client of one node runs unless its options say
-    /// ([`ClientOptions::lanes`]): enough that the node always has a lane's batch to work on
-    /// while the client turns the others' replies around, and no more, since each lane halves
-    /// the batches further. The count depends on how the runtime runs the lanes' tasks, so
-    /// each driver measures its own (`docs/performance.md`, "Four lanes to one node").
-    const ONE_NODE_LANES: usize = 2;
-
     /// Spawns `task` with `spawner`, to run to its end on its own.
     fn spawn_detached<F: Future<Output = ()> + Send + 'static>(spawner: &Self::Spawner, task: F);
 
@@ -142,6 +135,13 @@ pub trait Runtime: Send + Sync + 'static {
         let _ = spawner;
         false
     }
+
+    /// How many lanes a client of one node runs unless its options say
+    /// ([`ClientOptions::lanes`]): enough that the node always has a lane's batch to work on
+    /// while the client turns the others' replies around, and no more, since each lane splits
+    /// the batches further. The count depends on how the runtime runs the lanes' tasks, so
+    /// each driver measures its own (`docs/performance.md`, "Four lanes to one node").
+    const ONE_NODE_LANES: usize = 2;
 
     /// Completes at `at`.
     fn sleep_until(at: Instant) -> impl Future<Output = ()> + Send;
