@@ -56,7 +56,7 @@ async fn a_hanging_connect_ends_at_the_connect_timeout_and_leaves_no_task<R: Run
         "ended after {elapsed:?}"
     );
     // The connect task was cancelled with the connection: only the lanes' session tasks are
-    // left (the other lane dialled nothing).
+    // left (the other lanes dialled nothing).
     let lanes = client.lanes() as u64;
     eventually(
         Duration::from_secs(5),

@@ -62,8 +62,8 @@ async fn one_node_runs_the_drivers_lanes_and_a_task_keeps_to_one<R: Runtime>() {
         "{stats:?}"
     );
     let used = connections_of_tasks(&client).await;
-    // 64 tasks each on one lane of four: one lane left out would be a chance of
-    // 4 * (3/4)^64, about 1 in 10^7.
+    // 64 tasks each on one lane of at most four: one lane left out would be a chance of at
+    // most 4 * (3/4)^64, about 1 in 10^7.
     assert_eq!(used.len(), lanes, "the tasks' calls went on {used:?}");
     let stats = client.stats();
     assert_eq!(
