@@ -140,8 +140,9 @@ pub trait Runtime: Send + Sync + 'static {
     /// ([`ClientOptions::lanes`]): enough that the node always has a lane's batch to work on
     /// while the client turns the others' replies around, and no more, since each lane splits
     /// the batches further. The count depends on how the runtime runs the lanes' tasks, so
-    /// each driver measures its own (`docs/performance.md`, "Four lanes to one node").
-    const ONE_NODE_LANES: usize = 2;
+    /// each driver measures and states its own (`docs/performance.md`, "Four lanes to one
+    /// node").
+    const ONE_NODE_LANES: usize;
 
     /// Completes at `at`.
     fn sleep_until(at: Instant) -> impl Future<Output = ()> + Send;

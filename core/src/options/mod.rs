@@ -279,7 +279,7 @@ impl ClientOptions {
     /// How many lanes the client runs: each lane is a session of its own, with its own
     /// connection to every node, and the calls of one task stay in one lane. Default: 1 for a
     /// cluster; for one node (a URL, a Unix socket, or the master of a Sentinel deployment)
-    /// the driver's count, which its runtime measured best (4 on tokio, 2 on async-std: see
+    /// the driver's count, the one its runtime measured best (see
     /// [`ClientOptions::lane_count`]); at most [`MAX_LANES`], and 0 is refused
     /// ([`ConfigError::LaneCount`]).
     ///
