@@ -273,6 +273,8 @@ struct Shared<R: Runtime> {
 struct Lane<R: Runtime> {
     /// The callers' inbox of the session task.
     tx: Calls<R>,
+    /// On a runtime of one thread, the results delivered that their callers have not taken.
+    unclaimed: Option<task::Unclaimed>,
     /// The session task's state, for a lone call that submits itself.
     hub: Hub<R>,
     counters: Arc<Counters>,
@@ -384,7 +386,7 @@ impl<R: Runtime> Client<R> {
                 let (closed_tx, closed) = async_channel::bounded(1);
                 let counters = Arc::new(Counters::default());
                 let instruments = instruments::Instruments::new(registry.clone());
-                let (hub, tx) = task::start::<R>(
+                let (hub, tx, unclaimed) = task::start::<R>(
                     session,
                     closed_tx,
                     Arc::clone(&counters),
@@ -393,6 +395,7 @@ impl<R: Runtime> Client<R> {
                 );
                 Lane {
                     tx,
+                    unclaimed,
                     hub,
                     counters,
                     closed,
@@ -545,7 +548,7 @@ struct Running<'a, R: Runtime, T> {
     span: Option<tracing::Span>,
     /// The plan until the first poll submits it.
     submission: Option<Submission<task::OneShot>>,
-    /// The lane to submit in; the calling task's when `None`.
+    /// The lane to submit in; the calling task's when `None`, until the first poll fixes it.
     lane: Option<usize>,
     rx: oneshot::AsyncReceiver<Delivery<T>>,
 }
@@ -591,8 +594,9 @@ impl<R: Runtime, T: Send + 'static> Future for Running<'_, R, T> {
         if let Some(submission) = submission.take() {
             // Written at once by this task when the session is free, else through the lane's
             // inbox.
-            let lane = &shared.lanes[lane.unwrap_or_else(|| shared.lane(cx.waker()))];
-            if let Some(submission) = task::submit_inline(&lane.hub, submission) {
+            let lane = &shared.lanes[*lane.get_or_insert_with(|| shared.lane(cx.waker()))];
+            let woken = lane.unclaimed.as_ref().is_some_and(|u| u.woke(cx.waker()));
+            if let Some(submission) = task::submit_inline(&lane.hub, submission, woken) {
                 if lane.tx.send(Msg::Submit(submission)).is_err() {
                     return Poll::Ready(ended(span, traced, Err(Error::Closed)));
                 }
@@ -600,6 +604,10 @@ impl<R: Runtime, T: Send + 'static> Future for Running<'_, R, T> {
         }
         let result = match ready!(Pin::new(rx).poll(cx)) {
             Ok(Delivery { result, summary }) => {
+                // Submitted, so the lane is fixed.
+                if let Some(unclaimed) = lane.and_then(|i| shared.lanes[i].unclaimed.as_ref()) {
+                    unclaimed.claimed(cx.waker());
+                }
                 if let Some(summary) = summary.filter(|_| traced) {
                     record(span, &summary);
                 }

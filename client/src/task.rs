@@ -23,6 +23,7 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::task::Waker;
 use std::time::Instant;
 
 use bytes::BytesMut;
@@ -196,6 +197,59 @@ fn lock<R: Runtime>(hub: &Mutex<SessionTask<R>>) -> MutexGuard<'_, SessionTask<R
     hub.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// On a runtime of one thread, which callers the last results woke: the results delivered
+/// that their callers have not taken yet (their tasks are still queued to run), and the task
+/// that took one last. A call is a woken caller's when its task is the one that last took a
+/// result; any other is a new arrival (a message's handler, a timer's task), which goes
+/// through the session task's pass as under any other load. The count of submits cannot tell
+/// them apart: once woken callers stopped calling (a handler that ends with its reply), new
+/// arrivals were taken for the callers still expected, held back for a submit that never
+/// came and written in part-batches; an open loop of such calls (a task per call) collapsed
+/// at half the client's closed-loop rate (`docs/performance.md`, "Woken callers that do not
+/// call again").
+#[derive(Clone, Default)]
+pub(crate) struct Unclaimed(Arc<Claims>);
+
+#[derive(Default)]
+pub(crate) struct Claims {
+    /// Results delivered and not taken.
+    pending: AtomicUsize,
+    /// The waker data address of the task that took a result last.
+    last: AtomicUsize,
+}
+
+impl Unclaimed {
+    fn delivered(&self) {
+        self.0.pending.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The task woken by `waker` took its result. Saturating: the session task forgets the
+    /// count on each of its passes (a dropped call's result is never taken).
+    pub(crate) fn claimed(&self, waker: &Waker) {
+        let _ = self
+            .0
+            .pending
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        self.0.last.store(waker.data().addr(), Ordering::Relaxed);
+    }
+
+    /// Whether the task of `waker` is the one that took a result last: its call is a woken
+    /// caller's.
+    pub(crate) fn woke(&self, waker: &Waker) -> bool {
+        self.0.last.load(Ordering::Relaxed) == waker.data().addr()
+    }
+
+    /// Whether a woken caller is still to run.
+    fn any(&self) -> bool {
+        self.0.pending.load(Ordering::Relaxed) > 0
+    }
+
+    fn forget(&self) {
+        self.0.pending.store(0, Ordering::Relaxed);
+        self.0.last.store(0, Ordering::Relaxed);
+    }
+}
+
 /// The session task's state: the session (all protocol state) and each connection's I/O.
 pub(crate) struct SessionTask<R: Runtime> {
     session: Session<OneShot>,
@@ -218,9 +272,10 @@ pub(crate) struct SessionTask<R: Runtime> {
     /// Callers the last drains woke (results delivered) that have not submitted since, as far
     /// as the count of submits tells: the ones the yield before a write waits for.
     awaited: usize,
-    /// Every task of the client runs on one thread ([`Runtime::one_thread`]): the callers the
-    /// last results woke add their calls themselves, and the last of them writes.
-    one_thread: bool,
+    /// When every task of the client runs on one thread ([`Runtime::one_thread`]), which
+    /// callers the last results woke: they add their calls themselves, and the last of them
+    /// writes. `None` on other runtimes.
+    unclaimed: Option<Unclaimed>,
     /// A caller added its call without writing and woke the session task, whose next drain
     /// writes it should no later caller; cleared by every drain, which carries out all that
     /// was added before it (a wake-up taken before the drain of its pass must not stand for
@@ -262,14 +317,15 @@ impl Deferred {
     }
 }
 
-/// Starts a client's session task; yields the hub and the callers' inbox.
+/// Starts a client's session task; yields the hub, the callers' inbox and, on a runtime of one
+/// thread, the count of results their callers have not taken.
 pub(crate) fn start<R: Runtime>(
     session: Session<OneShot>,
     closed: async_channel::Sender<()>,
     counters: Arc<Counters>,
     tls: Option<TlsConnector>,
     instruments: instruments::Instruments,
-) -> (Hub<R>, Calls<R>) {
+) -> (Hub<R>, Calls<R>, Option<Unclaimed>) {
     // Two inboxes: what the connections report (replies, closes, flushed writes) and what
     // callers ask. Each pass takes the first before the second, so that a backlog of new calls
     // never holds back the replies of earlier ones, nor makes a healthy connection look silent
@@ -277,6 +333,8 @@ pub(crate) fn start<R: Runtime>(
     let (tx, events) = futures_channel::mpsc::unbounded();
     let (calls_tx, calls) = calls::inbox();
     let spawner = R::spawner();
+    let one_thread = R::one_thread(&spawner);
+    let unclaimed = one_thread.then(Unclaimed::default);
     let hub = Arc::new_cyclic(|hub| {
         Mutex::new(SessionTask::<R> {
             session,
@@ -293,7 +351,7 @@ pub(crate) fn start<R: Runtime>(
             dialled: HashSet::new(),
             instruments,
             awaited: 0,
-            one_thread: R::one_thread(&spawner),
+            unclaimed: unclaimed.clone(),
             nudged: false,
             armed: None,
             ended: false,
@@ -302,7 +360,7 @@ pub(crate) fn start<R: Runtime>(
     });
     let task = run::<R>(Arc::clone(&hub), events, calls, closed);
     R::spawn_detached(&spawner, counted(&counters, task));
-    (hub, calls_tx)
+    (hub, calls_tx, unclaimed)
 }
 
 /// What one wake of the session task came to.
@@ -404,6 +462,9 @@ impl<R: Runtime> SessionTask<R> {
         // The callers woken before had their chance to submit; what this pass's drain delivers
         // counts afresh.
         self.awaited = 0;
+        if let Some(unclaimed) = &self.unclaimed {
+            unclaimed.forget();
+        }
         if closing || self.drained(Instant::now()) {
             return None;
         }
@@ -628,6 +689,10 @@ impl<R: Runtime> SessionTask<R> {
                     // so a caller that reads the metrics after its call sees the call in them.
                     self.instruments.completed(completion.summary());
                     self.instruments.observe(&self.session);
+                    // Counted before the caller can hear of it, which it then takes back.
+                    if let Some(unclaimed) = &self.unclaimed {
+                        unclaimed.delivered();
+                    }
                     match &mut self.deferred {
                         Some(deferred) => deferred.push(completion),
                         None => completion.deliver(),
@@ -694,11 +759,12 @@ impl<R: Runtime> SessionTask<R> {
 
 /// A caller's call, submitted from the caller's own task when the hub is free and either the
 /// caller is alone (no other plan has requests out, no other caller was just woken) or every
-/// task runs on one thread and the last results woke this caller. Yields the submission back
-/// when it must go through the callers' inbox.
+/// task runs on one thread and the last results woke this caller (`woken`, [`Unclaimed`]).
+/// Yields the submission back when it must go through the callers' inbox.
 ///
 /// A lone caller writes its call at once. On one thread, the callers a batch of results woke
-/// run one after another: each adds its call, and the last of them writes the batch, where
+/// run one after another: each adds its call while another of them is still to run (a result
+/// not yet taken), and the last of them writes the batch, where
 /// the session task would have written it only after every task queued meanwhile had run,
 /// the callers other lanes' results woke among them. Each lane's batch then leaves as soon as
 /// its own callers are back, so the node works on one lane's batch while the client turns the
@@ -708,19 +774,20 @@ impl<R: Runtime> SessionTask<R> {
 pub(crate) fn submit_inline<R: Runtime>(
     hub: &Hub<R>,
     submission: Submission<OneShot>,
+    woken: bool,
 ) -> Option<Submission<OneShot>> {
     let Ok(mut task) = hub.try_lock() else {
         return Some(submission);
     };
     // The caller itself may be the one caller the last results woke.
     let alone = task.awaited <= 1 && task.session.sending_at_most(0);
-    let woken_on_one_thread = task.one_thread && task.awaited > 0;
-    if !task.takes_inline() || !(alone || woken_on_one_thread) {
+    if !task.takes_inline() || !(alone || woken) {
         return Some(submission);
     }
     let now = Instant::now();
-    if task.awaited > 1 {
-        // Woken with others still to come (a lone caller counts at most one): the last of them
+    let to_come = task.unclaimed.as_ref().is_some_and(Unclaimed::any);
+    if woken && to_come {
+        // Woken with others still to come (a lone caller counts at most one): one of them
         // writes. The session task is woken once, to write should none of them call again.
         task.apply(Msg::Submit(submission), now);
         task.counters.inline.fetch_add(1, Ordering::Relaxed);
@@ -851,4 +918,41 @@ async fn open<R: Runtime>(
         }),
     );
     events.send(conn, ConnEvent::Reader(reader));
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::task::{Wake, Waker};
+
+    use super::Unclaimed;
+
+    struct Task;
+
+    impl Wake for Task {
+        fn wake(self: Arc<Self>) {}
+    }
+
+    #[test]
+    fn a_call_is_a_woken_callers_only_from_the_task_that_took_a_result_last() {
+        let (a, b) = (Waker::from(Arc::new(Task)), Waker::from(Arc::new(Task)));
+        let unclaimed = Unclaimed::default();
+        assert!(!unclaimed.woke(&a), "nothing taken yet");
+        unclaimed.delivered();
+        unclaimed.delivered();
+        unclaimed.claimed(&a);
+        assert!(unclaimed.woke(&a));
+        assert!(!unclaimed.woke(&b), "a new task is not a woken caller");
+        assert!(unclaimed.any(), "b's result is still to be taken");
+        unclaimed.claimed(&b);
+        assert!(unclaimed.woke(&b) && !unclaimed.woke(&a));
+        assert!(!unclaimed.any());
+        // A result nobody takes (a dropped call) is forgotten by the session task's pass; a
+        // take past zero stays at zero.
+        unclaimed.delivered();
+        unclaimed.forget();
+        assert!(!unclaimed.any() && !unclaimed.woke(&b));
+        unclaimed.claimed(&a);
+        assert!(!unclaimed.any());
+    }
 }

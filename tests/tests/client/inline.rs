@@ -4,7 +4,8 @@
 //! another runtime that does so spawns the client's tasks on the client's own runtime, so the
 //! connection it opened outlives the caller's runtime. On tokio's current-thread runtime the
 //! callers a batch of results woke add their next calls themselves and the last of them writes
-//! the batch, which stays whole; callers that stop calling leave nothing unwritten.
+//! the batch, which stays whole; callers that stop calling leave nothing unwritten; and calls
+//! of new tasks are not taken for the woken callers' (a task per call, as an open loop).
 
 use std::time::Duration;
 
@@ -185,5 +186,45 @@ async fn on_one_thread_callers_that_stop_leave_nothing_unwritten() {
     assert!(
         writes <= 2 * 48,
         "{calls} calls in 48 rounds took {writes} writes"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn on_one_thread_new_tasks_are_not_taken_for_woken_callers() {
+    let _turn = shared_turn().await;
+    let options = ClientOptions::url(shared_single().url()).lanes(1);
+    let client = Client::<Tokio>::connect(options).await.unwrap();
+    let key = Key::new("botmesh-inline-one-thread-open-loop");
+    get(&client, &key).await;
+    let before = client.stats();
+    // A task per call, as a bot spawns one per message: each round's results wake tasks that
+    // end without calling again, and the next round's calls come from new tasks. Taken for
+    // the woken callers still expected (counted by submits), they were each added by their
+    // task and held for a submit that never came (32 inline inputs a round).
+    for round in 0..ROUNDS {
+        let tasks: Vec<_> = (0..32)
+            .map(|i| {
+                let (client, key) = (client.clone(), key.clone());
+                tokio::spawn(async move {
+                    let answer = tokio::time::timeout(Duration::from_secs(2), get(&client, &key));
+                    assert_eq!(answer.await, Ok(Value::Nil), "round {round}, call {i}");
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+    }
+    let after = client.stats();
+    client.close().await;
+    let (inline, writes) = (after.inline - before.inline, after.writes - before.writes);
+    // They go through the session task, whose pass writes each round whole.
+    assert!(
+        inline <= ROUNDS,
+        "{inline} inline inputs for {ROUNDS} rounds of 32 new tasks"
+    );
+    assert!(
+        writes <= 2 * ROUNDS,
+        "{ROUNDS} rounds of 32 calls took {writes} writes"
     );
 }
