@@ -6,7 +6,7 @@
 //!     [--deployment cluster|standalone|standalone-unix]
 //!     [--runtime multi|current|async-std] [--quick] [--only W1,W2,W3,S1,S2,S3] [--client LIST]
 //!     [--w3-callers N] [--rounds N] [--round-seconds S] [--fred-pool N]
-//!     [--callers LIST] [--payload LIST] [--no-ceiling] [--open-loop] [--csv PATH]
+//!     [--callers LIST] [--payload LIST] [--no-ceiling] [--open-loop] [--offer LIST] [--csv PATH]
 //! ```
 //!
 //! The charts of `docs/performance.md` (`docs/img/*.svg`) are drawn from this binary's
@@ -101,7 +101,11 @@
 //! - `--open-loop` (see `open_loop.rs`): after a workload's closed-loop runs, each client is
 //!   offered 25%, 50% and 80% of its closed-loop peak as a fixed arrival rate, each call on its
 //!   own task, its latency measured from its scheduled start, for 2 s per level (0.5 s with
-//!   `--quick`).
+//!   `--quick`). `--offer LIST` (calls a second, comma-separated; implies `--open-loop`)
+//!   offers every client the same rates instead, so that the clients' lines compare at equal
+//!   load. A level's line gives `achieved_per_s` (calls ended a second, failed or not) and
+//!   `ok_per_s` (calls that succeeded): a client that sheds load by timing calls out shows it
+//!   in the gap.
 //! - `--csv PATH` writes every figure line (closed loop, open loop, ceiling) as a row of a
 //!   CSV file as well (`bench/src/figures.rs` holds the format), which `charts` reads.
 //!
@@ -139,7 +143,7 @@
 //!
 //! ```text
 //! W2 ceiling deployment=standalone runtime=multi tool=redis-benchmark pipeline=16 clients=64 ops_per_s=... callers=64 payload=100
-//! W2 open-loop client=fred deployment=standalone runtime=multi offered_per_s=... achieved_per_s=... p50_us=... p99_us=... p999_us=... cpu_s_per_100k=... callers=open payload=100
+//! W2 open-loop client=fred deployment=standalone runtime=multi offered_per_s=... achieved_per_s=... ok_per_s=... p50_us=... p99_us=... p999_us=... cpu_s_per_100k=... callers=open payload=100
 //! ```
 //!
 //! - `ops_per_s`: operations over the wall time from the first call to the last reply.
@@ -319,6 +323,9 @@ struct Args {
     ceiling: bool,
     /// Whether each workload ends with the open-loop levels (`--open-loop`).
     open_loop: bool,
+    /// The open loop's rates, calls a second, the same for every client (`--offer`); else
+    /// shares of each client's peak.
+    offer: Option<Vec<usize>>,
     /// Where the figures go as CSV (`--csv PATH`).
     csv: Option<std::path::PathBuf>,
 }
@@ -339,6 +346,7 @@ impl Args {
             payloads: vec![PAYLOAD_LEN],
             ceiling: true,
             open_loop: false,
+            offer: None,
             csv: None,
         };
         let mut it = std::env::args().skip(1);
@@ -396,6 +404,10 @@ impl Args {
                 "--payload" => args.payloads = sweep::positive_list(it.next(), "--payload"),
                 "--no-ceiling" => args.ceiling = false,
                 "--open-loop" => args.open_loop = true,
+                "--offer" => {
+                    args.offer = Some(sweep::positive_list(it.next(), "--offer"));
+                    args.open_loop = true;
+                }
                 "--csv" => {
                     let path = it
                         .next()
@@ -460,7 +472,7 @@ fn usage(problem: &str) -> ! {
          [--quick] [--only W1,W2,W3,S1,S2,S3] [--client botmesh,redis-rs,redis-rs-pipe,fred,\
          fred-pipe,fred-pool,fred-pool-pipe] [--w3-callers N] [--rounds N] [--round-seconds S] \
          [--fred-pool N] \
-         [--callers LIST] [--payload LIST] [--no-ceiling] [--open-loop] [--csv PATH]"
+         [--callers LIST] [--payload LIST] [--no-ceiling] [--open-loop] [--offer LIST] [--csv PATH]"
     );
     std::process::exit(2)
 }
@@ -2403,11 +2415,18 @@ impl<'a, R: Runtime> Workloads<'a, R> {
             last = Some((compared, list));
         }
         if let (true, Some((compared, list))) = (self.args.open_loop, last) {
-            eprintln!(
-                "# {}: open loop at 25%, 50% and 80% of each client's peak",
-                compared.setting.workload
-            );
-            open_loop::run(self.bench, &compared, &list, &peaks).await;
+            match &self.args.offer {
+                Some(rates) => eprintln!(
+                    "# {}: open loop at {rates:?} calls a second",
+                    compared.setting.workload
+                ),
+                None => eprintln!(
+                    "# {}: open loop at 25%, 50% and 80% of each client's peak",
+                    compared.setting.workload
+                ),
+            }
+            let offer = self.args.offer.as_deref();
+            open_loop::run(self.bench, &compared, &list, &peaks, offer).await;
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The open loop (`--open-loop`): after a workload's closed-loop runs, each client is offered
 //! a fixed arrival rate at 25%, 50% and 80% of its closed-loop peak (its highest `ops_per_s`
-//! over the rounds and caller counts just run).
+//! over the rounds and caller counts just run), or at the rates `--offer` lists, the same for
+//! every client.
 //!
 //! Calls start on a schedule, call `i` at `start + i / rate`, each on its own task, whether or
 //! not earlier calls have finished, and a call's latency runs from its scheduled start, not
@@ -137,13 +138,14 @@ fn spawn_detached(rt: RuntimeKind, task: impl Future<Output = ()> + Send + 'stat
     }
 }
 
-/// Offers each contender the levels of its peak (`peaks`, in the contenders' order) and prints
-/// a line per level.
+/// Offers each contender the levels of its peak (`peaks`, in the contenders' order), or the
+/// rates of `offer`, and prints a line per level.
 pub(crate) async fn run(
     bench: &Bench<'_>,
     compared: &Compared<'_>,
     contenders: &[Contender<'_>],
     peaks: &[f64],
+    offer: Option<&[usize]>,
 ) {
     let setting = Setting {
         callers: 0,
@@ -151,8 +153,11 @@ pub(crate) async fn run(
         ..compared.setting
     };
     for (contender, &peak) in contenders.iter().zip(peaks) {
-        for share in SHARES {
-            let rate = peak * share;
+        let rates: Vec<f64> = match offer {
+            Some(rates) => rates.iter().map(|&r| r as f64).collect(),
+            None => SHARES.iter().map(|share| peak * share).collect(),
+        };
+        for rate in rates {
             if rate < 1.0 {
                 continue;
             }
@@ -166,14 +171,16 @@ pub(crate) async fn run(
 /// Prints the line of one level and records its row.
 fn report(bench: &Bench<'_>, setting: &Setting, client: &str, offered: f64, m: &Measured) {
     let achieved = m.ops as f64 / m.wall.as_secs_f64();
+    // Every failure is among the calls that ended (none is lost: each task reports).
+    let ok = m.ops.saturating_sub(m.errors) as f64 / m.wall.as_secs_f64();
     let cpu_per_100k = m.cpu_s * 100_000.0 / m.ops as f64;
     let (p50, p99, p999) = m.percentiles_us();
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
         "{} open-loop client={client} deployment={} runtime={} offered_per_s={offered:.0} \
-         achieved_per_s={achieved:.0} p50_us={p50:.1} p99_us={p99:.1} p999_us={p999:.1} \
-         cpu_s_per_100k={cpu_per_100k:.3} {}",
+         achieved_per_s={achieved:.0} ok_per_s={ok:.0} p50_us={p50:.1} p99_us={p99:.1} \
+         p999_us={p999:.1} cpu_s_per_100k={cpu_per_100k:.3} {}",
         setting.workload,
         bench.deployment.name(),
         bench.runtime.name(),
