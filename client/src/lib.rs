@@ -273,8 +273,8 @@ struct Shared<R: Runtime> {
 struct Lane<R: Runtime> {
     /// The callers' inbox of the session task.
     tx: Calls<R>,
-    /// On a runtime of one thread, the results delivered that their callers have not taken.
-    unclaimed: Option<task::Unclaimed>,
+    /// On a runtime of one thread, the task that took a result last.
+    last_taker: Option<task::LastTaker>,
     /// The session task's state, for a lone call that submits itself.
     hub: Hub<R>,
     counters: Arc<Counters>,
@@ -386,7 +386,7 @@ impl<R: Runtime> Client<R> {
                 let (closed_tx, closed) = async_channel::bounded(1);
                 let counters = Arc::new(Counters::default());
                 let instruments = instruments::Instruments::new(registry.clone());
-                let (hub, tx, unclaimed) = task::start::<R>(
+                let (hub, tx, last_taker) = task::start::<R>(
                     session,
                     closed_tx,
                     Arc::clone(&counters),
@@ -395,7 +395,7 @@ impl<R: Runtime> Client<R> {
                 );
                 Lane {
                     tx,
-                    unclaimed,
+                    last_taker,
                     hub,
                     counters,
                     closed,
@@ -595,8 +595,7 @@ impl<R: Runtime, T: Send + 'static> Future for Running<'_, R, T> {
             // Written at once by this task when the session is free, else through the lane's
             // inbox.
             let lane = &shared.lanes[*lane.get_or_insert_with(|| shared.lane(cx.waker()))];
-            let woken = lane.unclaimed.as_ref().is_some_and(|u| u.woke(cx.waker()));
-            if let Some(submission) = task::submit_inline(&lane.hub, submission, woken) {
+            if let Some(submission) = task::submit_inline(&lane.hub, submission, cx.waker()) {
                 if lane.tx.send(Msg::Submit(submission)).is_err() {
                     return Poll::Ready(ended(span, traced, Err(Error::Closed)));
                 }
@@ -605,8 +604,8 @@ impl<R: Runtime, T: Send + 'static> Future for Running<'_, R, T> {
         let result = match ready!(Pin::new(rx).poll(cx)) {
             Ok(Delivery { result, summary }) => {
                 // Submitted, so the lane is fixed.
-                if let Some(unclaimed) = lane.and_then(|i| shared.lanes[i].unclaimed.as_ref()) {
-                    unclaimed.claimed(cx.waker());
+                if let Some(last_taker) = lane.and_then(|i| shared.lanes[i].last_taker.as_ref()) {
+                    last_taker.took(cx.waker());
                 }
                 if let Some(summary) = summary.filter(|_| traced) {
                     record(span, &summary);

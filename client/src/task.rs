@@ -197,56 +197,35 @@ fn lock<R: Runtime>(hub: &Mutex<SessionTask<R>>) -> MutexGuard<'_, SessionTask<R
     hub.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// On a runtime of one thread, which callers the last results woke: the results delivered
-/// that their callers have not taken yet (their tasks are still queued to run), and the task
-/// that took one last. A call is a woken caller's when its task is the one that last took a
-/// result; any other is a new arrival (a message's handler, a timer's task), which goes
-/// through the session task's pass as under any other load. The count of submits cannot tell
-/// them apart: once woken callers stopped calling (a handler that ends with its reply), new
-/// arrivals were taken for the callers still expected, held back for a submit that never
-/// came and written in part-batches; an open loop of such calls (a task per call) collapsed
-/// at half the client's closed-loop rate (`docs/performance.md`, "Woken callers that do not
-/// call again").
+/// On a runtime of one thread, the task that took a result last: a call is a woken
+/// caller's only from that task, and any other is a new arrival (a message's handler, a
+/// timer's task), which goes through the session task's pass as under any other load. The
+/// count of submits since the results ([`SessionTask::awaited`]) cannot tell them apart: once
+/// woken callers stopped calling (a handler that ends with its reply), new arrivals were taken
+/// for the callers still expected, held back for a submit that never came and written in
+/// part-batches (`docs/performance.md`, "Woken callers that do not call again, and the
+/// overload").
+///
+/// A task is known by its waker's data address, which a task started after the last taker
+/// ended may reuse: that one task is then taken for a woken caller, until the next result is
+/// taken. Its call is written the same, by itself or by the pass the session task is woken
+/// for.
 #[derive(Clone, Default)]
-pub(crate) struct Unclaimed(Arc<Claims>);
+pub(crate) struct LastTaker(Arc<AtomicUsize>);
 
-#[derive(Default)]
-pub(crate) struct Claims {
-    /// Results delivered and not taken.
-    pending: AtomicUsize,
-    /// The waker data address of the task that took a result last.
-    last: AtomicUsize,
-}
-
-impl Unclaimed {
-    fn delivered(&self) {
-        self.0.pending.fetch_add(1, Ordering::Relaxed);
+impl LastTaker {
+    /// The task woken by `waker` took its result.
+    pub(crate) fn took(&self, waker: &Waker) {
+        self.0.store(waker.data().addr(), Ordering::Relaxed);
     }
 
-    /// The task woken by `waker` took its result. Saturating: the session task forgets the
-    /// count on each of its passes (a dropped call's result is never taken).
-    pub(crate) fn claimed(&self, waker: &Waker) {
-        let _ = self
-            .0
-            .pending
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-        self.0.last.store(waker.data().addr(), Ordering::Relaxed);
-    }
-
-    /// Whether the task of `waker` is the one that took a result last: its call is a woken
-    /// caller's.
-    pub(crate) fn woke(&self, waker: &Waker) -> bool {
-        self.0.last.load(Ordering::Relaxed) == waker.data().addr()
-    }
-
-    /// Whether a woken caller is still to run.
-    fn any(&self) -> bool {
-        self.0.pending.load(Ordering::Relaxed) > 0
+    /// Whether the task of `waker` is the one that took a result last.
+    fn is(&self, waker: &Waker) -> bool {
+        self.0.load(Ordering::Relaxed) == waker.data().addr()
     }
 
     fn forget(&self) {
-        self.0.pending.store(0, Ordering::Relaxed);
-        self.0.last.store(0, Ordering::Relaxed);
+        self.0.store(0, Ordering::Relaxed);
     }
 }
 
@@ -272,10 +251,10 @@ pub(crate) struct SessionTask<R: Runtime> {
     /// Callers the last drains woke (results delivered) that have not submitted since, as far
     /// as the count of submits tells: the ones the yield before a write waits for.
     awaited: usize,
-    /// When every task of the client runs on one thread ([`Runtime::one_thread`]), which
-    /// callers the last results woke: they add their calls themselves, and the last of them
-    /// writes. `None` on other runtimes.
-    unclaimed: Option<Unclaimed>,
+    /// When every task of the client runs on one thread ([`Runtime::one_thread`]), the task
+    /// that took a result last: the callers the last results woke add their calls themselves,
+    /// and the last of them writes. `None` on other runtimes.
+    last_taker: Option<LastTaker>,
     /// A caller added its call without writing and woke the session task, whose next drain
     /// writes it should no later caller; cleared by every drain, which carries out all that
     /// was added before it (a wake-up taken before the drain of its pass must not stand for
@@ -325,7 +304,7 @@ pub(crate) fn start<R: Runtime>(
     counters: Arc<Counters>,
     tls: Option<TlsConnector>,
     instruments: instruments::Instruments,
-) -> (Hub<R>, Calls<R>, Option<Unclaimed>) {
+) -> (Hub<R>, Calls<R>, Option<LastTaker>) {
     // Two inboxes: what the connections report (replies, closes, flushed writes) and what
     // callers ask. Each pass takes the first before the second, so that a backlog of new calls
     // never holds back the replies of earlier ones, nor makes a healthy connection look silent
@@ -334,7 +313,7 @@ pub(crate) fn start<R: Runtime>(
     let (calls_tx, calls) = calls::inbox();
     let spawner = R::spawner();
     let one_thread = R::one_thread(&spawner);
-    let unclaimed = one_thread.then(Unclaimed::default);
+    let last_taker = one_thread.then(LastTaker::default);
     let hub = Arc::new_cyclic(|hub| {
         Mutex::new(SessionTask::<R> {
             session,
@@ -351,7 +330,7 @@ pub(crate) fn start<R: Runtime>(
             dialled: HashSet::new(),
             instruments,
             awaited: 0,
-            unclaimed: unclaimed.clone(),
+            last_taker: last_taker.clone(),
             nudged: false,
             armed: None,
             ended: false,
@@ -360,7 +339,7 @@ pub(crate) fn start<R: Runtime>(
     });
     let task = run::<R>(Arc::clone(&hub), events, calls, closed);
     R::spawn_detached(&spawner, counted(&counters, task));
-    (hub, calls_tx, unclaimed)
+    (hub, calls_tx, last_taker)
 }
 
 /// What one wake of the session task came to.
@@ -462,8 +441,8 @@ impl<R: Runtime> SessionTask<R> {
         // The callers woken before had their chance to submit; what this pass's drain delivers
         // counts afresh.
         self.awaited = 0;
-        if let Some(unclaimed) = &self.unclaimed {
-            unclaimed.forget();
+        if let Some(last_taker) = &self.last_taker {
+            last_taker.forget();
         }
         if closing || self.drained(Instant::now()) {
             return None;
@@ -689,10 +668,6 @@ impl<R: Runtime> SessionTask<R> {
                     // so a caller that reads the metrics after its call sees the call in them.
                     self.instruments.completed(completion.summary());
                     self.instruments.observe(&self.session);
-                    // Counted before the caller can hear of it, which it then takes back.
-                    if let Some(unclaimed) = &self.unclaimed {
-                        unclaimed.delivered();
-                    }
                     match &mut self.deferred {
                         Some(deferred) => deferred.push(completion),
                         None => completion.deliver(),
@@ -759,12 +734,11 @@ impl<R: Runtime> SessionTask<R> {
 
 /// A caller's call, submitted from the caller's own task when the hub is free and either the
 /// caller is alone (no other plan has requests out, no other caller was just woken) or every
-/// task runs on one thread and the last results woke this caller (`woken`, [`Unclaimed`]).
-/// Yields the submission back when it must go through the callers' inbox.
+/// task runs on one thread and the last results woke this caller (the task of `waker`,
+/// [`LastTaker`]). Yields the submission back when it must go through the callers' inbox.
 ///
 /// A lone caller writes its call at once. On one thread, the callers a batch of results woke
-/// run one after another: each adds its call while another of them is still to run (a result
-/// not yet taken), and the last of them writes the batch, where
+/// run one after another: each adds its call, and the last of them writes the batch, where
 /// the session task would have written it only after every task queued meanwhile had run,
 /// the callers other lanes' results woke among them. Each lane's batch then leaves as soon as
 /// its own callers are back, so the node works on one lane's batch while the client turns the
@@ -774,19 +748,20 @@ impl<R: Runtime> SessionTask<R> {
 pub(crate) fn submit_inline<R: Runtime>(
     hub: &Hub<R>,
     submission: Submission<OneShot>,
-    woken: bool,
+    waker: &Waker,
 ) -> Option<Submission<OneShot>> {
     let Ok(mut task) = hub.try_lock() else {
         return Some(submission);
     };
     // The caller itself may be the one caller the last results woke.
     let alone = task.awaited <= 1 && task.session.sending_at_most(0);
+    // Asked only when not alone: a lone caller writes at once whoever woke it.
+    let woken = !alone && task.last_taker.as_ref().is_some_and(|t| t.is(waker));
     if !task.takes_inline() || !(alone || woken) {
         return Some(submission);
     }
     let now = Instant::now();
-    let to_come = task.unclaimed.as_ref().is_some_and(Unclaimed::any);
-    if woken && to_come {
+    if woken && task.awaited > 1 {
         // Woken with others still to come (a lone caller counts at most one): one of them
         // writes. The session task is woken once, to write should none of them call again.
         task.apply(Msg::Submit(submission), now);
@@ -925,7 +900,7 @@ mod tests {
     use std::sync::Arc;
     use std::task::{Wake, Waker};
 
-    use super::Unclaimed;
+    use super::LastTaker;
 
     struct Task;
 
@@ -936,23 +911,15 @@ mod tests {
     #[test]
     fn a_call_is_a_woken_callers_only_from_the_task_that_took_a_result_last() {
         let (a, b) = (Waker::from(Arc::new(Task)), Waker::from(Arc::new(Task)));
-        let unclaimed = Unclaimed::default();
-        assert!(!unclaimed.woke(&a), "nothing taken yet");
-        unclaimed.delivered();
-        unclaimed.delivered();
-        unclaimed.claimed(&a);
-        assert!(unclaimed.woke(&a));
-        assert!(!unclaimed.woke(&b), "a new task is not a woken caller");
-        assert!(unclaimed.any(), "b's result is still to be taken");
-        unclaimed.claimed(&b);
-        assert!(unclaimed.woke(&b) && !unclaimed.woke(&a));
-        assert!(!unclaimed.any());
-        // A result nobody takes (a dropped call) is forgotten by the session task's pass; a
-        // take past zero stays at zero.
-        unclaimed.delivered();
-        unclaimed.forget();
-        assert!(!unclaimed.any() && !unclaimed.woke(&b));
-        unclaimed.claimed(&a);
-        assert!(!unclaimed.any());
+        let last = LastTaker::default();
+        assert!(!last.is(&a) && !last.is(&b), "nothing taken yet");
+        last.took(&a);
+        assert!(last.is(&a));
+        assert!(!last.is(&b), "a new task is not a woken caller");
+        last.took(&b);
+        assert!(last.is(&b) && !last.is(&a));
+        // The session task's pass forgets it: the callers woken before had their turn.
+        last.forget();
+        assert!(!last.is(&a) && !last.is(&b));
     }
 }
