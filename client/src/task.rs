@@ -297,7 +297,7 @@ impl Deferred {
 }
 
 /// Starts a client's session task; yields the hub, the callers' inbox and, on a runtime of one
-/// thread, the count of results their callers have not taken.
+/// thread, the record of the task that took a result last.
 pub(crate) fn start<R: Runtime>(
     session: Session<OneShot>,
     closed: async_channel::Sender<()>,
@@ -762,7 +762,7 @@ pub(crate) fn submit_inline<R: Runtime>(
     }
     let now = Instant::now();
     if woken && task.awaited > 1 {
-        // Woken with others still to come (a lone caller counts at most one): one of them
+        // Woken with others still to come (a lone caller counts at most one): the last of them
         // writes. The session task is woken once, to write should none of them call again.
         task.apply(Msg::Submit(submission), now);
         task.counters.inline.fetch_add(1, Ordering::Relaxed);

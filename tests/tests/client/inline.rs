@@ -218,7 +218,9 @@ async fn on_one_thread_new_tasks_are_not_taken_for_woken_callers() {
     let after = client.stats();
     client.close().await;
     let (inline, writes) = (after.inline - before.inline, after.writes - before.writes);
-    // They go through the session task, whose pass writes each round whole.
+    // They go through the session task, whose pass writes each round whole. At most one a
+    // round may be taken for a woken caller: a new task can reuse the address of the task that
+    // took the round's last result, by which the client knows it.
     assert!(
         inline <= ROUNDS,
         "{inline} inline inputs for {ROUNDS} rounds of 32 new tasks"
