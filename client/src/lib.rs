@@ -282,11 +282,11 @@ struct Lane<R: Runtime> {
 }
 
 impl<R: Runtime> Shared<R> {
-    /// The lane of the task whose waker is `waker`: a task polls its calls with one waker, so
-    /// they stay in one lane, in order. A waker's data is its task's address, whose low bits
-    /// alignment fixes: Fibonacci hashing spreads the high ones.
+    /// The lane of the task whose waker is `waker` ([`task::task_address`]): a task's calls
+    /// stay in one lane, in order. A task's address has low bits that alignment fixes:
+    /// Fibonacci hashing spreads the high ones.
     fn lane(&self, waker: &std::task::Waker) -> usize {
-        let hash = (waker.data().addr() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let hash = (task::task_address(waker) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         (hash >> 32) as usize % self.lanes.len()
     }
 

@@ -213,15 +213,24 @@ fn lock<R: Runtime>(hub: &Mutex<SessionTask<R>>) -> MutexGuard<'_, SessionTask<R
 #[derive(Clone, Default)]
 pub(crate) struct LastTaker(Arc<AtomicUsize>);
 
+/// What a task is known by: its waker's data, the task's address for the runtimes' wakers. A
+/// task polls its calls with one waker, so its calls share it. 0 for a waker without data (a
+/// no-op waker), which stands for no task.
+pub(crate) fn task_address(waker: &Waker) -> usize {
+    waker.data().addr()
+}
+
 impl LastTaker {
     /// The task woken by `waker` took its result.
     pub(crate) fn took(&self, waker: &Waker) {
-        self.0.store(waker.data().addr(), Ordering::Relaxed);
+        self.0.store(task_address(waker), Ordering::Relaxed);
     }
 
-    /// Whether the task of `waker` is the one that took a result last.
+    /// Whether the task of `waker` is the one that took a result last (never a waker without
+    /// data, which names no task: the state after [`LastTaker::forget`]).
     fn is(&self, waker: &Waker) -> bool {
-        self.0.load(Ordering::Relaxed) == waker.data().addr()
+        let task = task_address(waker);
+        task != 0 && self.0.load(Ordering::Relaxed) == task
     }
 
     fn forget(&self) {
@@ -921,5 +930,9 @@ mod tests {
         // The session task's pass forgets it: the callers woken before had their turn.
         last.forget();
         assert!(!last.is(&a) && !last.is(&b));
+        // A waker without data names no task, not the forgotten one.
+        assert!(!last.is(Waker::noop()));
+        last.took(Waker::noop());
+        assert!(!last.is(Waker::noop()));
     }
 }
