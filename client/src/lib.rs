@@ -129,7 +129,7 @@ pub trait Runtime: Send + Sync + 'static {
     /// Whether `spawner` runs every task on one thread (tokio's current-thread runtime). There
     /// the callers a batch of results woke run one after another, never beside the session,
     /// so each adds its next call to the session itself and the last of them writes the
-    /// batch (see the `task` module). `false` by default: on several threads those callers
+    /// batch (see the `task::inline` module). `false` by default: on several threads those callers
     /// would contend for the session's lock.
     fn one_thread(spawner: &Self::Spawner) -> bool {
         let _ = spawner;
@@ -274,7 +274,7 @@ struct Lane<R: Runtime> {
     /// The callers' inbox of the session task.
     tx: Calls<R>,
     /// On a runtime of one thread, the task that took a result last.
-    last_taker: Option<task::LastTaker>,
+    last_taker: Option<task::inline::LastTaker>,
     /// The session task's state, for a lone call that submits itself.
     hub: Hub<R>,
     counters: Arc<Counters>,
@@ -595,7 +595,8 @@ impl<R: Runtime, T: Send + 'static> Future for Running<'_, R, T> {
             // Written at once by this task when the session is free, else through the lane's
             // inbox.
             let lane = &shared.lanes[*lane.get_or_insert_with(|| shared.lane(cx.waker()))];
-            if let Some(submission) = task::submit_inline(&lane.hub, submission, cx.waker()) {
+            if let Some(submission) = task::inline::submit_inline(&lane.hub, submission, cx.waker())
+            {
                 if lane.tx.send(Msg::Submit(submission)).is_err() {
                     return Poll::Ready(ended(span, traced, Err(Error::Closed)));
                 }

@@ -15,51 +15,35 @@
 //! saves a task hop and a wake-up, which is most of a call's cost for a lone caller; when the
 //! hub is busy, the input goes through the inbox as before. On a runtime of one thread
 //! ([`Runtime::one_thread`]) the callers a batch of results woke also submit their next calls
-//! themselves, and the last of them writes the batch ([`submit_inline`]). Work done outside the
-//! session task that arms a timer sooner than the one the task sleeps on wakes it
+//! themselves, and the last of them writes the batch ([`inline::submit_inline`]). Work done
+//! outside the session task that arms a timer sooner than the one the task sleeps on wakes it
 //! ([`Msg::Rearm`]).
+//!
+//! The connections' I/O is in [`conn`], the inputs applied outside the session task in
+//! [`inline`].
+//!
+//! [`ReplyDecoder`]: botmesh_redis_core::driver::session::ReplyDecoder
 
 use std::collections::{HashMap, HashSet};
-use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::Waker;
 use std::time::Instant;
 
 use bytes::BytesMut;
-use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender};
 use futures_lite::{future, StreamExt};
 
-use botmesh_redis_core::driver::session::{
-    Completion, ConnId, Decoded, DialTarget, Output, ReplyDecoder, Session, Submission, Summary,
-    Waiters,
-};
+use botmesh_redis_core::driver::session::{ConnId, Output, Session, Submission, Summary, Waiters};
 use botmesh_redis_core::{Error, NodeAddr};
 
 use crate::calls::{self, CallsRx, CallsTx};
-use crate::{counted, instruments, tls, Counters, ReadHalf, Runtime, TlsConnector, WriteHalf};
+use crate::{counted, instruments, Counters, Runtime, TlsConnector, WriteHalf};
 
-/// The writing side of a connection, owned by the session task. Bytes go straight to the
-/// socket while it takes them; when it is full, the half goes to a flusher task with the rest,
-/// and what the session writes meanwhile waits here, in order, until the half comes back.
-enum WriteSide<W> {
-    Ready(W),
-    Flushing(BytesMut),
-}
+mod conn;
+pub(crate) mod inline;
 
-/// The I/O of one connection, from the session's [`Output::Connect`] to its
-/// [`Output::Close`]: the only per-connection state outside the session. Whether the
-/// connection is still wanted, and what its events mean, is the session's to say.
-struct Io<R: Runtime> {
-    /// The writing half, once connected.
-    write: Option<WriteSide<R::Writer>>,
-    /// The connect task, then the reader; dropping them cancels them.
-    tasks: Vec<R::Task>,
-    /// The one flusher the connection may have at a time.
-    flusher: Option<R::Task>,
-    /// The connection's share of its node's connections gauge, given back when it closes.
-    _gauge: instruments::ConnGauge,
-}
+use conn::{open, ConnEvent, Dialing, Events, Io, Rx, WriteSide};
+use inline::{Deferred, LastTaker};
 
 /// The callers' waiters: a one-shot channel per call, typed by the plan's output, so a result
 /// reaches its caller with its type, and with what became of the plan for the caller's span.
@@ -91,10 +75,6 @@ impl Waiters for OneShot {
         let _ = waiter.send(Delivery { result, summary });
     }
 }
-/// The connections' inbox of the session task. Sending never waits: an event is a push and,
-/// when the task sleeps, a wake.
-type Tx<R> = UnboundedSender<Msg<R>>;
-type Rx<R> = UnboundedReceiver<Msg<R>>;
 
 /// The callers' inbox of the session task ([`calls`]): likewise, without an
 /// allocation per call.
@@ -121,68 +101,6 @@ pub(crate) enum Msg<R: Runtime> {
     Close,
 }
 
-/// What a connection's tasks report to the session task.
-pub(crate) enum ConnEvent<R: Runtime> {
-    /// The TCP connect succeeded; the writing half.
-    Connected(R::Writer),
-    ConnectFailed(String),
-    /// Bytes read, for the session to decode; splits of one read buffer, so it decodes them
-    /// without a copy.
-    Read(BytesMut),
-    /// Replies the reader decoded (and the protocol failure that stopped it, if one did).
-    Replies(Decoded),
-    /// The peer closed, or a read or write failed.
-    Closed(String),
-    /// The reader task, to stop with the connection.
-    Reader(R::Task),
-    /// A flusher wrote everything it was given (or failed), and hands the half back.
-    Flushed(R::Writer, io::Result<()>),
-}
-
-/// The connections' inbox, counted: how many of its connection events are sent and not yet
-/// applied. A reader applies its bytes itself only when none is, so that no event of a
-/// connection (its `Connected`, an earlier read) is overtaken by a later one.
-pub(crate) struct Events<R: Runtime> {
-    tx: Tx<R>,
-    queued: Arc<AtomicUsize>,
-}
-
-// Derived, it would ask `R: Clone`.
-impl<R: Runtime> Clone for Events<R> {
-    fn clone(&self) -> Self {
-        Events {
-            tx: self.tx.clone(),
-            queued: Arc::clone(&self.queued),
-        }
-    }
-}
-
-impl<R: Runtime> Events<R> {
-    /// Sends what a connection's task observed; false when the session task is gone.
-    fn send(&self, conn: ConnId, event: ConnEvent<R>) -> bool {
-        self.queued.fetch_add(1, Ordering::SeqCst);
-        let sent = self.tx.unbounded_send(Msg::Conn(conn, event)).is_ok();
-        if !sent {
-            self.queued.fetch_sub(1, Ordering::SeqCst);
-        }
-        sent
-    }
-
-    /// One event taken from the inbox was applied.
-    fn applied(&self) {
-        self.queued.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    fn idle(&self) -> bool {
-        self.queued.load(Ordering::SeqCst) == 0
-    }
-
-    /// Wakes the session task to look at its timers again.
-    fn rearm(&self) {
-        let _ = self.tx.unbounded_send(Msg::Rearm);
-    }
-}
-
 /// The session task's state, shared with the connections' readers and the callers: whoever
 /// finds it free applies its own input (a read, a lone call) and carries out what follows,
 /// without a hop to the session task. Every critical section is synchronous and bounded (an
@@ -197,45 +115,11 @@ fn lock<R: Runtime>(hub: &Mutex<SessionTask<R>>) -> MutexGuard<'_, SessionTask<R
     hub.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// On a runtime of one thread, the task that took a result last: a call is a woken
-/// caller's only from that task, and any other is a new arrival (a message's handler, a
-/// timer's task), which goes through the session task's pass as under any other load. The
-/// count of submits since the results ([`SessionTask::awaited`]) cannot tell them apart: once
-/// woken callers stopped calling (a handler that ends with its reply), new arrivals were taken
-/// for the callers still expected, held back for a submit that never came and written in
-/// part-batches (`docs/performance.md`, "Woken callers that do not call again, and the
-/// overload").
-///
-/// A task is known by its waker's data address, which a task started after the last taker
-/// ended may reuse: that one task is then taken for a woken caller, until the next result is
-/// taken. Its call is written the same, by itself or by the pass the session task is woken
-/// for.
-#[derive(Clone, Default)]
-pub(crate) struct LastTaker(Arc<AtomicUsize>);
-
 /// What a task is known by: its waker's data, the task's address for the runtimes' wakers. A
 /// task polls its calls with one waker, so its calls share it. 0 for a waker without data (a
 /// no-op waker), which stands for no task.
 pub(crate) fn task_address(waker: &Waker) -> usize {
     waker.data().addr()
-}
-
-impl LastTaker {
-    /// The task woken by `waker` took its result.
-    pub(crate) fn took(&self, waker: &Waker) {
-        self.0.store(task_address(waker), Ordering::Relaxed);
-    }
-
-    /// Whether the task of `waker` is the one that took a result last (never a waker without
-    /// data, which names no task: the state after [`LastTaker::forget`]).
-    fn is(&self, waker: &Waker) -> bool {
-        let task = task_address(waker);
-        task != 0 && self.0.load(Ordering::Relaxed) == task
-    }
-
-    fn forget(&self) {
-        self.0.store(0, Ordering::Relaxed);
-    }
 }
 
 /// The session task's state: the session (all protocol state) and each connection's I/O.
@@ -276,33 +160,6 @@ pub(crate) struct SessionTask<R: Runtime> {
     /// Completions held while an input is applied outside the session task, handed to their
     /// callers once the hub is released (see [`Deferred`]); `None` in the session task.
     deferred: Option<Deferred>,
-}
-
-/// The completions of an input applied from a caller's or a reader's task. Delivered under
-/// the hub's lock, a result woke its caller on another worker thread while the lock was still
-/// held, and the caller's next call, finding the hub busy, went through the session task: a
-/// lone caller woke it for one call in two (`tests/tests/client/inline.rs`). Usually one.
-#[derive(Default)]
-struct Deferred {
-    one: Option<Completion<OneShot>>,
-    more: Vec<Completion<OneShot>>,
-}
-
-impl Deferred {
-    fn push(&mut self, completion: Completion<OneShot>) {
-        match self.one {
-            None => self.one = Some(completion),
-            Some(_) => self.more.push(completion),
-        }
-    }
-
-    /// Hands every result to its caller; called with the hub released.
-    fn deliver(self) {
-        self.one
-            .into_iter()
-            .chain(self.more)
-            .for_each(Completion::deliver);
-    }
 }
 
 /// Starts a client's session task; yields the hub, the callers' inbox and, on a runtime of one
@@ -483,28 +340,6 @@ impl<R: Runtime> SessionTask<R> {
     fn rearm(&mut self) -> Option<Instant> {
         self.armed = self.next_deadline();
         self.armed
-    }
-
-    /// After an input applied outside the session task: carries out the outputs, and wakes
-    /// the task when the session's next timer is sooner than the one it sleeps on.
-    fn settle(&mut self) {
-        self.counters.inline.fetch_add(1, Ordering::Relaxed);
-        let due = self.next_deadline();
-        let sooner = match (due, self.armed) {
-            (Some(due), Some(armed)) => due < armed,
-            (Some(_), None) => true,
-            (None, _) => false,
-        };
-        if sooner {
-            self.armed = due;
-            self.events.rearm();
-        }
-    }
-
-    /// Whether an input may be applied outside the session task now: not once it ended, nor
-    /// in a graceful close (whose end the task watches).
-    fn takes_inline(&self) -> bool {
-        !self.ended && self.grace_until.is_none()
     }
 
     /// Applies what both inboxes hold already, the connections' first (a bounded number from
@@ -691,248 +526,5 @@ impl<R: Runtime> SessionTask<R> {
                 }
             }
         }
-    }
-
-    /// Writes `bytes` to a connection: straight to the socket while it takes them, else
-    /// behind the flusher that owns the socket.
-    fn write(&mut self, conn: ConnId, bytes: &[u8]) {
-        // The session transmits only on connections it was told are connected.
-        let Some(io) = self.conns.get_mut(&conn) else {
-            return;
-        };
-        let half = match &mut io.write {
-            Some(WriteSide::Flushing(queued)) => return queued.extend_from_slice(bytes),
-            Some(WriteSide::Ready(half)) => half,
-            None => return,
-        };
-        self.counters.writes.fetch_add(1, Ordering::Relaxed);
-        let mut written = 0;
-        while written < bytes.len() {
-            match half.try_write(&bytes[written..]) {
-                Ok(0) => break,
-                Ok(n) => written += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) => {
-                    self.events.send(conn, ConnEvent::Closed(e.to_string()));
-                    return;
-                }
-            }
-        }
-        if written == bytes.len() {
-            return;
-        }
-        // The socket is full: a flusher waits for it with the rest, and hands the half back.
-        let Some(WriteSide::Ready(mut half)) =
-            io.write.replace(WriteSide::Flushing(BytesMut::new()))
-        else {
-            return;
-        };
-        let rest = bytes[written..].to_vec();
-        let events = self.events.clone();
-        let flusher = R::spawn(
-            &self.spawner,
-            counted(&self.counters, async move {
-                let result = half.write_all(&rest).await;
-                events.send(conn, ConnEvent::Flushed(half, result));
-            }),
-        );
-        io.flusher = Some(flusher);
-    }
-}
-
-/// A caller's call, submitted from the caller's own task when the hub is free and either the
-/// caller is alone (no other plan has requests out, no other caller was just woken) or every
-/// task runs on one thread and the last results woke this caller (the task of `waker`,
-/// [`LastTaker`]). Yields the submission back when it must go through the callers' inbox.
-///
-/// A lone caller writes its call at once. On one thread, the callers a batch of results woke
-/// run one after another: each adds its call, and the last of them writes the batch, where
-/// the session task would have written it only after every task queued meanwhile had run,
-/// the callers other lanes' results woke among them. Each lane's batch then leaves as soon as
-/// its own callers are back, so the node works on one lane's batch while the client turns the
-/// other's around, rather than receiving both together and answering both together, which
-/// once it happens keeps the lanes in step (measured with `hops`, one node: 1.25x the calls a
-/// second, the node 0.65-0.71 busy instead of 0.59-0.64; `docs/performance.md`).
-pub(crate) fn submit_inline<R: Runtime>(
-    hub: &Hub<R>,
-    submission: Submission<OneShot>,
-    waker: &Waker,
-) -> Option<Submission<OneShot>> {
-    let Ok(mut task) = hub.try_lock() else {
-        return Some(submission);
-    };
-    // The caller itself may be the one caller the last results woke.
-    let alone = task.awaited <= 1 && task.session.sending_at_most(0);
-    // Asked only when not alone: a lone caller writes at once whoever woke it.
-    let woken = !alone && task.last_taker.as_ref().is_some_and(|t| t.is(waker));
-    if !task.takes_inline() || !(alone || woken) {
-        return Some(submission);
-    }
-    let now = Instant::now();
-    if woken && task.awaited > 1 {
-        // Woken with others still to come (a lone caller counts at most one): the last of them
-        // writes. The session task is woken once, to write should none of them call again.
-        task.apply(Msg::Submit(submission), now);
-        task.counters.inline.fetch_add(1, Ordering::Relaxed);
-        if !task.nudged {
-            task.nudged = true;
-            task.events.rearm();
-        }
-        return None;
-    }
-    task.deferred = Some(Deferred::default());
-    task.apply(Msg::Submit(submission), now);
-    task.settle();
-    let deferred = task.deferred.take();
-    drop(task);
-    if let Some(deferred) = deferred {
-        deferred.deliver();
-    }
-    None
-}
-
-/// A reader's bytes or replies, applied from the reader's own task when the hub is free, no
-/// event of any connection is queued ahead of them, and at most one plan has requests out: the
-/// results of more would wake callers on the reader's worker thread, where the session task's
-/// yield does not wait for them, and their next calls would leave in several writes instead of
-/// one (measured: 17 to 26 calls per write instead of 62 at 64 callers). Yields the event back
-/// when it must go through the connections' inbox.
-fn read_inline<R: Runtime>(
-    hub: &Weak<Mutex<SessionTask<R>>>,
-    conn: ConnId,
-    event: ConnEvent<R>,
-) -> Option<ConnEvent<R>> {
-    let Some(hub) = hub.upgrade() else {
-        return Some(event);
-    };
-    let Ok(mut task) = hub.try_lock() else {
-        return Some(event);
-    };
-    if !task.takes_inline() || !task.events.idle() || !task.session.sending_at_most(1) {
-        return Some(event);
-    }
-    task.deferred = Some(Deferred::default());
-    task.apply(Msg::Conn(conn, event), Instant::now());
-    task.settle();
-    let deferred = task.deferred.take();
-    drop(task);
-    if let Some(deferred) = deferred {
-        deferred.deliver();
-    }
-    None
-}
-
-/// A connection to open: its id, where to dial, and the decoder its reader will keep, when
-/// the session wants its replies decoded there ([`Session::readers_decode`]).
-struct Dialing {
-    conn: ConnId,
-    dial: DialTarget,
-    decoder: Option<ReplyDecoder>,
-}
-
-/// Opens one connection and starts its reader. No timer here: the session's connect deadline
-/// ends a connect that takes too long, and the driver cancels this task when it does.
-async fn open<R: Runtime>(
-    Dialing {
-        conn,
-        dial,
-        mut decoder,
-    }: Dialing,
-    events: Events<R>,
-    hub: Weak<Mutex<SessionTask<R>>>,
-    spawner: R::Spawner,
-    counters: Arc<Counters>,
-    tls: Option<TlsConnector>,
-) {
-    // `ClientOptions::tls_settings` refuses TLS over a Unix socket before a client starts.
-    let tls = tls.filter(|_| matches!(dial, DialTarget::Tcp(_)));
-    let (mut read, write) = match R::connect(&dial, tls.as_ref()).await {
-        Ok(halves) => halves,
-        Err(e) => {
-            let reason = tls::describe_failure(&e);
-            events.send(conn, ConnEvent::ConnectFailed(reason));
-            return;
-        }
-    };
-    // Connected goes first: a server that speaks before it is asked (`max number of clients
-    // reached` on accept) must not have its words reach the session ahead of the connection.
-    // It is counted in the inbox before the reader starts, so the reader's first bytes go
-    // behind it.
-    events.send(conn, ConnEvent::Connected(write));
-    let reader_events = events.clone();
-    let reads = Arc::clone(&counters);
-    let reader = R::spawn(
-        &spawner,
-        counted(&counters, async move {
-            let mut buf = BytesMut::with_capacity(64 * 1024);
-            let reason = loop {
-                if buf.capacity() - buf.len() < 16 * 1024 {
-                    buf.reserve(64 * 1024);
-                }
-                match read.read(&mut buf).await {
-                    Ok(0) => break "closed by the server".to_owned(),
-                    Ok(_) => {
-                        reads.reads.fetch_add(1, Ordering::Relaxed);
-                        let event = match decoder.as_mut() {
-                            Some(decoder) => {
-                                // Part of a reply is kept until the rest arrives: nothing to
-                                // hand on.
-                                let decoded = decoder.decode(buf.split());
-                                if decoded.is_empty() {
-                                    continue;
-                                }
-                                ConnEvent::Replies(decoded)
-                            }
-                            None => ConnEvent::Read(buf.split()),
-                        };
-                        let Some(event) = read_inline(&hub, conn, event) else {
-                            continue;
-                        };
-                        if !reader_events.send(conn, event) {
-                            return;
-                        }
-                    }
-                    // A TLS server that refuses the client's certificate says so in an alert read
-                    // after the handshake (TLS 1.3): the reason names it.
-                    Err(e) => break tls::describe_failure(&e),
-                }
-            };
-            reader_events.send(conn, ConnEvent::Closed(reason));
-        }),
-    );
-    events.send(conn, ConnEvent::Reader(reader));
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-    use std::task::{Wake, Waker};
-
-    use super::LastTaker;
-
-    struct Task;
-
-    impl Wake for Task {
-        fn wake(self: Arc<Self>) {}
-    }
-
-    #[test]
-    fn a_call_is_a_woken_callers_only_from_the_task_that_took_a_result_last() {
-        let (a, b) = (Waker::from(Arc::new(Task)), Waker::from(Arc::new(Task)));
-        let last = LastTaker::default();
-        assert!(!last.is(&a) && !last.is(&b), "nothing taken yet");
-        last.took(&a);
-        assert!(last.is(&a));
-        assert!(!last.is(&b), "a new task is not a woken caller");
-        last.took(&b);
-        assert!(last.is(&b) && !last.is(&a));
-        // The session task's pass forgets it: the callers woken before had their turn.
-        last.forget();
-        assert!(!last.is(&a) && !last.is(&b));
-        // A waker without data names no task, not the forgotten one.
-        assert!(!last.is(Waker::noop()));
-        last.took(Waker::noop());
-        assert!(!last.is(Waker::noop()));
     }
 }
