@@ -129,8 +129,8 @@ pub trait Runtime: Send + Sync + 'static {
     /// Whether `spawner` runs every task on one thread (tokio's current-thread runtime). There
     /// the callers a batch of results woke run one after another, never beside the session,
     /// so each adds its next call to the session itself and the last of them writes the
-    /// batch (see the `task::inline` module). `false` by default: on several threads those callers
-    /// would contend for the session's lock.
+    /// batch (see the `task::inline` module). `false` by default: on several threads those
+    /// callers would contend for the session's lock.
     fn one_thread(spawner: &Self::Spawner) -> bool {
         let _ = spawner;
         false
