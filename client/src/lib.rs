@@ -500,7 +500,7 @@ pub const OPERATION_SPAN: &str = "botmesh_redis.operation";
 
 /// Records on a call's span what the session saw of its plan.
 fn record(span: &tracing::Span, summary: &Summary) {
-    if let Some(slot) = summary.slot {
+    if let Some(slot) = summary.slot() {
         span.record("slot", slot);
     }
     span.record("attempts", summary.attempts);

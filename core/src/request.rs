@@ -80,12 +80,23 @@ pub(crate) enum Body {
 /// allocates nothing for it.
 type Keys = OneOrVec<Key>;
 
+/// A request's route as built. A keyed request goes by its first key's slot, which is computed
+/// when the route is first asked for: a single node never asks, and a `GET` there costs no
+/// CRC (multi-key requests still check their slots when built, so that a call refused by a
+/// cluster is refused on a single node too).
+#[derive(Clone, Debug)]
+enum Routed {
+    FirstKey,
+    AnyMaster,
+    Node(NodeTarget),
+}
+
 /// One request of a plan step.
 #[derive(Clone, Debug)]
 pub struct Request {
     pub(crate) body: Body,
     keys: Keys,
-    route: Route,
+    route: Routed,
     access: Access,
     /// `WAIT replicas timeout_ms`, written right after the request (see [`Request::then_wait`]).
     /// Boxed: few requests have one, and the room it took inline pushed a request past the
@@ -192,8 +203,8 @@ impl CommandBuilder {
             body: Body::Command(self.args),
             keys: self.keys,
             route: match self.node.as_deref().and_then(NodeTarget::parse) {
-                Some(target) => Route::Node(target),
-                None => Route::AnyMaster,
+                Some(target) => Routed::Node(target),
+                None => Routed::AnyMaster,
             },
             access: self.access,
             wait: None,
@@ -204,7 +215,7 @@ impl CommandBuilder {
     /// the request.
     pub fn build(self) -> Result<Request, Error> {
         let route = match self.node {
-            Some(text) => Route::Node(
+            Some(text) => Routed::Node(
                 NodeTarget::parse(&text)
                     .ok_or_else(|| ConfigError::BadNodeAddress { text: text.clone() })?,
             ),
@@ -220,17 +231,21 @@ impl CommandBuilder {
     }
 }
 
-fn route_of(keys: &[Key]) -> Result<Route, Error> {
-    let Some(first) = keys.first() else {
-        return Ok(Route::AnyMaster);
+fn route_of(keys: &[Key]) -> Result<Routed, Error> {
+    let [first, others @ ..] = keys else {
+        return Ok(Routed::AnyMaster);
     };
-    if let Some(other) = keys.iter().find(|k| k.slot() != first.slot()) {
+    if others.is_empty() {
+        return Ok(Routed::FirstKey);
+    }
+    let slot = first.slot();
+    if let Some(other) = others.iter().find(|k| k.slot() != slot) {
         return Err(Error::CrossSlot {
             first: first.clone(),
             other: other.clone(),
         });
     }
-    Ok(Route::Slot(first.slot()))
+    Ok(Routed::FirstKey)
 }
 
 impl Request {
@@ -297,7 +312,7 @@ impl Request {
         Request {
             body: Body::Script { script, args },
             keys: Keys::from_vec(keys),
-            route: Route::AnyMaster,
+            route: Routed::AnyMaster,
             access,
             wait: None,
         }
@@ -351,9 +366,23 @@ impl Request {
         &self.keys
     }
 
-    /// The route.
-    pub fn route(&self) -> &Route {
-        &self.route
+    /// The route (a keyed request's slot computed now, once).
+    pub fn route(&self) -> Route {
+        match &self.route {
+            Routed::FirstKey => self
+                .slot_key()
+                .map_or(Route::AnyMaster, |k| Route::Slot(k.slot())),
+            Routed::AnyMaster => Route::AnyMaster,
+            Routed::Node(target) => Route::Node(target.clone()),
+        }
+    }
+
+    /// The key whose slot routes the request, for slot-routed requests: its first.
+    pub fn slot_key(&self) -> Option<&Key> {
+        match self.route {
+            Routed::FirstKey => self.keys.first(),
+            Routed::AnyMaster | Routed::Node(_) => None,
+        }
     }
 
     /// Read or write.
@@ -363,10 +392,7 @@ impl Request {
 
     /// The slot, for slot-routed requests.
     pub fn slot(&self) -> Option<u16> {
-        match self.route {
-            Route::Slot(s) => Some(s),
-            _ => None,
-        }
+        self.slot_key().map(Key::slot)
     }
 
     /// The script, for script calls.
@@ -592,7 +618,7 @@ impl fmt::Display for Request {
             }
         };
         out.push_str(&head);
-        match &self.route {
+        match self.route() {
             Route::Slot(s) => out.push_str(&format!(" slot={s}")),
             Route::AnyMaster => out.push_str(" any-master"),
             Route::Node(addr) => out.push_str(&format!(" node={addr}")),

@@ -73,19 +73,19 @@ pub fn bucket(id: &str) -> u8 {
     (hasher.finish() % u64::from(BUCKET_COUNT)) as u8
 }
 
-/// A complete Redis key, as bytes, with its slot computed once.
+/// A complete Redis key, as bytes. Its slot is computed when asked ([`Key::slot`]): a
+/// single-key request on a single node never asks, and its caller pays no CRC.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
     bytes: Bytes,
-    slot: u16,
 }
 
 impl Key {
     /// Wraps raw key bytes.
     pub fn new(bytes: impl Into<Bytes>) -> Self {
-        let bytes = bytes.into();
-        let slot = slot(&bytes);
-        Key { bytes, slot }
+        Key {
+            bytes: bytes.into(),
+        }
     }
 
     /// The key's bytes, as sent to Redis.
@@ -98,9 +98,10 @@ impl Key {
         self.bytes.clone()
     }
 
-    /// The key's hash slot.
+    /// The key's hash slot, computed on each call (a CRC of the key or its hash tag): a
+    /// caller that needs it more than once keeps it.
     pub fn slot(&self) -> u16 {
-        self.slot
+        slot(&self.bytes)
     }
 }
 

@@ -4,8 +4,9 @@
 use std::time::Instant;
 
 use crate::error::Error;
+use crate::keys::Key;
 use crate::plan::{misuse, Reply, Step};
-use crate::request::{Access, Request, Route};
+use crate::request::{Access, Request};
 use crate::retry::{next_attempt, NextAttempt};
 use crate::value::Value;
 
@@ -113,8 +114,9 @@ pub(super) struct Op<W: Waiters> {
     pub(super) submitted: Instant,
     /// Requests handed to a connection so far, every resend counted.
     pub(super) attempts: u32,
-    /// The slot of the first request routed by slot.
-    pub(super) slot: Option<u16>,
+    /// The key whose slot routes the first request routed by slot: the summary's slot, computed
+    /// only when asked (a single node never routes by it).
+    pub(super) slot_key: Option<Key>,
     /// The node the latest request was handed to.
     pub(super) node: Option<NodeId>,
 }
@@ -149,7 +151,7 @@ impl<W: Waiters> Op<W> {
             answered_by: None,
             submitted: now,
             attempts: 0,
-            slot: None,
+            slot_key: None,
             node: None,
         }
     }
@@ -181,11 +183,8 @@ impl<W: Waiters> Session<W> {
             match step {
                 Step::Send(batch) if batch.is_empty() => step = op.plan.resume(Vec::new()),
                 Step::Send(batch) => {
-                    if op.slot.is_none() {
-                        op.slot = batch.iter().find_map(|r| match r.route() {
-                            Route::Slot(slot) => Some(*slot),
-                            _ => None,
-                        });
+                    if op.slot_key.is_none() {
+                        op.slot_key = batch.iter().find_map(|r| r.slot_key().cloned());
                     }
                     let first = self.next_attempt;
                     self.next_attempt += batch.len() as u64;
@@ -249,7 +248,7 @@ impl<W: Waiters> Session<W> {
         let mut plan = op.plan;
         let summary = plan.summary_mut();
         summary.attempts = op.attempts;
-        summary.slot = op.slot;
+        summary.slot_key = op.slot_key;
         summary.node = op.node.and_then(|node| self.nodes.shared(node));
         summary.elapsed = now.saturating_duration_since(op.submitted);
         self.outputs.push_back(Output::Complete(Completion(plan)));

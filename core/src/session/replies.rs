@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use crate::error::{Error, ServerError};
-use crate::request::{Access, Route};
+use crate::request::Access;
 use crate::retry::{classify, final_error, handshake, Decision, Handshake};
 use crate::value::{Frame, Value};
 
@@ -114,9 +114,7 @@ impl<W: Waiters> Session<W> {
         if state.map_gen == map_gen || state.request.access() != Access::Write {
             return None;
         }
-        let Route::Slot(slot) = *state.request.route() else {
-            return None;
-        };
+        let slot = state.request.slot()?;
         let owner = self.slots.get(slot)?;
         if owner == node {
             return None;

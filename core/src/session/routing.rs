@@ -69,7 +69,7 @@ impl<W: Waiters> Session<W> {
                 Some(node) => (node, false, false),
                 None => return Routing::AwaitMap,
             },
-            (None, None) => match self.route_by_map(now, state.request.route(), answered_by) {
+            (None, None) => match self.route_by_map(now, &state.request.route(), answered_by) {
                 Ok(node) => (node, false, false),
                 Err(routing) => return routing,
             },

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crate::addr::NodeAddr;
 use crate::error::Error;
+use crate::keys::Key;
 
 /// Why a request was sent again after a backoff.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -182,8 +183,9 @@ pub struct Summary {
     pub outcome: &'static str,
     /// Requests handed to a connection, each resend (retry, redirect, `NOSCRIPT`) counted.
     pub attempts: u32,
-    /// The slot of the plan's first request routed by slot, if any.
-    pub slot: Option<u16>,
+    /// The key whose slot routes the plan's first request routed by slot, if any: see
+    /// [`Summary::slot`].
+    pub(super) slot_key: Option<Key>,
     /// The node its last request was handed to.
     pub node: Option<Arc<NodeAddr>>,
     /// From the session's `now` when the plan was submitted to its `now` when it finished.
@@ -197,10 +199,16 @@ impl Summary {
             operation,
             outcome: "ok",
             attempts: 0,
-            slot: None,
+            slot_key: None,
             node: None,
             elapsed: Duration::ZERO,
         }
+    }
+
+    /// The slot of the plan's first request routed by slot, if any; computed when asked, so
+    /// that a caller that records no summary pays no CRC for it on a single node.
+    pub fn slot(&self) -> Option<u16> {
+        self.slot_key.as_ref().map(Key::slot)
     }
 
     /// The outcome label of `result`.

@@ -235,7 +235,7 @@ fn save_message_request_is_routed_to_the_chat_slot() {
     let request = save_message_request(&cluster(), "a:b", "{x}");
     let rendered: Vec<String> = request.keys().iter().map(Key::to_string).collect();
     assert_eq!(rendered, ["bot:{m:a%3Ab}:z", "bot:{m:a%3Ab}:i:%7Bx%7D"]);
-    assert_eq!(request.route(), &Route::Slot(9972));
+    assert_eq!(request.route(), Route::Slot(9972));
     assert_eq!(slot(b"m:a%3Ab"), 9972);
 }
 
@@ -306,7 +306,7 @@ proptest! {
             prop_assert_eq!(key.slot(), chat_slot);
             prop_assert_eq!(slot(key.as_bytes()), chat_slot);
         }
-        prop_assert_eq!(request.route(), &Route::Slot(chat_slot));
+        prop_assert_eq!(request.route(), Route::Slot(chat_slot));
     }
 
     #[test]

@@ -339,8 +339,8 @@ fn routes_per_layout() {
                 assert!(turn.keys().iter().all(|k| Some(k.slot()) == turn.slot()));
             }
             Layout::Legacy => {
-                assert_eq!(lock.route(), &Route::AnyMaster);
-                assert_eq!(turn.route(), &Route::AnyMaster);
+                assert_eq!(lock.route(), Route::AnyMaster);
+                assert_eq!(turn.route(), Route::AnyMaster);
             }
         }
     }

@@ -34,7 +34,7 @@ fn a_moved_reply_is_one_redirect_and_the_summary_names_both_attempts() {
     assert_eq!(summary.operation, "read_it");
     assert_eq!(summary.outcome, "ok");
     assert_eq!(summary.attempts, 2, "the old owner, then the new one");
-    assert_eq!(summary.slot, Some(s));
+    assert_eq!(summary.slot(), Some(s));
     assert_eq!(summary.node.as_deref(), Some(&c));
     assert_eq!(summary.elapsed, Duration::ZERO, "no backoff on MOVED");
 }
