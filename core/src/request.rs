@@ -81,9 +81,9 @@ pub(crate) enum Body {
 type Keys = OneOrVec<Key>;
 
 /// A request's route as built. A keyed request goes by its first key's slot, which is computed
-/// when the route is first asked for: a single node never asks, and a `GET` there costs no
-/// CRC (multi-key requests still check their slots when built, so that a call refused by a
-/// cluster is refused on a single node too).
+/// when the route is asked for (a cluster session asks once per routing): a single node never
+/// asks, and a `GET` there costs no CRC. Multi-key requests still check their slots when built,
+/// so that a call a cluster would refuse is refused on a single node too.
 #[derive(Clone, Debug)]
 enum Routed {
     FirstKey,
@@ -366,7 +366,7 @@ impl Request {
         &self.keys
     }
 
-    /// The route (a keyed request's slot computed now, once).
+    /// The route; a keyed request's slot is computed on each call.
     pub fn route(&self) -> Route {
         match &self.route {
             Routed::FirstKey => self
