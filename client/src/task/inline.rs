@@ -3,7 +3,7 @@
 //! its input and carries out what follows; results are handed over once the hub is released.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::Waker;
 use std::time::Instant;
 
@@ -138,14 +138,7 @@ pub(crate) fn submit_inline<R: Runtime>(
         }
         return None;
     }
-    task.deferred = Some(Deferred::default());
-    task.apply(Msg::Submit(submission), now);
-    task.settle();
-    let deferred = task.deferred.take();
-    drop(task);
-    if let Some(deferred) = deferred {
-        deferred.deliver();
-    }
+    apply_and_deliver(task, Msg::Submit(submission), now);
     None
 }
 
@@ -163,21 +156,31 @@ pub(super) fn read_inline<R: Runtime>(
     let Some(hub) = hub.upgrade() else {
         return Some(event);
     };
-    let Ok(mut task) = hub.try_lock() else {
+    let Ok(task) = hub.try_lock() else {
         return Some(event);
     };
     if !task.takes_inline() || !task.events.idle() || !task.session.sending_at_most(1) {
         return Some(event);
     }
+    apply_and_deliver(task, Msg::Conn(conn, event), Instant::now());
+    None
+}
+
+/// Applies `msg` from the task that holds the hub, and hands the results it completed to
+/// their callers once the hub is released (see [`Deferred`]).
+fn apply_and_deliver<R: Runtime>(
+    mut task: MutexGuard<'_, SessionTask<R>>,
+    msg: Msg<R>,
+    now: Instant,
+) {
     task.deferred = Some(Deferred::default());
-    task.apply(Msg::Conn(conn, event), Instant::now());
+    task.apply(msg, now);
     task.settle();
     let deferred = task.deferred.take();
     drop(task);
     if let Some(deferred) = deferred {
         deferred.deliver();
     }
-    None
 }
 
 #[cfg(test)]
