@@ -2,7 +2,7 @@
 //! included. The migration speaks through it, and tests build their scenarios from it.
 
 use crate::plan::{misuse, Plan, Reply, Step};
-use crate::request::{NodeTarget, Request, Route};
+use crate::request::{NodeTarget, Request};
 use crate::scan::masters_request;
 
 /// A plan that sends one batch and yields every reply, in order, errors included.
@@ -40,7 +40,7 @@ impl Batch {
 }
 
 fn needs_host(request: &Request) -> bool {
-    matches!(request.route(), Route::Node(NodeTarget::Port(_)))
+    matches!(request.node(), Some(NodeTarget::Port(_)))
 }
 
 impl Plan for Batch {

@@ -377,6 +377,15 @@ impl Request {
         }
     }
 
+    /// The node the request is addressed to, for node-routed requests: what
+    /// [`Request::route`] says without computing a slot or cloning the target.
+    pub fn node(&self) -> Option<&NodeTarget> {
+        match &self.route {
+            Routed::Node(target) => Some(target),
+            Routed::FirstKey | Routed::AnyMaster => None,
+        }
+    }
+
     /// The key whose slot routes the request, for slot-routed requests: its first.
     pub fn slot_key(&self) -> Option<&Key> {
         match self.route {
