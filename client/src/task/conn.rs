@@ -97,6 +97,7 @@ impl<R: Runtime> Events<R> {
         self.queued.fetch_sub(1, Ordering::SeqCst);
     }
 
+    /// Whether every connection event sent has been applied.
     pub(super) fn idle(&self) -> bool {
         self.queued.load(Ordering::SeqCst) == 0
     }
