@@ -6,7 +6,8 @@
 //!     [--deployment cluster|standalone|standalone-unix]
 //!     [--runtime multi|current|async-std] [--quick] [--only W1,W2,W3,S1,S2,S3] [--client LIST]
 //!     [--w3-callers N] [--rounds N] [--round-seconds S] [--fred-pool N]
-//!     [--callers LIST] [--payload LIST] [--no-ceiling] [--open-loop] [--offer LIST] [--csv PATH]
+//!     [--callers LIST] [--payload LIST] [--no-ceiling] [--open-loop] [--offer LIST]
+//!     [--stall MS] [--timeline] [--csv PATH]
 //! ```
 //!
 //! The charts of `docs/performance.md` (`docs/img/*.svg`) are drawn from this binary's
@@ -105,7 +106,14 @@
 //!   offers every client the same rates instead, so that the clients' lines compare at equal
 //!   load. A level's line gives `achieved_per_s` (calls ended a second, failed or not) and
 //!   `ok_per_s` (calls that succeeded): a client that sheds load by timing calls out shows it
-//!   in the gap.
+//!   in the gap. `--stall MS` (implies `--open-loop`) blocks the thread that starts the calls
+//!   for MS milliseconds once a quarter of each level's calls have started, as a stall of the
+//!   process would (the machine's other work, a page-fault storm): the calls due meanwhile then
+//!   start together, and the level's line (which gives `stall_ms`) shows whether the client
+//!   drains that backlog and returns to the offered rate or stays behind it. `--timeline`
+//!   prints, every 50 ms of each level, the calls started and ended in it and the calls in
+//!   flight, and for our client its session tasks' passes, writes and reads (`ClientStats`):
+//!   how a level's rate moves, and where a backlog goes.
 //! - `--csv PATH` writes every figure line (closed loop, open loop, ceiling) as a row of a
 //!   CSV file as well (`bench/src/figures.rs` holds the format), which `charts` reads.
 //!
@@ -221,7 +229,7 @@ use std::time::{Duration, Instant};
 use botmesh_redis_async_std::runtime::AsyncStd;
 use botmesh_redis_bench::figures::{self, Kind, Row};
 use botmesh_redis_bench::{CALLERS, PAYLOAD_LEN};
-use botmesh_redis_client::{Client, Runtime};
+use botmesh_redis_client::{Client, ClientStats, Runtime};
 // The real-server harness.
 use botmesh_redis_harness::{
     parse_info, AdminConn, ClusterOptions, RedisCluster, ServerOptions, SingleNode,
@@ -326,6 +334,10 @@ struct Args {
     /// The open loop's rates, calls a second, the same for every client (`--offer`); else
     /// shares of each client's peak.
     offer: Option<Vec<usize>>,
+    /// How long the open loop's dispatcher stalls once in each level (`--stall MS`).
+    stall: Option<Duration>,
+    /// Whether each level prints its timeline (`--timeline`).
+    timeline: bool,
     /// Where the figures go as CSV (`--csv PATH`).
     csv: Option<std::path::PathBuf>,
 }
@@ -347,6 +359,8 @@ impl Args {
             ceiling: true,
             open_loop: false,
             offer: None,
+            stall: None,
+            timeline: false,
             csv: None,
         };
         let mut it = std::env::args().skip(1);
@@ -408,6 +422,12 @@ impl Args {
                     args.offer = Some(sweep::positive_list(it.next(), "--offer"));
                     args.open_loop = true;
                 }
+                "--stall" => {
+                    let ms: u64 = positive(it.next(), "--stall") as u64;
+                    args.stall = Some(Duration::from_millis(ms));
+                    args.open_loop = true;
+                }
+                "--timeline" => args.timeline = true,
                 "--csv" => {
                     let path = it
                         .next()
@@ -472,7 +492,8 @@ fn usage(problem: &str) -> ! {
          [--quick] [--only W1,W2,W3,S1,S2,S3] [--client botmesh,redis-rs,redis-rs-pipe,fred,\
          fred-pipe,fred-pool,fred-pool-pipe] [--w3-callers N] [--rounds N] [--round-seconds S] \
          [--fred-pool N] \
-         [--callers LIST] [--payload LIST] [--no-ceiling] [--open-loop] [--offer LIST] [--csv PATH]"
+         [--callers LIST] [--payload LIST] [--no-ceiling] [--open-loop] [--offer LIST] \
+         [--stall MS] [--timeline] [--csv PATH]"
     );
     std::process::exit(2)
 }
@@ -728,7 +749,15 @@ impl Probe {
 trait Worker: Send + 'static {
     /// Runs operation `n`; an error is described.
     fn op(&mut self, n: usize) -> impl Future<Output = Result<(), String>> + Send;
+
+    /// Our client's counters, for the open loop's timeline; `None` for a peer's worker.
+    fn stats(&self) -> Option<Stats> {
+        None
+    }
 }
+
+/// Reads a client's counters from the timeline's thread.
+type Stats = Box<dyn Fn() -> ClientStats + Send>;
 
 struct Measured {
     ops: usize,
@@ -915,6 +944,9 @@ struct Bench<'a> {
     probe: &'a Probe,
     /// Whether the runs are a tenth of their size (`--quick`).
     quick: bool,
+    /// The open loop's stall and timeline (`--stall`, `--timeline`).
+    stall: Option<Duration>,
+    timeline: bool,
     /// Where the figures go besides stdout (`--csv PATH`).
     figures: Option<RefCell<figures::Writer>>,
 }
@@ -1011,6 +1043,8 @@ impl<'a> Compared<'a> {
             runtime: rt,
             seconds: open_loop::seconds(bench.quick),
             keyspace: self.keyspace,
+            stall: bench.stall,
+            timeline: bench.timeline,
         };
         // Each run gets its own handle on `make`, so that the run's future owns what it uses.
         let make = std::rc::Rc::new(make);
@@ -1287,6 +1321,11 @@ struct SaveOurs<R: Runtime> {
 }
 
 impl<R: Runtime> Worker for SaveOurs<R> {
+    fn stats(&self) -> Option<Stats> {
+        let client = self.client.clone();
+        Some(Box::new(move || client.stats()))
+    }
+
     async fn op(&mut self, n: usize) -> Result<(), String> {
         let chat = format!("c{}", n % CHATS);
         let id = format!("m{n}");
@@ -1305,6 +1344,11 @@ struct GetOurs<R: Runtime> {
 }
 
 impl<R: Runtime> Worker for GetOurs<R> {
+    fn stats(&self) -> Option<Stats> {
+        let client = self.client.clone();
+        Some(Box::new(move || client.stats()))
+    }
+
     async fn op(&mut self, n: usize) -> Result<(), String> {
         let key = Key::new(format!("bench:k:{n}"));
         let get = Request::cmd(Access::Read, "GET")
@@ -1367,6 +1411,11 @@ struct ListOurs<R: Runtime> {
 }
 
 impl<R: Runtime> Worker for ListOurs<R> {
+    fn stats(&self) -> Option<Stats> {
+        let client = self.client.clone();
+        Some(Box::new(move || client.stats()))
+    }
+
     async fn op(&mut self, _n: usize) -> Result<(), String> {
         let plan = Listing {
             keys: self.keys.clone(),
@@ -1977,6 +2026,8 @@ async fn run<R: Runtime>(
         round: args.round,
         probe,
         quick: args.quick,
+        stall: args.stall,
+        timeline: args.timeline,
         figures: figures.map(RefCell::new),
     };
     let ours = Client::<R>::connect(servers.our_options())

@@ -12,10 +12,19 @@
 //! up to a millisecond of a call's latency (half on average) is the dispatcher's, and the
 //! percentiles do not resolve below it. Each call's task ends when its reply is in, reporting
 //! over a channel, so that memory stays flat however many calls a level offers.
+//!
+//! With `--stall MS` the dispatcher blocks its thread once in each level, after a quarter of
+//! the calls: the stall a process meets when the machine is busy elsewhere. What follows is
+//! the test of a client under overload that matters to a bot: whether it drains the calls that
+//! piled up meanwhile and returns to the offered rate, or stays behind it. `--timeline` prints
+//! what each 50 ms of a level did, from a thread of its own (so that a stalled runtime does not
+//! stall the timeline).
 
 use std::future::Future;
 use std::io::Write;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -44,6 +53,10 @@ pub(crate) struct Level {
     pub(crate) seconds: f64,
     /// Operation numbers wrap at this count (the keys that exist).
     pub(crate) keyspace: usize,
+    /// How long the dispatcher stalls, once a quarter of the level's calls have started.
+    pub(crate) stall: Option<Duration>,
+    /// Whether the level prints its timeline.
+    pub(crate) timeline: bool,
 }
 
 impl Level {
@@ -62,7 +75,16 @@ impl Level {
         // freed at once instead of held, with its output, until every call has finished.
         let (done, outcomes) = std::sync::mpsc::channel::<Outcome>();
         let start = Instant::now();
+        let timeline = self
+            .timeline
+            .then(|| Timeline::start(start, make().stats()));
         for i in 0..count {
+            if i == count / 4 {
+                if let Some(stall) = self.stall {
+                    // Blocks the runtime's thread, as a stall of the process does.
+                    std::thread::sleep(stall);
+                }
+            }
             let due = start + Duration::from_secs_f64(i as f64 / rate);
             if Instant::now() < due {
                 sleep_until(self.runtime, due).await;
@@ -73,8 +95,15 @@ impl Level {
             let mut worker = make();
             let n = i % self.keyspace;
             let done = done.clone();
+            let counts = timeline.as_ref().map(|t| Arc::clone(&t.counts));
+            if let Some(counts) = &counts {
+                counts.started.fetch_add(1, Ordering::Relaxed);
+            }
             spawn_detached(self.runtime, async move {
                 let result = worker.op(n).await;
+                if let Some(counts) = counts {
+                    counts.ended.fetch_add(1, Ordering::Relaxed);
+                }
                 let outcome = Outcome {
                     latency_ns: due.elapsed().as_nanos() as u64,
                     finished: Instant::now(),
@@ -94,6 +123,7 @@ impl Level {
                 Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
             }
         }
+        drop(timeline);
         let (cpu_s, server_cpu_s) = probe.cpu().since(&cpu_before);
         let counts_after = probe.counts();
         let last = results.iter().map(|o| o.finished).max().unwrap_or(start);
@@ -118,6 +148,94 @@ impl Level {
         }
         measured.latencies.sort_unstable();
         measured
+    }
+}
+
+/// The calls of a level started and ended so far, counted for its timeline.
+#[derive(Default)]
+struct Counts {
+    started: AtomicUsize,
+    ended: AtomicUsize,
+    stop: AtomicBool,
+}
+
+/// A level's timeline: a thread that prints, every [`Timeline::EVERY`], what the level did in
+/// it; stopped when dropped.
+struct Timeline {
+    counts: Arc<Counts>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Timeline {
+    const EVERY: Duration = Duration::from_millis(50);
+
+    fn start(start: Instant, stats: Option<crate::Stats>) -> Timeline {
+        let counts = Arc::new(Counts::default());
+        let seen = Arc::clone(&counts);
+        let thread = std::thread::spawn(move || {
+            // The client's counters count from its start: the first interval is measured from
+            // the level's.
+            let counted = stats.as_ref().map(|stats| ClientCounts::of(&stats()));
+            let mut last = (0, 0, counted.unwrap_or_default());
+            let mut next = start + Self::EVERY;
+            while !seen.stop.load(Ordering::Relaxed) {
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+                next += Self::EVERY;
+                let started = seen.started.load(Ordering::Relaxed);
+                let ended = seen.ended.load(Ordering::Relaxed);
+                let client = stats.as_ref().map(|stats| ClientCounts::of(&stats()));
+                let mut line = format!(
+                    "timeline t_ms={} started={} ended={} in_flight={}",
+                    start.elapsed().as_millis(),
+                    started - last.0,
+                    ended - last.1,
+                    started.saturating_sub(ended),
+                );
+                if let Some(client) = client {
+                    line.push_str(&format!(
+                        " passes={} writes={} reads={}",
+                        client.passes - last.2.passes,
+                        client.writes - last.2.writes,
+                        client.reads - last.2.reads,
+                    ));
+                    last.2 = client;
+                }
+                last.0 = started;
+                last.1 = ended;
+                println!("{line}");
+            }
+        });
+        Timeline {
+            counts,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Timeline {
+    fn drop(&mut self) {
+        self.counts.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The counters of our client a timeline follows.
+#[derive(Clone, Copy, Default)]
+struct ClientCounts {
+    passes: u64,
+    writes: u64,
+    reads: u64,
+}
+
+impl ClientCounts {
+    fn of(stats: &botmesh_redis_client::ClientStats) -> ClientCounts {
+        ClientCounts {
+            passes: stats.passes,
+            writes: stats.writes,
+            reads: stats.reads,
+        }
     }
 }
 
@@ -175,12 +293,16 @@ fn report(bench: &Bench<'_>, setting: &Setting, client: &str, offered: f64, m: &
     let ok = m.ops.saturating_sub(m.errors) as f64 / m.wall.as_secs_f64();
     let cpu_per_100k = m.cpu_s * 100_000.0 / m.ops as f64;
     let (p50, p99, p999) = m.percentiles_us();
+    let stall = bench
+        .stall
+        .map(|stall| format!(" stall_ms={}", stall.as_millis()))
+        .unwrap_or_default();
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
         "{} open-loop client={client} deployment={} runtime={} offered_per_s={offered:.0} \
          achieved_per_s={achieved:.0} ok_per_s={ok:.0} p50_us={p50:.1} p99_us={p99:.1} \
-         p999_us={p999:.1} cpu_s_per_100k={cpu_per_100k:.3} {}",
+         p999_us={p999:.1} cpu_s_per_100k={cpu_per_100k:.3}{stall} {}",
         setting.workload,
         bench.deployment.name(),
         bench.runtime.name(),
