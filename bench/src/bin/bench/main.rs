@@ -759,6 +759,12 @@ trait Worker: Send + 'static {
 /// Reads a client's counters from the timeline's thread.
 type Stats = Box<dyn Fn() -> ClientStats + Send>;
 
+/// Our client's counters, read from the timeline's thread through a handle of its own.
+fn stats_of<R: Runtime>(client: &Client<R>) -> Option<Stats> {
+    let client = client.clone();
+    Some(Box::new(move || client.stats()))
+}
+
 struct Measured {
     ops: usize,
     wall: Duration,
@@ -1322,8 +1328,7 @@ struct SaveOurs<R: Runtime> {
 
 impl<R: Runtime> Worker for SaveOurs<R> {
     fn stats(&self) -> Option<Stats> {
-        let client = self.client.clone();
-        Some(Box::new(move || client.stats()))
+        stats_of(&self.client)
     }
 
     async fn op(&mut self, n: usize) -> Result<(), String> {
@@ -1345,8 +1350,7 @@ struct GetOurs<R: Runtime> {
 
 impl<R: Runtime> Worker for GetOurs<R> {
     fn stats(&self) -> Option<Stats> {
-        let client = self.client.clone();
-        Some(Box::new(move || client.stats()))
+        stats_of(&self.client)
     }
 
     async fn op(&mut self, n: usize) -> Result<(), String> {
@@ -1412,8 +1416,7 @@ struct ListOurs<R: Runtime> {
 
 impl<R: Runtime> Worker for ListOurs<R> {
     fn stats(&self) -> Option<Stats> {
-        let client = self.client.clone();
-        Some(Box::new(move || client.stats()))
+        stats_of(&self.client)
     }
 
     async fn op(&mut self, _n: usize) -> Result<(), String> {

@@ -175,33 +175,32 @@ impl Timeline {
         let thread = std::thread::spawn(move || {
             // The client's counters count from its start: the first interval is measured from
             // the level's.
-            let counted = stats.as_ref().map(|stats| ClientCounts::of(&stats()));
-            let mut last = (0, 0, counted.unwrap_or_default());
+            let mut client_before = stats.as_ref().map(|stats| stats());
+            let (mut started_before, mut ended_before) = (0, 0);
             let mut next = start + Self::EVERY;
             while !seen.stop.load(Ordering::Relaxed) {
                 std::thread::sleep(next.saturating_duration_since(Instant::now()));
                 next += Self::EVERY;
                 let started = seen.started.load(Ordering::Relaxed);
                 let ended = seen.ended.load(Ordering::Relaxed);
-                let client = stats.as_ref().map(|stats| ClientCounts::of(&stats()));
                 let mut line = format!(
                     "timeline t_ms={} started={} ended={} in_flight={}",
                     start.elapsed().as_millis(),
-                    started - last.0,
-                    ended - last.1,
+                    started - started_before,
+                    ended - ended_before,
                     started.saturating_sub(ended),
                 );
-                if let Some(client) = client {
+                if let (Some(stats), Some(before)) = (&stats, &mut client_before) {
+                    let now = stats();
                     line.push_str(&format!(
                         " passes={} writes={} reads={}",
-                        client.passes - last.2.passes,
-                        client.writes - last.2.writes,
-                        client.reads - last.2.reads,
+                        now.passes - before.passes,
+                        now.writes - before.writes,
+                        now.reads - before.reads,
                     ));
-                    last.2 = client;
+                    *before = now;
                 }
-                last.0 = started;
-                last.1 = ended;
+                (started_before, ended_before) = (started, ended);
                 println!("{line}");
             }
         });
@@ -217,24 +216,6 @@ impl Drop for Timeline {
         self.counts.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
-        }
-    }
-}
-
-/// The counters of our client a timeline follows.
-#[derive(Clone, Copy, Default)]
-struct ClientCounts {
-    passes: u64,
-    writes: u64,
-    reads: u64,
-}
-
-impl ClientCounts {
-    fn of(stats: &botmesh_redis_client::ClientStats) -> ClientCounts {
-        ClientCounts {
-            passes: stats.passes,
-            writes: stats.writes,
-            reads: stats.reads,
         }
     }
 }
