@@ -50,6 +50,12 @@ impl Plan for Batch {
         "batch"
     }
 
+    fn may_wait(&self) -> bool {
+        self.requests
+            .as_ref()
+            .is_some_and(|batch| batch.iter().any(Request::blocks))
+    }
+
     fn start(&mut self) -> Step<Vec<Reply>> {
         match &self.requests {
             Some(batch) if batch.is_empty() => {

@@ -74,6 +74,7 @@
 // re-exports below: the typed API at the root, the machinery in `driver`.
 mod addr;
 mod batch;
+mod blocking;
 pub mod codec;
 mod coord;
 mod error;

@@ -160,6 +160,17 @@ pub trait Plan: Send + 'static {
     /// label of the client's metrics and field of its spans (`docs/operations.md`). A static
     /// string, so labelling a request allocates nothing.
     fn operation(&self) -> &'static str;
+    /// Whether the plan may take long by design: it waits between steps ([`Step::Wait`]: a
+    /// turn polled until served, a keeper's period) or sends a request the server holds back
+    /// ([`Request::blocks`]: a `BLPOP`, a `WAIT`). A client lets a bounded number of calls out
+    /// to one node at once and parks the calls beyond it until calls end; a plan that says it
+    /// may wait is not counted, so that bot tasks waiting for their turns never hold others'
+    /// calls back. `false` by default: a plan of yours that waits should say so (one that does
+    /// not holds the calls parked behind it until no call has ended for 100 ms, when every
+    /// parked call goes out).
+    fn may_wait(&self) -> bool {
+        false
+    }
     /// The first step.
     fn start(&mut self) -> Step<Self::Output>;
     /// The next step, given the replies to the last batch (empty after a wait), in order.
@@ -209,6 +220,10 @@ impl<T: Send + 'static> Plan for Single<T> {
 
     fn operation(&self) -> &'static str {
         self.operation
+    }
+
+    fn may_wait(&self) -> bool {
+        self.request.as_ref().is_some_and(Request::blocks)
     }
 
     fn start(&mut self) -> Step<T> {

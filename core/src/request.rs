@@ -338,6 +338,15 @@ impl Request {
         self.wait.as_deref().copied()
     }
 
+    /// Whether the server may hold this request's reply back by design: a blocking command
+    /// (`BLPOP`, `BRPOP`, `BRPOPLPUSH`, `BLMOVE`, `BLMPOP`, `BZPOPMIN`, `BZPOPMAX`, `BZMPOP`,
+    /// `XREAD` or `XREADGROUP` with `BLOCK`, `WAIT`, `WAITAOF`), or a request followed by a
+    /// `WAIT` ([`Request::then_wait`]). A script is taken not to block.
+    pub fn blocks(&self) -> bool {
+        self.wait.is_some()
+            || matches!(&self.body, Body::Command(args) if crate::blocking::blocks(args))
+    }
+
     /// The script's name, or the command's name: what a log line or a snapshot calls it.
     pub fn name(&self) -> String {
         match &self.body {

@@ -296,6 +296,11 @@ impl Plan for Replicated {
         self.operation
     }
 
+    /// Its grant is followed by a `WAIT` for replicas.
+    fn may_wait(&self) -> bool {
+        true
+    }
+
     fn start(&mut self) -> Step<Option<u64>> {
         match self.grant.take() {
             Some(grant) => Step::Send(grant.into()),

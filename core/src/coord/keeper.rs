@@ -156,6 +156,11 @@ impl Plan for Keep {
         "keep_alive"
     }
 
+    /// Waits a period between renewals, for as long as it keeps.
+    fn may_wait(&self) -> bool {
+        true
+    }
+
     fn start(&mut self) -> Step<()> {
         Step::Wait(self.period)
     }

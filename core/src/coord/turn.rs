@@ -533,6 +533,11 @@ impl Plan for AcquireTurn {
         "turn_acquire"
     }
 
+    /// Polls until served, waiting between polls.
+    fn may_wait(&self) -> bool {
+        true
+    }
+
     fn start(&mut self) -> Step<TurnGrant> {
         self.take()
     }

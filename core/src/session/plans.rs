@@ -56,6 +56,14 @@ impl<W: Waiters> Submission<W> {
             summary,
         }))
     }
+
+    /// Ends the plan without running it: `error` goes to its waiter. For a driver that holds
+    /// plans back before the session (a caller parked for room until its deadline passed).
+    pub fn refuse(self, error: Error) -> W::Delivered {
+        let mut plan = self.0;
+        plan.fail(error);
+        plan.deliver()
+    }
 }
 
 /// A finished plan, holding its result and its caller's waiter: the driver calls
