@@ -15,7 +15,10 @@
 //! and its own connection to every node. A call goes to the lane of the task that polls it
 //! (its waker's address, hashed), so a task's calls stay in one lane, in order; lanes to one
 //! node overlap the node's work on one lane's batch with the client's turnaround of the
-//! others'. Detached plans take the first lane.
+//! others'. Detached plans take the first lane. On one node a call first takes a place in its
+//! lane's room (at most its share of 256 calls out at once; the plans of the calls beyond it
+//! wait in line, see the `admission` module and `docs/operations.md`, "One node's room for
+//! calls").
 //! Everything below is per lane.
 //!
 //! ```text
@@ -57,6 +60,7 @@
 //! one task hop per batch. Plain TCP keeps its direct writes.
 #![forbid(unsafe_code)]
 
+mod admission;
 mod calls;
 #[cfg(feature = "metrics")]
 mod instruments;
@@ -193,9 +197,10 @@ pub trait WriteHalf: Send + 'static {
 pub struct ClientStats {
     /// TCP connects started since the client was created.
     pub dials: u64,
-    /// The client's tasks alive now: each lane's session task, and each connection's connect,
-    /// reader and flusher tasks. Bounded by the number of nodes and lanes however connections
-    /// come and go.
+    /// The client's tasks alive now: each lane's session task (and on one node its line
+    /// keeper, which wakes while calls wait for room), and each connection's connect, reader
+    /// and flusher tasks. Bounded by the number of nodes and lanes however connections come
+    /// and go.
     pub tasks: u64,
     /// Connections whose task handles the driver holds (open, opening, or closing).
     pub connections: u64,
@@ -213,6 +218,10 @@ pub struct ClientStats {
     pub writes: u64,
     /// Reads from the connections' sockets that returned bytes.
     pub reads: u64,
+    /// Calls that waited for room before they were sent: on one node a client lets a bounded
+    /// number of calls out at once, and the plans of the calls beyond it wait in line
+    /// (`docs/operations.md`, "One node's room for calls"). Always 0 on a cluster.
+    pub parked: u64,
 }
 
 #[derive(Debug, Default)]
@@ -279,6 +288,8 @@ struct Lane<R: Runtime> {
     hub: Hub<R>,
     counters: Arc<Counters>,
     closed: async_channel::Receiver<()>,
+    /// The lane's room on its node; `None` on a cluster (see [`admission`]).
+    admission: Option<Arc<admission::Admission>>,
 }
 
 impl<R: Runtime> Shared<R> {
@@ -297,19 +308,29 @@ impl<R: Runtime> Shared<R> {
         }
     }
 
-    /// Waits until every lane's session task has ended.
+    /// Waits until every lane's session task has ended, then ends the lanes' line keepers.
     async fn all_closed(&self) {
         for lane in &self.lanes {
             // The session task drops its end when it is done; that is the signal.
             let _ = lane.closed.recv().await;
+        }
+        self.close_lines();
+    }
+
+    /// Ends the line keepers of the lanes' rooms ([`admission::keep`]).
+    fn close_lines(&self) {
+        for admission in self.lanes.iter().filter_map(|lane| lane.admission.as_ref()) {
+            admission.close();
         }
     }
 }
 
 impl<R: Runtime> Drop for Shared<R> {
     fn drop(&mut self) {
-        // The last handle is gone: end the session tasks, which end every connection.
+        // The last handle is gone: end the session tasks, which end every connection, and
+        // the line keepers.
         self.tell_all(|| Msg::Close);
+        self.close_lines();
     }
 }
 
@@ -377,7 +398,12 @@ impl<R: Runtime> Client<R> {
         let config = options.to_config(seed.finish())?;
         let deployment = config.endpoints.deployment();
         let tls = tls::connector(&options)?;
-        let lanes = (0..options.lane_count(R::ONE_NODE_LANES) as u64)
+        let lane_count = options.lane_count(R::ONE_NODE_LANES);
+        let request_timeout = config.request_timeout;
+        // One node's room is shared out over the lanes that talk to it.
+        let lane_bound = admission::ONE_NODE_BOUND.div_ceil(lane_count.max(1));
+        let spawner = R::spawner();
+        let lanes = (0..lane_count as u64)
             .map(|lane| {
                 let mut config = config.clone();
                 // Each lane's retries jitter apart, even from a seed the options fixed.
@@ -393,12 +419,28 @@ impl<R: Runtime> Client<R> {
                     tls.clone(),
                     instruments,
                 );
+                let admission = (deployment == Deployment::Single).then(|| {
+                    let inbox = tx.clone();
+                    let handoff: admission::Handoff = Box::new(move |submission| {
+                        // A closed session drops the plan: its caller sees `Error::Closed`.
+                        let _ = inbox.send(Msg::Submit(submission));
+                    });
+                    let admission = Arc::new(admission::Admission::new(
+                        lane_bound,
+                        request_timeout,
+                        handoff,
+                    ));
+                    let keeper = admission::keep::<R>(Arc::clone(&admission));
+                    R::spawn_detached(&spawner, counted(&counters, keeper));
+                    admission
+                });
                 Lane {
                     tx,
                     last_taker,
                     hub,
                     counters,
                     closed,
+                    admission,
                 }
             })
             .collect();
@@ -434,6 +476,7 @@ impl<R: Runtime> Client<R> {
             stats.inline += counters.inline.load(Ordering::Relaxed);
             stats.writes += counters.writes.load(Ordering::Relaxed);
             stats.reads += counters.reads.load(Ordering::Relaxed);
+            stats.parked += lane.admission.as_ref().map_or(0, |a| a.parked_so_far());
         }
         stats
     }
@@ -535,10 +578,11 @@ pub async fn connect<R: Runtime>(
 /// A call, from its plan to its result: one future, polled by the calling task. The plan is
 /// boxed for its session with its caller's receiver when the call is made, so it is moved once,
 /// into its box, rather than into each future that waits for it (a plan is larger than the
-/// compiler moves without a call to `memcpy`). The first poll opens the call's span and submits
-/// the plan, in the lane of the calling task unless one is given; later polls wait for its
-/// delivery. One hand-written state where nested `async` blocks (the call, its lane, its span)
-/// each kept one and were each polled in turn.
+/// compiler moves without a call to `memcpy`). The first poll opens the call's span, takes its
+/// place in its lane's room on one node (see the `admission` module) and submits the plan, in
+/// the lane of the calling task unless one is given; later polls wait for its delivery. One
+/// hand-written state where nested `async` blocks (the call, its lane, its span) each kept one
+/// and were each polled in turn.
 struct Running<'a, R: Runtime, T> {
     shared: &'a Shared<R>,
     operation: &'static str,
@@ -551,11 +595,19 @@ struct Running<'a, R: Runtime, T> {
     /// The lane to submit in; the calling task's when `None`, until the first poll fixes it.
     lane: Option<usize>,
     rx: oneshot::AsyncReceiver<Delivery<T>>,
+    /// The call's place in its lane's room on one node ([`admission`]); `Out` from the start
+    /// for a plan that may wait by design, which is not counted.
+    gate: admission::Gate,
 }
 
 impl<'a, R: Runtime, T: Send + 'static> Running<'a, R, T> {
     fn new<P: Plan<Output = T>>(shared: &'a Shared<R>, lane: Option<usize>, plan: P) -> Self {
         let (done, rx) = oneshot::channel();
+        let gate = if plan.may_wait() {
+            admission::Gate::Out
+        } else {
+            admission::Gate::Before
+        };
         Running {
             shared,
             operation: plan.operation(),
@@ -563,6 +615,7 @@ impl<'a, R: Runtime, T: Send + 'static> Running<'a, R, T> {
             submission: Some(Submission::new(plan, done)),
             lane,
             rx: std::future::IntoFuture::into_future(rx),
+            gate,
         }
     }
 }
@@ -578,6 +631,7 @@ impl<R: Runtime, T: Send + 'static> Future for Running<'_, R, T> {
             submission,
             lane,
             rx,
+            gate,
         } = self.get_mut();
         let span = span.get_or_insert_with(|| {
             tracing::info_span!(
@@ -591,14 +645,28 @@ impl<R: Runtime, T: Send + 'static> Future for Running<'_, R, T> {
         });
         let traced = !span.is_disabled();
         let _entered = traced.then(|| span.enter());
-        if let Some(submission) = submission.take() {
-            // Written at once by this task when the session is free, else through the lane's
-            // inbox.
-            let lane = &shared.lanes[*lane.get_or_insert_with(|| shared.lane(cx.waker()))];
-            if let Some(submission) = task::inline::submit_inline(&lane.hub, submission, cx.waker())
+        if submission.is_some() {
+            let index = *lane.get_or_insert_with(|| shared.lane(cx.waker()));
+            let lane = &shared.lanes[index];
+            // On one node, a call goes out only when its lane has room; parked, its plan
+            // waits in line and goes to the session when room comes (see `admission`).
+            if let Some(admission) = lane
+                .admission
+                .as_ref()
+                .filter(|_| *gate == admission::Gate::Before)
             {
-                if lane.tx.send(Msg::Submit(submission)).is_err() {
-                    return Poll::Ready(ended(span, traced, Err(Error::Closed)));
+                *gate = admission.enter(submission);
+            }
+            if let Some(submission) = submission.take() {
+                // Written at once by this task when the session is free, else through the
+                // lane's inbox.
+                if let Some(submission) =
+                    task::inline::submit_inline(&lane.hub, submission, cx.waker())
+                {
+                    if lane.tx.send(Msg::Submit(submission)).is_err() {
+                        leave_room(shared, Some(index), gate);
+                        return Poll::Ready(ended(span, traced, Err(Error::Closed)));
+                    }
                 }
             }
         }
@@ -615,7 +683,31 @@ impl<R: Runtime, T: Send + 'static> Future for Running<'_, R, T> {
             }
             Err(_) => Err(Error::Closed),
         };
+        // Done with: its room goes to the next call (after the delivery is unpacked where it
+        // lies, rather than moved past this call).
+        leave_room(shared, *lane, gate);
         Poll::Ready(ended(span, traced, result))
+    }
+}
+
+impl<R: Runtime, T> Drop for Running<'_, R, T> {
+    /// A call dropped before its end gives its place in its lane's room back: parked, it
+    /// leaves the line; admitted, its room goes to the next caller (its request, if written,
+    /// may still be out: the bound counts callers, not requests).
+    fn drop(&mut self) {
+        leave_room(self.shared, self.lane, &mut self.gate);
+    }
+}
+
+/// Ends a call's place in its lane's room (see [`admission`]), once.
+fn leave_room<R: Runtime>(shared: &Shared<R>, lane: Option<usize>, gate: &mut admission::Gate) {
+    let admission = lane
+        .and_then(|lane| shared.lanes.get(lane))
+        .and_then(|lane| lane.admission.as_ref());
+    match (std::mem::replace(gate, admission::Gate::Out), admission) {
+        (admission::Gate::In, Some(admission)) => admission.exit(),
+        (admission::Gate::Parked(ticket), Some(admission)) => admission.leave(ticket),
+        _ => {}
     }
 }
 

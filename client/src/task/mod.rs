@@ -66,6 +66,7 @@ impl Waiters for OneShot {
         let _ = waiter.send(Delivery { result, summary });
     }
 
+    #[inline]
     fn deliver_summarized<T: Send + 'static>(
         waiter: Self::Waiter<T>,
         result: Result<T, Error>,
