@@ -112,8 +112,10 @@
 //!   start together, and the level's line (which gives `stall_ms`) shows whether the client
 //!   drains that backlog and returns to the offered rate or stays behind it. `--timeline`
 //!   prints, every 50 ms of each level, the calls started and ended in it and the calls in
-//!   flight, and for our client its session tasks' passes, writes and reads (`ClientStats`):
-//!   how a level's rate moves, and where a backlog goes.
+//!   flight, and for our client its session tasks' passes, writes, reads and calls parked
+//!   for room (`ClientStats`): how a level's rate moves, and where a backlog goes. Our
+//!   client's level lines end with `parked=`, and its closed-loop summaries with the calls
+//!   parked for room in the run (one node's room for calls, `docs/operations.md`).
 //! - `--csv PATH` writes every figure line (closed loop, open loop, ceiling) as a row of a
 //!   CSV file as well (`bench/src/figures.rs` holds the format), which `charts` reads.
 //!
@@ -767,6 +769,8 @@ fn stats_of<R: Runtime>(client: &Client<R>) -> Option<Stats> {
 
 struct Measured {
     ops: usize,
+    /// Our client's callers parked for room ([`ClientStats::parked`]); `None` for a peer.
+    parked: Option<u64>,
     wall: Duration,
     cpu_s: f64,
     /// CPU of the Redis servers over the same time.
@@ -855,6 +859,9 @@ async fn drive_for<W: Worker>(
     mut make: impl FnMut() -> W,
 ) -> Measured {
     let workers: Vec<W> = (0..callers).map(|_| make()).collect();
+    // Our client's callers parked for room during the run (its workers share one client).
+    let stats = workers.first().and_then(Worker::stats);
+    let parked_before = stats.as_ref().map(|stats| stats().parked);
     let counts_before = probe.counts();
     let cpu_before = probe.cpu();
     let start = Instant::now();
@@ -912,6 +919,9 @@ async fn drive_for<W: Worker>(
         latencies: Vec::with_capacity(ops),
         errors: 0,
         first_error: None,
+        parked: stats
+            .zip(parked_before)
+            .map(|(stats, before)| stats().parked - before),
     };
     for (latencies, errors, first_error) in results {
         measured.latencies.extend(latencies);
@@ -1291,9 +1301,13 @@ fn report(bench: &Bench<'_>, setting: &Setting, client: &str, m: &Measured) -> F
             m.first_error.as_deref().unwrap_or("?")
         );
     }
+    let parked = m
+        .parked
+        .map(|parked| format!(", {parked} callers parked for room"))
+        .unwrap_or_default();
     eprintln!(
         "#   ({workload} {client}: {} ops in {:.2} s wall, {:.2} s client cpu, {:.2} s server cpu, \
-         {:.3} server cpu s per 100k, {:.2} server reads and {:.2} writes per op)",
+         {:.3} server cpu s per 100k, {:.2} server reads and {:.2} writes per op{parked})",
         m.ops,
         m.wall.as_secs_f64(),
         m.cpu_s,

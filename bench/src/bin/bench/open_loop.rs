@@ -74,6 +74,8 @@ impl Level {
         // Each call reports its outcome here and its task ends: a finished call's task is
         // freed at once instead of held, with its output, until every call has finished.
         let (done, outcomes) = std::sync::mpsc::channel::<Outcome>();
+        let stats = make().stats();
+        let parked_before = stats.as_ref().map(|stats| stats().parked);
         let start = Instant::now();
         let timeline = self
             .timeline
@@ -138,6 +140,9 @@ impl Level {
             latencies: Vec::with_capacity(count),
             errors: count - results.len(),
             first_error: None,
+            parked: stats
+                .zip(parked_before)
+                .map(|(stats, before)| stats().parked - before),
         };
         for outcome in results {
             measured.latencies.push(outcome.latency_ns);
@@ -193,10 +198,11 @@ impl Timeline {
                 if let (Some(stats), Some(before)) = (&stats, &mut client_before) {
                     let now = stats();
                     line.push_str(&format!(
-                        " passes={} writes={} reads={}",
+                        " passes={} writes={} reads={} parked={}",
                         now.passes - before.passes,
                         now.writes - before.writes,
                         now.reads - before.reads,
+                        now.parked - before.parked,
                     ));
                     *before = now;
                 }
@@ -278,12 +284,16 @@ fn report(bench: &Bench<'_>, setting: &Setting, client: &str, offered: f64, m: &
         .stall
         .map(|stall| format!(" stall_ms={}", stall.as_millis()))
         .unwrap_or_default();
+    let parked = m
+        .parked
+        .map(|parked| format!(" parked={parked}"))
+        .unwrap_or_default();
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
         "{} open-loop client={client} deployment={} runtime={} offered_per_s={offered:.0} \
          achieved_per_s={achieved:.0} ok_per_s={ok:.0} p50_us={p50:.1} p99_us={p99:.1} \
-         p999_us={p999:.1} cpu_s_per_100k={cpu_per_100k:.3}{stall} {}",
+         p999_us={p999:.1} cpu_s_per_100k={cpu_per_100k:.3}{stall}{parked} {}",
         setting.workload,
         bench.deployment.name(),
         bench.runtime.name(),
