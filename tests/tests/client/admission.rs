@@ -1,5 +1,6 @@
 //! One node's room: a client lets a bounded number of calls out to one node at once (256,
-//! shared out over its lanes) and parks the callers beyond it in order until results make room.
+//! shared out over its lanes), and the plans of the calls beyond it wait in line, in order,
+//! until calls end and make room.
 //! Calls far past the room all complete, each with its own reply, on every driver and on one
 //! thread; a node that stops answering holds no parked caller past its own deadline: once
 //! no call has ended for a while, the room opens and every call ends by its request timeout,
