@@ -108,8 +108,9 @@ struct Room {
 
 struct Parked {
     ticket: Ticket,
-    /// Its deadline: when it parked, plus the request timeout.
-    until: Instant,
+    /// Its deadline: when it parked, plus the request timeout; none when that is too far to
+    /// represent, as the session takes a batch's deadline.
+    until: Option<Instant>,
     submission: Submission<OneShot>,
 }
 
@@ -186,7 +187,7 @@ impl Admission {
         }
         room.parked.push_back(Parked {
             ticket,
-            until: now.checked_add(self.patience).unwrap_or(now),
+            until: now.checked_add(self.patience),
             submission: plan,
         });
         self.lined.fetch_add(1, SeqCst);
@@ -289,7 +290,11 @@ impl Admission {
         let mut room = self.lock();
         let mut refused = Vec::new();
         // Deadlines come in the line's order.
-        while room.parked.front().is_some_and(|front| front.until <= now) {
+        while room
+            .parked
+            .front()
+            .is_some_and(|front| front.until.is_some_and(|until| until <= now))
+        {
             if let Some(expired) = room.parked.pop_front() {
                 room.expired.push(expired.ticket);
                 refused.push(expired.submission);
@@ -303,7 +308,7 @@ impl Admission {
         }
         let next = room.parked.front().map(|front| {
             let quiet = room.quiet.map_or(now, |(since, _)| since) + ANSWERING;
-            front.until.min(quiet)
+            front.until.map_or(quiet, |until| until.min(quiet))
         });
         drop(room);
         for plan in refused {
@@ -415,6 +420,22 @@ mod tests {
 
     const LONG: Duration = Duration::from_secs(60);
 
+    /// A room of one, taken by a call.
+    fn full_room(patience: Duration) -> (Admission, Arc<AtomicUsize>) {
+        let (admission, handed) = room(1, patience);
+        let (mut first, _) = call();
+        assert_eq!(admission.enter(&mut first), Gate::In);
+        (admission, handed)
+    }
+
+    /// Parks a call that expects `ticket`; yields where its result comes.
+    fn park(admission: &Admission, ticket: Ticket) -> Result {
+        let (mut plan, result) = call();
+        assert_eq!(admission.enter(&mut plan), Gate::Parked(ticket));
+        assert!(plan.is_none(), "a parked plan waits in line");
+        result
+    }
+
     #[test]
     fn calls_enter_up_to_the_bound_and_park_beyond_it() {
         let (admission, handed) = room(2, LONG);
@@ -423,32 +444,24 @@ mod tests {
             assert_eq!(admission.enter(&mut plan), Gate::In);
             assert!(plan.is_some(), "an admitted caller submits its own plan");
         }
-        let (mut third, _) = call();
-        assert_eq!(admission.enter(&mut third), Gate::Parked(0));
-        assert!(third.is_none(), "a parked plan waits in line");
-        let (mut fourth, _) = call();
-        assert_eq!(admission.enter(&mut fourth), Gate::Parked(1));
+        park(&admission, 0);
+        park(&admission, 1);
         assert_eq!(handed.load(Ordering::SeqCst), 0);
         assert_eq!(admission.parked_so_far(), 2);
     }
 
     #[test]
     fn room_goes_to_the_parked_plans_in_order() {
-        let (admission, handed) = room(1, LONG);
-        let (mut first, _) = call();
-        assert_eq!(admission.enter(&mut first), Gate::In);
-        let (mut a, a_result) = call();
-        let (mut b, b_result) = call();
-        assert_eq!(admission.enter(&mut a), Gate::Parked(0));
-        assert_eq!(admission.enter(&mut b), Gate::Parked(1));
+        let (admission, handed) = full_room(LONG);
+        let a_result = park(&admission, 0);
+        let b_result = park(&admission, 1);
         // The call in ends: the first parked plan goes to the session, not the second.
         admission.exit();
         assert_eq!(handed.load(Ordering::SeqCst), 1);
         assert!(matches!(ended(&a_result), Some(Error::Closed)));
         assert!(b_result.try_recv().is_err());
         // A newcomer does not pass the plan still parked.
-        let (mut late, _) = call();
-        assert_eq!(admission.enter(&mut late), Gate::Parked(2));
+        park(&admission, 2);
         // The first parked call ends: its room goes to the second.
         admission.leave(0);
         assert_eq!(handed.load(Ordering::SeqCst), 2);
@@ -458,13 +471,9 @@ mod tests {
 
     #[test]
     fn a_parked_caller_that_leaves_takes_its_plan_out_of_line() {
-        let (admission, handed) = room(1, LONG);
-        let (mut first, _) = call();
-        assert_eq!(admission.enter(&mut first), Gate::In);
-        let (mut a, _) = call();
-        let (mut b, b_result) = call();
-        assert_eq!(admission.enter(&mut a), Gate::Parked(0));
-        assert_eq!(admission.enter(&mut b), Gate::Parked(1));
+        let (admission, handed) = full_room(LONG);
+        park(&admission, 0);
+        let b_result = park(&admission, 1);
         // Gone while in line: its plan never goes out; the room is the next one's.
         admission.leave(0);
         admission.exit();
@@ -478,12 +487,9 @@ mod tests {
 
     #[test]
     fn a_node_that_does_not_answer_holds_nobody() {
-        let (admission, handed) = room(1, LONG);
-        let (mut first, _) = call();
-        assert_eq!(admission.enter(&mut first), Gate::In);
+        let (admission, handed) = full_room(LONG);
         let parked_at = Instant::now();
-        let (mut a, _) = call();
-        assert_eq!(admission.enter(&mut a), Gate::Parked(0));
+        park(&admission, 0);
         // Within `ANSWERING` of the line's start, the keeper lets nobody in, and looks again
         // when that time is up.
         let again = admission.look(parked_at).unwrap();
@@ -492,10 +498,8 @@ mod tests {
         // A call ends: the node answers, and the room is the parked plan's.
         admission.exit();
         assert_eq!(handed.load(Ordering::SeqCst), 1);
-        let (mut b, _) = call();
-        let (mut c, _) = call();
-        assert_eq!(admission.enter(&mut b), Gate::Parked(1));
-        assert_eq!(admission.enter(&mut c), Gate::Parked(2));
+        park(&admission, 1);
+        park(&admission, 2);
         // Full and silent for longer than `ANSWERING`: the keeper lets every plan in, and
         // has no line left to watch.
         assert_eq!(admission.look(Instant::now() + ANSWERING * 2), None);
@@ -506,14 +510,10 @@ mod tests {
     #[test]
     fn plans_past_their_deadline_end_as_timeouts_never_sent() {
         let patience = ANSWERING / 2;
-        let (admission, handed) = room(1, patience);
-        let (mut first, _) = call();
-        assert_eq!(admission.enter(&mut first), Gate::In);
+        let (admission, handed) = full_room(patience);
         let parked_at = Instant::now();
-        let (mut a, a_result) = call();
-        let (mut b, b_result) = call();
-        assert_eq!(admission.enter(&mut a), Gate::Parked(0));
-        assert_eq!(admission.enter(&mut b), Gate::Parked(1));
+        let a_result = park(&admission, 0);
+        let b_result = park(&admission, 1);
         // The keeper looks again at the front's deadline, before the quiet rule's time.
         let again = admission.look(parked_at).unwrap();
         assert!(again >= parked_at + patience && again < parked_at + ANSWERING);
@@ -537,6 +537,25 @@ mod tests {
         assert_eq!(admission.out.load(SeqCst), 1);
         admission.exit();
         assert_eq!(admission.out.load(SeqCst), 0);
+    }
+
+    #[test]
+    fn a_deadline_too_far_to_represent_is_none() {
+        let (admission, handed) = full_room(Duration::MAX);
+        let result = park(&admission, 0);
+        // A call ends now and then (the node answers), and no deadline comes: the plan
+        // waits for room, as a batch with such a timeout waits for its reply.
+        admission.exit();
+        assert_eq!(handed.load(Ordering::SeqCst), 1);
+        assert!(matches!(ended(&result), Some(Error::Closed)));
+        park(&admission, 1);
+        let quiet_since = Instant::now();
+        let again = admission.look(quiet_since).unwrap();
+        assert!(
+            again <= Instant::now() + ANSWERING,
+            "looks again for the quiet rule only"
+        );
+        assert_eq!(handed.load(Ordering::SeqCst), 1);
     }
 
     #[test]
