@@ -758,13 +758,33 @@ trait Worker: Send + 'static {
     }
 }
 
-/// Reads a client's counters from the timeline's thread.
-type Stats = Box<dyn Fn() -> ClientStats + Send>;
+/// Reads a client's counters, from a run and from the timeline's thread.
+type Stats = Arc<dyn Fn() -> ClientStats + Send + Sync>;
 
-/// Our client's counters, read from the timeline's thread through a handle of its own.
+/// Our client's counters, read through a handle of its own.
 fn stats_of<R: Runtime>(client: &Client<R>) -> Option<Stats> {
     let client = client.clone();
-    Some(Box::new(move || client.stats()))
+    Some(Arc::new(move || client.stats()))
+}
+
+/// Our client's calls parked for room ([`ClientStats::parked`]) since a run started.
+struct ParkedSince {
+    stats: Stats,
+    before: u64,
+}
+
+impl ParkedSince {
+    /// Counts from now, for our client (a worker with `stats`); `None` for a peer.
+    fn now(stats: Option<Stats>) -> Option<Self> {
+        stats.map(|stats| {
+            let before = stats().parked;
+            ParkedSince { stats, before }
+        })
+    }
+
+    fn count(&self) -> u64 {
+        (self.stats)().parked - self.before
+    }
 }
 
 struct Measured {
@@ -860,8 +880,7 @@ async fn drive_for<W: Worker>(
 ) -> Measured {
     let workers: Vec<W> = (0..callers).map(|_| make()).collect();
     // Our client's callers parked for room during the run (its workers share one client).
-    let stats = workers.first().and_then(Worker::stats);
-    let parked_before = stats.as_ref().map(|stats| stats().parked);
+    let parked = ParkedSince::now(workers.first().and_then(Worker::stats));
     let counts_before = probe.counts();
     let cpu_before = probe.cpu();
     let start = Instant::now();
@@ -919,9 +938,7 @@ async fn drive_for<W: Worker>(
         latencies: Vec::with_capacity(ops),
         errors: 0,
         first_error: None,
-        parked: stats
-            .zip(parked_before)
-            .map(|(stats, before)| stats().parked - before),
+        parked: parked.as_ref().map(ParkedSince::count),
     };
     for (latencies, errors, first_error) in results {
         measured.latencies.extend(latencies);

@@ -75,11 +75,9 @@ impl Level {
         // freed at once instead of held, with its output, until every call has finished.
         let (done, outcomes) = std::sync::mpsc::channel::<Outcome>();
         let stats = make().stats();
-        let parked_before = stats.as_ref().map(|stats| stats().parked);
+        let parked = crate::ParkedSince::now(stats.clone());
         let start = Instant::now();
-        let timeline = self
-            .timeline
-            .then(|| Timeline::start(start, make().stats()));
+        let timeline = self.timeline.then(|| Timeline::start(start, stats));
         for i in 0..count {
             if i == count / 4 {
                 if let Some(stall) = self.stall {
@@ -140,9 +138,7 @@ impl Level {
             latencies: Vec::with_capacity(count),
             errors: count - results.len(),
             first_error: None,
-            parked: stats
-                .zip(parked_before)
-                .map(|(stats, before)| stats().parked - before),
+            parked: parked.as_ref().map(crate::ParkedSince::count),
         };
         for outcome in results {
             measured.latencies.push(outcome.latency_ns);
