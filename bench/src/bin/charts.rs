@@ -35,20 +35,20 @@ type Draw = fn(&Path, &str, &[Row], &Colors) -> Drawn;
 /// Width of one workload's panel and height of a chart, in pixels.
 const PANEL: (u32, u32) = (460, 420);
 
+/// Draws the charts of `docs/performance.md` from the bench's CSV figures.
+#[derive(Debug, clap::Parser)]
+#[command(name = "charts")]
+struct Args {
+    /// The folder the SVG files go to.
+    #[arg(long)]
+    out: PathBuf,
+    /// The bench's `--csv` files.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+}
+
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let mut out = None;
-    let mut files = Vec::new();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--out" => out = args.next().map(PathBuf::from),
-            _ => files.push(PathBuf::from(arg)),
-        }
-    }
-    let (Some(out), false) = (out, files.is_empty()) else {
-        eprintln!("usage: charts --out DIR FILE...");
-        std::process::exit(2);
-    };
+    let Args { out, files } = clap::Parser::parse();
     let mut rows = Vec::new();
     for file in &files {
         rows.extend(figures::read(file).unwrap_or_else(|e| {

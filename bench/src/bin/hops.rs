@@ -46,44 +46,32 @@ const VALUE_LEN: usize = 100;
 /// same keys in step.
 const STRIDE: usize = 7919;
 
+/// Where a call's time goes in our driver (see the module documentation).
+#[derive(Debug, clap::Parser)]
+#[command(name = "hops")]
 struct Args {
-    cluster: bool,
-    multi: bool,
-    callers: usize,
+    /// One node, or a cluster of three masters.
+    #[arg(long, value_parser = ["standalone", "cluster"], default_value = "standalone")]
+    deployment: String,
+    /// Tokio's multi-thread or current-thread runtime.
+    #[arg(long, value_parser = ["multi", "current"], default_value = "multi")]
+    runtime: String,
+    /// Concurrent callers.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    callers: u64,
+    /// Seconds measured, after one of warm-up.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     seconds: u64,
 }
 
-fn args() -> Args {
-    let mut args = Args {
-        cluster: false,
-        multi: true,
-        callers: 64,
-        seconds: 5,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it
-            .next()
-            .unwrap_or_else(|| usage(&format!("{flag} needs a value")));
-        match (flag.as_str(), value.as_str()) {
-            ("--deployment", "standalone") => args.cluster = false,
-            ("--deployment", "cluster") => args.cluster = true,
-            ("--runtime", "multi") => args.multi = true,
-            ("--runtime", "current") => args.multi = false,
-            ("--callers", n) => args.callers = n.parse().unwrap_or_else(|_| usage(n)),
-            ("--seconds", n) => args.seconds = n.parse().unwrap_or_else(|_| usage(n)),
-            _ => usage(&format!("{flag} {value}")),
-        }
+impl Args {
+    fn cluster(&self) -> bool {
+        self.deployment == "cluster"
     }
-    args
-}
 
-fn usage(problem: &str) -> ! {
-    eprintln!(
-        "hops: {problem}\nusage: hops [--deployment standalone|cluster] [--runtime multi|current] \
-         [--callers N] [--seconds S]"
-    );
-    std::process::exit(2)
+    fn multi(&self) -> bool {
+        self.runtime == "multi"
+    }
 }
 
 /// Context switches of every thread of this process so far.
@@ -145,7 +133,7 @@ async fn measure(options: ClientOptions, args: &Args, pids: &[String]) -> String
         Arc::new(AtomicBool::new(false)),
     );
     let mut callers = Vec::new();
-    for c in 0..args.callers {
+    for c in 0..args.callers as usize {
         let (client, calls, stop) = (client.clone(), calls.clone(), stop.clone());
         callers.push(tokio::spawn(async move {
             let mut n = c;
@@ -213,9 +201,9 @@ impl Snapshot {
 }
 
 fn main() {
-    let args = args();
+    let args = <Args as clap::Parser>::parse();
     let (cluster, node);
-    let (options, pids) = if args.cluster {
+    let (options, pids) = if args.cluster() {
         cluster = RedisCluster::start(ClusterOptions::new().masters(3).replicas_per_master(0));
         let pids = cluster
             .nodes()
@@ -227,7 +215,7 @@ fn main() {
         let pids = vec![node.server().pid().to_string()];
         (ClientOptions::url(node.url()), pids)
     };
-    let runtime = match args.multi {
+    let runtime = match args.multi() {
         true => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build(),
@@ -242,12 +230,12 @@ fn main() {
     });
     println!(
         "hops deployment={} runtime={} callers={} {line}",
-        if args.cluster {
+        if args.cluster() {
             "cluster"
         } else {
             "standalone"
         },
-        if args.multi { "multi" } else { "current" },
+        if args.multi() { "multi" } else { "current" },
         args.callers,
     );
 }

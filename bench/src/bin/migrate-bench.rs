@@ -54,13 +54,16 @@ end
 return 1
 "#;
 
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().expect("a number"))
-        .unwrap_or(default)
+/// A legacy keyspace migrated into a cluster, against `redis-cli --cluster import`.
+#[derive(Debug, clap::Parser)]
+#[command(name = "migrate-bench")]
+struct Args {
+    /// Chats generated on the source.
+    #[arg(long, default_value_t = 40_000, value_parser = clap::value_parser!(u64).range(1..))]
+    chats: u64,
+    /// Messages a chat.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
+    messages: u64,
 }
 
 fn proc_status(field: &str) -> u64 {
@@ -102,8 +105,7 @@ fn server_cpu(conn: &mut AdminConn) -> f64 {
 }
 
 fn main() {
-    let chats = arg("--chats", 40_000);
-    let messages = arg("--messages", 20);
+    let Args { chats, messages } = clap::Parser::parse();
     let source = SingleNode::start(ServerOptions::new());
     let cluster = RedisCluster::start(ClusterOptions::new().masters(3).replicas_per_master(0));
     let prefix = "bench";

@@ -216,6 +216,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod ceiling;
+mod cli;
 mod open_loop;
 mod sweep;
 
@@ -241,6 +242,7 @@ use botmesh_redis_tokio::runtime::Tokio;
 use botmesh_redis_tokio::{Access, ClientOptions, Executor, Key, Keyspace, Layout, Request, Value};
 use botmesh_redis_tokio::{Limit, RecordCursor, Store, StoreOptions};
 use bytes::Bytes;
+use cli::{usage, Args, Deployment, RuntimeKind};
 use fred::interfaces::{ClientLike, KeysInterface, LuaInterface, SortedSetsInterface};
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
@@ -273,232 +275,6 @@ const CLIENT_NAMES: [&str; 7] = [
 ];
 /// Clients of fred's pool by default (`--fred-pool`).
 const FRED_POOL_SIZE: usize = 2;
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum RuntimeKind {
-    Multi,
-    Current,
-    /// No tokio at all: callers on async-global-executor, the async-std driver only.
-    AsyncStd,
-}
-
-impl RuntimeKind {
-    fn name(self) -> &'static str {
-        match self {
-            RuntimeKind::Multi => "multi",
-            RuntimeKind::Current => "current",
-            RuntimeKind::AsyncStd => "async-std",
-        }
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Deployment {
-    /// 3 masters, no replicas.
-    Cluster,
-    /// One `redis-server` without cluster mode.
-    Standalone,
-    /// The same server, every client over its Unix socket.
-    StandaloneUnix,
-}
-
-impl Deployment {
-    fn name(self) -> &'static str {
-        match self {
-            Deployment::Cluster => "cluster",
-            Deployment::Standalone => "standalone",
-            Deployment::StandaloneUnix => "standalone-unix",
-        }
-    }
-}
-
-struct Args {
-    runtime: RuntimeKind,
-    deployment: Deployment,
-    quick: bool,
-    only: Option<Vec<String>>,
-    clients: Option<Vec<String>>,
-    /// W3's callers when given (`--w3-callers`), else W3 sweeps `callers` too.
-    w3_callers: Option<usize>,
-    rounds: usize,
-    /// How long each closed-loop run lasts, when given (`--round-seconds`); else each run is
-    /// the workload's count of operations.
-    round: Option<Duration>,
-    fred_pool: usize,
-    /// The caller counts every workload runs at (`--callers`).
-    callers: Vec<usize>,
-    /// W1's payload sizes (`--payload`).
-    payloads: Vec<usize>,
-    /// Whether each workload's ceiling is measured (`--no-ceiling` clears it).
-    ceiling: bool,
-    /// Whether each workload ends with the open-loop levels (`--open-loop`).
-    open_loop: bool,
-    /// The open loop's rates, calls a second, the same for every client (`--offer`); else
-    /// shares of each client's peak.
-    offer: Option<Vec<usize>>,
-    /// How long the open loop's dispatcher stalls once in each level (`--stall MS`).
-    stall: Option<Duration>,
-    /// Whether each level prints its timeline (`--timeline`).
-    timeline: bool,
-    /// Where the figures go as CSV (`--csv PATH`).
-    csv: Option<std::path::PathBuf>,
-}
-
-impl Args {
-    fn parse() -> Args {
-        let mut args = Args {
-            runtime: RuntimeKind::Multi,
-            deployment: Deployment::Cluster,
-            quick: false,
-            only: None,
-            clients: None,
-            w3_callers: None,
-            rounds: 1,
-            round: None,
-            fred_pool: FRED_POOL_SIZE,
-            callers: vec![CALLERS],
-            payloads: vec![PAYLOAD_LEN],
-            ceiling: true,
-            open_loop: false,
-            offer: None,
-            stall: None,
-            timeline: false,
-            csv: None,
-        };
-        let mut it = std::env::args().skip(1);
-        while let Some(arg) = it.next() {
-            match arg.as_str() {
-                "--runtime" => {
-                    args.runtime = match it.next().as_deref() {
-                        Some("multi") => RuntimeKind::Multi,
-                        Some("current") => RuntimeKind::Current,
-                        Some("async-std") => RuntimeKind::AsyncStd,
-                        other => usage(&format!(
-                            "--runtime wants multi, current or async-std, got {other:?}"
-                        )),
-                    }
-                }
-                "--deployment" => {
-                    args.deployment = match it.next().as_deref() {
-                        Some("cluster") => Deployment::Cluster,
-                        Some("standalone") => Deployment::Standalone,
-                        Some("standalone-unix") => Deployment::StandaloneUnix,
-                        other => usage(&format!(
-                            "--deployment wants cluster, standalone or standalone-unix, got \
-                             {other:?}"
-                        )),
-                    }
-                }
-                "--quick" => args.quick = true,
-                "--only" => {
-                    let list = it.next().unwrap_or_else(|| usage("--only wants W1,W2,W3"));
-                    args.only = Some(list.split(',').map(|w| w.trim().to_uppercase()).collect());
-                }
-                "--client" => {
-                    let list = it
-                        .next()
-                        .unwrap_or_else(|| usage("--client wants a list of clients"));
-                    let list: Vec<String> = list.split(',').map(|c| c.trim().to_owned()).collect();
-                    if let Some(bad) = list.iter().find(|c| !CLIENT_NAMES.contains(&c.as_str())) {
-                        usage(&format!(
-                            "--client wants some of {}, got {bad:?}",
-                            CLIENT_NAMES.join(", ")
-                        ));
-                    }
-                    args.clients = Some(list);
-                }
-                "--rounds" => args.rounds = positive(it.next(), "--rounds"),
-                "--round-seconds" => {
-                    let seconds = it.next().and_then(|s| s.parse::<f64>().ok());
-                    match seconds.and_then(|s| Duration::try_from_secs_f64(s).ok()) {
-                        Some(d) if !d.is_zero() => args.round = Some(d),
-                        _ => usage("--round-seconds wants a positive number of seconds"),
-                    }
-                }
-                "--w3-callers" => args.w3_callers = Some(positive(it.next(), "--w3-callers")),
-                "--callers" => args.callers = sweep::positive_list(it.next(), "--callers"),
-                "--payload" => args.payloads = sweep::positive_list(it.next(), "--payload"),
-                "--no-ceiling" => args.ceiling = false,
-                "--open-loop" => args.open_loop = true,
-                "--offer" => {
-                    args.offer = Some(sweep::positive_list(it.next(), "--offer"));
-                    args.open_loop = true;
-                }
-                "--stall" => {
-                    let ms: u64 = positive(it.next(), "--stall") as u64;
-                    args.stall = Some(Duration::from_millis(ms));
-                    args.open_loop = true;
-                }
-                "--timeline" => args.timeline = true,
-                "--csv" => {
-                    let path = it
-                        .next()
-                        .unwrap_or_else(|| usage("--csv wants a file's path"));
-                    args.csv = Some(path.into());
-                }
-                "--fred-pool" => {
-                    args.fred_pool = match it.next().and_then(|n| n.parse().ok()) {
-                        Some(n) if n != 1 => n,
-                        _ => usage("--fred-pool wants 0 (no pool) or a size of 2 or more"),
-                    }
-                }
-                "-h" | "--help" => usage(""),
-                other => usage(&format!("unknown argument {other:?}")),
-            }
-        }
-        args
-    }
-
-    fn runs(&self, workload: &str) -> bool {
-        self.only
-            .as_ref()
-            .is_none_or(|only| only.iter().any(|w| w == workload))
-    }
-
-    /// Whether `client` (a name of `CLIENT_NAMES`) runs: named, or a client it is a form of
-    /// named (`fred` selects `fred-pipe`, `fred-pool` and `fred-pool-pipe`).
-    fn runs_client(&self, client: &str) -> bool {
-        self.clients.as_ref().is_none_or(|list| {
-            list.iter().any(|c| {
-                client
-                    .strip_prefix(c.as_str())
-                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
-            })
-        })
-    }
-
-    /// `n`, or a tenth of it with `--quick`.
-    fn scaled(&self, n: usize) -> usize {
-        if self.quick {
-            n / 10
-        } else {
-            n
-        }
-    }
-}
-
-/// The positive number that follows `flag`, or the usage and exit.
-fn positive(value: Option<String>, flag: &str) -> usize {
-    value
-        .and_then(|n| n.parse().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| usage(&format!("{flag} wants a positive number")))
-}
-
-fn usage(problem: &str) -> ! {
-    if !problem.is_empty() {
-        eprintln!("bench: {problem}");
-    }
-    eprintln!(
-        "usage: bench [--deployment cluster|standalone|standalone-unix] [--runtime multi|current|async-std] \
-         [--quick] [--only W1,W2,W3,S1,S2,S3] [--client botmesh,redis-rs,redis-rs-pipe,fred,\
-         fred-pipe,fred-pool,fred-pool-pipe] [--w3-callers N] [--rounds N] [--round-seconds S] \
-         [--fred-pool N] \
-         [--callers LIST] [--payload LIST] [--no-ceiling] [--open-loop] [--offer LIST] \
-         [--stall MS] [--timeline] [--csv PATH]"
-    );
-    std::process::exit(2)
-}
 
 // ---------------------------------------------------------------------------------------------
 // The servers
@@ -2540,7 +2316,7 @@ async fn redis_rs(servers: &Servers) -> RedisConn {
 }
 
 fn main() {
-    let args = Args::parse();
+    let args = Args::from_env();
     let cores = cores();
     eprintln!(
         "# {}; runtime={}; {cores} cores; {}",

@@ -1,23 +1,10 @@
 //! The sweeps: the caller counts (`--callers`) and W1's payload sizes (`--payload`) a run
 //! goes through, and what a setting of them prints.
 
-use crate::usage;
-
 /// Bytes of payload one W1 run of one client may write at most: the calls of a run are
 /// scaled down past it (at 1 MB, 512 calls instead of 200,000), so that a run stays within
 /// seconds and the servers' memory within half a gigabyte.
 const W1_BYTES_PER_RUN: usize = 512 << 20;
-
-/// The comma-separated positive numbers that follow `flag`, or the usage and exit.
-pub(crate) fn positive_list(value: Option<String>, flag: &str) -> Vec<usize> {
-    let list: Option<Vec<usize>> = value.and_then(|list| {
-        list.split(',')
-            .map(|n| n.trim().parse().ok().filter(|&n: &usize| n > 0))
-            .collect()
-    });
-    list.filter(|l| !l.is_empty())
-        .unwrap_or_else(|| usage(&format!("{flag} wants positive numbers, comma-separated")))
-}
 
 /// W1's calls at `payload` bytes each: `calls`, or fewer when they would write more than
 /// [`W1_BYTES_PER_RUN`] (16 at least). `--quick` takes a tenth of the result.
