@@ -393,7 +393,7 @@ mod tests {
     /// A call's plan, and where its result comes.
     fn call() -> (Option<Submission<OneShot>>, Result) {
         let request = Request::cmd(Access::Read, "GET")
-            .key(&Key::new("k"))
+            .key(Key::new("k"))
             .build()
             .unwrap();
         let (done, result) = oneshot::channel();

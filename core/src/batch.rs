@@ -90,7 +90,7 @@ mod tests {
 
     fn get(key: &str) -> Request {
         Request::cmd(Access::Read, "GET")
-            .key(&crate::keys::Key::new(key.to_owned()))
+            .key(crate::keys::Key::new(key.to_owned()))
             .build()
             .unwrap()
     }

@@ -18,12 +18,9 @@ const BLOCKING: [&[u8]; 10] = [
     b"WAITAOF",
 ];
 
-/// Whether the command whose name and arguments are `args` blocks on the server.
-pub(crate) fn blocks(args: &[Bytes]) -> bool {
-    let Some(name) = args.first() else {
-        return false;
-    };
-    let named = |n: &[u8]| name.eq_ignore_ascii_case(n);
+/// Whether the command `name` blocks on the server, given its arguments after the name.
+pub(crate) fn blocks(name: &str, args: &[Bytes]) -> bool {
+    let named = |n: &[u8]| name.as_bytes().eq_ignore_ascii_case(n);
     if BLOCKING.iter().any(|n| named(n)) {
         return true;
     }
@@ -32,7 +29,6 @@ pub(crate) fn blocks(args: &[Bytes]) -> bool {
     (named(b"XREAD") || named(b"XREADGROUP"))
         && args
             .iter()
-            .skip(1)
             .take_while(|a| !a.eq_ignore_ascii_case(b"STREAMS"))
             .any(|a| a.eq_ignore_ascii_case(b"BLOCK"))
 }

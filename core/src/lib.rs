@@ -100,6 +100,7 @@ pub mod testing;
 mod topology;
 mod ttl;
 mod value;
+mod wire;
 
 // The store and its records.
 pub use store::{
@@ -257,7 +258,8 @@ pub mod driver {
     pub mod request {
         //! Building requests ([`Request`](crate::Request) is at the crate root).
 
-        pub use crate::request::{encode_args, Arg, CommandBuilder};
+        pub use crate::request::{Arg, CommandBuilder};
+        pub use crate::wire::encode_args;
     }
 
     pub mod scripts {

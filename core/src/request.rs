@@ -9,6 +9,7 @@ use crate::error::{ConfigError, Error};
 use crate::keys::Key;
 use crate::one_or_vec::OneOrVec;
 use crate::script::Script;
+use crate::wire::{write_command, Decimal};
 
 /// Whether a request changes data. Decides what happens when its reply is lost: a read may be
 /// retried, a write never is.
@@ -67,8 +68,16 @@ impl fmt::Display for NodeTarget {
 /// What is sent.
 #[derive(Clone, Debug)]
 pub(crate) enum Body {
-    /// A plain command: its full argument vector, name first.
-    Command(Vec<Bytes>),
+    /// A plain command: its name and its arguments after the name. When `lead`, the
+    /// request's declared keys are not among `args`: they are sent right after the name,
+    /// before `args` (`GET key`, `SET key value`), held once, in the request's keys; a `GET`
+    /// then has no argument vector at all. Otherwise `args` holds every argument, keys
+    /// included where they were added.
+    Command {
+        name: &'static str,
+        lead: bool,
+        args: Vec<Bytes>,
+    },
     /// A script call: `EVALSHA sha numkeys keys... args...`, or `EVAL` after `NOSCRIPT`.
     Script {
         script: &'static Script,
@@ -166,6 +175,9 @@ int_arg!(i64, u64, u32, usize, i32, u8, u16);
 /// Builds a plain command; keys added with [`CommandBuilder::key`] are declared and checked.
 #[derive(Debug)]
 pub struct CommandBuilder {
+    name: &'static str,
+    /// Whether every key so far came before every other argument (see [`Body::Command`]).
+    lead: bool,
     args: Vec<Bytes>,
     keys: Keys,
     access: Access,
@@ -174,10 +186,22 @@ pub struct CommandBuilder {
 }
 
 impl CommandBuilder {
-    /// Appends a key argument and declares it.
-    pub fn key(mut self, key: &Key) -> Self {
-        self.args.push(key.to_bytes());
-        self.keys.push(key.clone());
+    /// Appends a key argument and declares it. Given the key by value, a request whose keys
+    /// come first (`GET key`, `SET key value`) holds it once and copies nothing; given a
+    /// reference, it holds a clone (a reference count, and on a key's first clone the
+    /// allocation of that count).
+    pub fn key(mut self, key: impl Into<Key>) -> Self {
+        let key = key.into();
+        if self.lead && !self.args.is_empty() {
+            // A key after another argument: every argument goes in `args`, in order.
+            self.lead = false;
+            let lead: Vec<Bytes> = self.keys.iter().map(Key::to_bytes).collect();
+            self.args.splice(0..0, lead);
+        }
+        if !self.lead {
+            self.args.push(key.to_bytes());
+        }
+        self.keys.push(key);
         self
     }
 
@@ -200,7 +224,11 @@ impl CommandBuilder {
     /// [`Request::single_node_script`].
     pub fn build_for_single_node(self) -> Request {
         Request {
-            body: Body::Command(self.args),
+            body: Body::Command {
+                name: self.name,
+                lead: self.lead,
+                args: self.args,
+            },
             keys: self.keys,
             route: match self.node.as_deref().and_then(NodeTarget::parse) {
                 Some(target) => Routed::Node(target),
@@ -222,7 +250,11 @@ impl CommandBuilder {
             None => route_of(&self.keys)?,
         };
         Ok(Request {
-            body: Body::Command(self.args),
+            body: Body::Command {
+                name: self.name,
+                lead: self.lead,
+                args: self.args,
+            },
             keys: self.keys,
             route,
             access: self.access,
@@ -251,12 +283,11 @@ fn route_of(keys: &[Key]) -> Result<Routed, Error> {
 impl Request {
     /// Starts a plain command named `name` (`GET`, `ZADD`, ...).
     pub fn cmd(access: Access, name: &'static str) -> CommandBuilder {
-        // Room for the name, a key and two arguments: most commands grow no further, and a
-        // `GET` built this way allocates once for its arguments instead of twice.
-        let mut args = Vec::with_capacity(4);
-        args.push(Bytes::from_static(name.as_bytes()));
+        // No vector until an argument other than a leading key comes: a `GET` has none.
         CommandBuilder {
-            args,
+            name,
+            lead: true,
+            args: Vec::new(),
             keys: Keys::new(),
             access,
             node: None,
@@ -344,29 +375,31 @@ impl Request {
     /// `WAIT` ([`Request::then_wait`]). A script is taken not to block.
     pub fn blocks(&self) -> bool {
         self.wait.is_some()
-            || matches!(&self.body, Body::Command(args) if crate::blocking::blocks(args))
+            || matches!(&self.body, Body::Command { name, args, .. } if crate::blocking::blocks(name, args))
     }
 
     /// The script's name, or the command's name: what a log line or a snapshot calls it.
     pub fn name(&self) -> String {
         match &self.body {
             Body::Script { script, .. } => script.name().to_owned(),
-            Body::Command(args) => args
-                .first()
-                .map(|n| String::from_utf8_lossy(n).into_owned())
-                .unwrap_or_default(),
+            Body::Command { name, .. } => (*name).to_owned(),
         }
     }
 
     /// The arguments after the name (for a script, after `numkeys` and the keys), as text with
     /// invalid UTF-8 replaced: for logs, snapshots and tests.
     pub fn arguments(&self) -> Vec<String> {
-        let args: &[Bytes] = match &self.body {
-            Body::Script { args, .. } => args,
-            Body::Command(args) => args.get(1..).unwrap_or_default(),
+        let text = |a: &[u8]| String::from_utf8_lossy(a).into_owned();
+        let keys: &[Key] = match &self.body {
+            Body::Command { lead: true, .. } => &self.keys,
+            Body::Command { .. } | Body::Script { .. } => &[],
         };
-        args.iter()
-            .map(|a| String::from_utf8_lossy(a).into_owned())
+        let args = match &self.body {
+            Body::Script { args, .. } | Body::Command { args, .. } => args,
+        };
+        keys.iter()
+            .map(|k| text(k.as_bytes()))
+            .chain(args.iter().map(|a| text(a)))
             .collect()
     }
 
@@ -403,6 +436,19 @@ impl Request {
         }
     }
 
+    /// Moves the key [`Request::slot_key`] names out, leaving an empty key in its place: for
+    /// a request that is done with, whose key the session keeps for its summary without a
+    /// clone.
+    pub(crate) fn take_slot_key(&mut self) -> Option<Key> {
+        match self.route {
+            Routed::FirstKey => self
+                .keys
+                .first_mut()
+                .map(|key| std::mem::replace(key, Key::new(Bytes::new()))),
+            Routed::AnyMaster | Routed::Node(_) => None,
+        }
+    }
+
     /// Read or write.
     pub fn access(&self) -> Access {
         self.access
@@ -417,7 +463,7 @@ impl Request {
     pub fn script_ref(&self) -> Option<&'static Script> {
         match &self.body {
             Body::Script { script, .. } => Some(script),
-            Body::Command(_) => None,
+            Body::Command { .. } => None,
         }
     }
 
@@ -425,7 +471,14 @@ impl Request {
     /// `with_source` (the `NOSCRIPT` fallback).
     pub fn wire_args(&self, with_source: bool) -> Vec<Bytes> {
         match &self.body {
-            Body::Command(args) => args.clone(),
+            Body::Command { name, lead, args } => {
+                let keys: &[Key] = if *lead { &self.keys } else { &[] };
+                let mut out = Vec::with_capacity(1 + keys.len() + args.len());
+                out.push(Bytes::from_static(name.as_bytes()));
+                out.extend(keys.iter().map(Key::to_bytes));
+                out.extend(args.iter().cloned());
+                out
+            }
             Body::Script { script, args } => {
                 let mut out = Vec::with_capacity(3 + self.keys.len() + args.len());
                 if with_source {
@@ -448,7 +501,15 @@ impl Request {
     /// slices, so sending a request copies each argument once, into `buf`.
     pub fn encode(&self, with_source: bool, buf: &mut bytes::BytesMut) {
         match &self.body {
-            Body::Command(args) => write_command(buf, args.iter().map(|a| &a[..])),
+            Body::Command { name, lead, args } => {
+                let keys: &[Key] = if *lead { &self.keys } else { &[] };
+                let keys = keys.iter().map(Key::as_bytes);
+                let rest = args.iter().map(|a| &a[..]);
+                write_command(
+                    buf,
+                    std::iter::once(name.as_bytes()).chain(keys).chain(rest),
+                )
+            }
             Body::Script { script, args } => {
                 let (verb, body): (&[u8], &[u8]) = if with_source {
                     (b"EVAL", script.source().as_bytes())
@@ -462,144 +523,6 @@ impl Request {
                 write_command(buf, head.into_iter().chain(keys).chain(rest));
             }
         }
-    }
-}
-
-/// Appends one command as a RESP2 array of bulk strings.
-pub fn encode_args(args: Vec<Bytes>, buf: &mut bytes::BytesMut) {
-    write_command(buf, args.iter().map(|a| &a[..]));
-}
-
-/// Appends one command, a RESP2 array of bulk strings, to `buf`: the buffer grows once, to the
-/// exact length, and each argument is copied once.
-///
-/// A command is the one frame a client writes, on every call. redis-protocol decodes every
-/// reply and is this writer's reference: a property test checks that the two agree byte for
-/// byte on any arguments. Its encoder is not used for commands because it zero-fills the
-/// buffer before writing and counts the digits of every length with a floating-point
-/// `log10`: about 9% of the client's CPU per script call in the W1 profile
-/// (docs/performance.md).
-fn write_command<'a, I>(buf: &mut bytes::BytesMut, args: I)
-where
-    I: Iterator<Item = &'a [u8]> + Clone,
-{
-    let count = args.clone().count();
-    let len = header_len(count)
-        + args
-            .clone()
-            .map(|a| header_len(a.len()) + a.len() + 2)
-            .sum::<usize>();
-    // Headers are copied as fixed-size blocks, hence the room for one more.
-    buf.reserve(len + HEADER_ROOM);
-    put_header(buf, b'*', count);
-    for arg in args {
-        put_header(buf, b'$', arg.len());
-        buf.extend_from_slice(arg);
-        buf.extend_from_slice(b"\r\n");
-    }
-}
-
-/// Room for the longest header: its kind, the 20 digits of `usize::MAX`, `\r\n`.
-const HEADER_ROOM: usize = 24;
-
-/// The number of decimal digits of `n`. Argument counts and lengths are nearly always under a
-/// thousand, which three comparisons settle; `ilog10`'s general path was a sixth of a `GET`'s
-/// encoding instructions under callgrind (docs/performance.md).
-const fn digit_count(n: usize) -> usize {
-    match n {
-        0..=9 => 1,
-        10..=99 => 2,
-        100..=999 => 3,
-        _ => n.ilog10() as usize + 1,
-    }
-}
-
-/// The length of `*<n>\r\n` or `$<n>\r\n`.
-fn header_len(n: usize) -> usize {
-    1 + digit_count(n) + 2
-}
-
-/// Writes `*<n>\r\n` or `$<n>\r\n`. The header is built in a block of fixed size, which is
-/// copied whole and the excess cut off: a copy of a known size is a few register moves, where
-/// a copy of the header's own length was a call into `memmove`, several per command (a tenth
-/// of the client's CPU per script call went to `memmove` in the W1 profile). Counts and
-/// lengths below [`SMALL`], nearly all of them, take their digits from a table.
-#[inline(always)]
-fn put_header(buf: &mut bytes::BytesMut, kind: u8, n: usize) {
-    let start = buf.len();
-    if let Some(&small) = SMALL_HEADERS.get(n) {
-        let mut block = small;
-        block[0] = kind;
-        buf.extend_from_slice(&block);
-        buf.truncate(start + usize::from(small[SMALL_BLOCK - 1]));
-        return;
-    }
-    let digits = digit_count(n);
-    let mut block = [0u8; HEADER_ROOM];
-    block[0] = kind;
-    fill_digits(&mut block[1..=digits], n);
-    block[digits + 1] = b'\r';
-    block[digits + 2] = b'\n';
-    buf.extend_from_slice(&block);
-    buf.truncate(start + digits + 3);
-}
-
-/// Counts and lengths with a header in [`SMALL_HEADERS`].
-const SMALL: usize = 1000;
-
-/// The size of a block of [`SMALL_HEADERS`]: the kind's place, three digits, `\r\n`, and the
-/// header's length in the last byte.
-const SMALL_BLOCK: usize = 8;
-
-/// The header of every `n` below [`SMALL`]: a place for the kind, the digits, `\r\n`, and in
-/// the last byte the header's length, kind included. In the W1 profile the digits' divisions
-/// took a third of a script call's encoding; the table is 8 kB, built at compile time.
-static SMALL_HEADERS: [[u8; SMALL_BLOCK]; SMALL] = small_headers();
-
-const fn small_headers() -> [[u8; SMALL_BLOCK]; SMALL] {
-    let mut table = [[0u8; SMALL_BLOCK]; SMALL];
-    let mut n = 0;
-    while n < SMALL {
-        let digits = digit_count(n);
-        let (_, after_kind) = table[n].split_at_mut(1);
-        fill_digits(after_kind.split_at_mut(digits).0, n);
-        table[n][digits + 1] = b'\r';
-        table[n][digits + 2] = b'\n';
-        table[n][SMALL_BLOCK - 1] = (digits + 3) as u8;
-        n += 1;
-    }
-    table
-}
-
-/// Writes the decimal digits of `n` into `out`, which is [`digit_count`]`(n)` bytes long.
-/// A `const fn`, for [`SMALL_HEADERS`].
-const fn fill_digits(out: &mut [u8], n: usize) {
-    let mut rest = n;
-    let mut place = out.len();
-    while place > 0 {
-        place -= 1;
-        // A remainder below 10 always fits a byte.
-        out[place] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-    }
-}
-
-/// The decimal digits of a `usize`, on the stack.
-struct Decimal {
-    digits: [u8; 20],
-    len: usize,
-}
-
-impl Decimal {
-    fn new(n: usize) -> Decimal {
-        let len = digit_count(n);
-        let mut digits = [0; 20];
-        fill_digits(&mut digits[..len], n);
-        Decimal { digits, len }
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        &self.digits[..self.len]
     }
 }
 
@@ -619,20 +542,23 @@ impl fmt::Display for Request {
         let mut out = String::new();
         let (head, args): (String, Vec<Bytes>) = match &self.body {
             Body::Script { script, args } => (format!("EVALSHA {}", script.name()), args.clone()),
-            Body::Command(args) => {
-                let name = String::from_utf8_lossy(args.first().map(|b| b.as_ref()).unwrap_or(b""))
-                    .into_owned();
+            Body::Command {
+                name,
+                lead: true,
+                args,
+            } => ((*name).to_owned(), args.clone()),
+            Body::Command { name, args, .. } => {
                 // Show the arguments that are not declared keys, in order.
                 let mut rest = Vec::new();
                 let mut keys = self.keys.iter().peekable();
-                for arg in args.iter().skip(1) {
+                for arg in args {
                     if keys.peek().is_some_and(|k| k.as_bytes() == arg.as_ref()) {
                         keys.next();
                     } else {
                         rest.push(arg.clone());
                     }
                 }
-                (name, rest)
+                ((*name).to_owned(), rest)
             }
         };
         out.push_str(&head);
@@ -682,7 +608,7 @@ mod tests {
         assert!(matches!(err, Error::CrossSlot { .. }), "{err:?}");
         let ok = Request::cmd(Access::Read, "MGET")
             .key(&a)
-            .key(&Key::new(&b"{a}y"[..]))
+            .key(Key::new(&b"{a}y"[..]))
             .build()
             .unwrap();
         assert_eq!(ok.slot(), Some(a.slot()));
@@ -710,28 +636,75 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Keys held apart from the other arguments (leading ones) or among them (after
+        /// another argument) are sent, listed and shown in the order they were added, and
+        /// a key given by value is sent as one given by reference.
+        #[test]
+        fn keys_go_out_where_they_were_added(
+            items in proptest::collection::vec((proptest::bool::ANY, "[a-c]{0,3}"), 0..6),
+            by_value in proptest::bool::ANY,
+        ) {
+            // Every key in one slot, so that any mix builds.
+            let mut cmd = Request::cmd(Access::Write, "CMD");
+            let mut expected = vec![Bytes::from_static(b"CMD")];
+            let (mut keys, mut others) = (Vec::new(), Vec::new());
+            for (is_key, text) in &items {
+                if *is_key {
+                    let key = Key::new(format!("{{t}}{text}"));
+                    expected.push(key.to_bytes());
+                    keys.push(key.clone());
+                    cmd = if by_value { cmd.key(key) } else { cmd.key(&key) };
+                } else {
+                    expected.push(Bytes::from(text.clone()));
+                    others.push(text.clone());
+                    cmd = cmd.arg(text.as_str());
+                }
+            }
+            let req = cmd.build().unwrap();
+            proptest::prop_assert_eq!(req.wire_args(false), expected.clone());
+            let mut direct = bytes::BytesMut::new();
+            req.encode(false, &mut direct);
+            let frame = redis_protocol::resp2::types::BytesFrame::Array(
+                expected
+                    .iter()
+                    .cloned()
+                    .map(redis_protocol::resp2::types::BytesFrame::BulkString)
+                    .collect(),
+            );
+            let mut reference = bytes::BytesMut::new();
+            redis_protocol::resp2::encode::extend_encode(&mut reference, &frame, false).unwrap();
+            proptest::prop_assert_eq!(direct, reference);
+            let arguments: Vec<String> = expected[1..]
+                .iter()
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            proptest::prop_assert_eq!(req.arguments(), arguments);
+            proptest::prop_assert_eq!(req.keys(), &keys[..]);
+            proptest::prop_assert_eq!(req.slot(), keys.first().map(Key::slot));
+            let shown = req.to_string();
+            proptest::prop_assert!(
+                shown.ends_with(&format!("args=[{}]", others.join(" "))),
+                "{}",
+                shown
+            );
+        }
+    }
+
     #[test]
-    fn headers_at_the_digit_extremes() {
-        let edges = [0, 9, 10, 99, 100, 999, 1000, 9999, 10_000, usize::MAX];
-        for (n, text) in edges.map(|n| (n, format!("${n}\r\n"))) {
-            let mut buf = bytes::BytesMut::new();
-            put_header(&mut buf, b'$', n);
-            assert_eq!(&buf[..], text.as_bytes());
-            assert_eq!(header_len(n), text.len());
-            assert_eq!(Decimal::new(n).as_bytes(), n.to_string().as_bytes());
-        }
-        // Every header of the table, and the first one past it.
-        for n in 0..=SMALL {
-            let mut buf = bytes::BytesMut::from(&b"prefix"[..]);
-            put_header(&mut buf, b'*', n);
-            assert_eq!(&buf[..], format!("prefix*{n}\r\n").as_bytes());
-        }
+    fn a_done_request_gives_its_slot_key_up_once() {
+        let key = Key::new("{t}k");
+        let mut get = Request::cmd(Access::Read, "GET").key(&key).build().unwrap();
+        assert_eq!(get.take_slot_key(), Some(key));
+        assert_eq!(get.take_slot_key(), Some(Key::new("")));
+        let mut time = Request::cmd(Access::Read, "TIME").build().unwrap();
+        assert_eq!(time.take_slot_key(), None);
     }
 
     #[test]
     fn encoding_is_resp2_bulk_array() {
         let req = Request::cmd(Access::Write, "SET")
-            .key(&Key::new(&b"k"[..]))
+            .key(Key::new(&b"k"[..]))
             .arg("v")
             .build()
             .unwrap();

@@ -112,7 +112,7 @@ fn cpu_seconds(pid: &str) -> f64 {
 
 async fn get(client: &Client<Tokio>, n: usize) {
     let get = Request::cmd(Access::Read, "GET")
-        .key(&Key::new(format!("bench:k:{n}")))
+        .key(Key::new(format!("bench:k:{n}")))
         .build()
         .expect("a GET");
     match client.call(get).await {
@@ -247,7 +247,7 @@ async fn preload(options: ClientOptions) {
     for chunk in (0..KEYS).collect::<Vec<_>>().chunks(1000) {
         let sets = chunk.iter().map(|n| {
             let set = Request::cmd(Access::Write, "SET")
-                .key(&Key::new(format!("bench:k:{n}")))
+                .key(Key::new(format!("bench:k:{n}")))
                 .arg(value.as_str())
                 .build()
                 .expect("a SET");

@@ -20,7 +20,7 @@ pub fn heartbeat(
     info: Bytes,
 ) -> Result<Single<()>, Error> {
     let request = Request::cmd(Access::Write, "SET")
-        .key(&ks.heartbeat(replica))
+        .key(ks.heartbeat(replica))
         .arg(info)
         .arg("PX")
         .arg(ttl_ms(ttl, "ttl")?)
@@ -36,14 +36,14 @@ pub fn replica_alive(ks: &Keyspace, replica: &str) -> Result<Single<bool>, Error
 
 pub(super) fn probe_request(ks: &Keyspace, replica: &str) -> Result<Request, Error> {
     Request::cmd(Access::Read, "EXISTS")
-        .key(&ks.heartbeat(replica))
+        .key(ks.heartbeat(replica))
         .build()
 }
 
 /// Ends `replica`'s heartbeat now (a clean shutdown).
 pub fn heartbeat_stop(ks: &Keyspace, replica: &str) -> Result<Single<()>, Error> {
     let request = Request::cmd(Access::Write, "DEL")
-        .key(&ks.heartbeat(replica))
+        .key(ks.heartbeat(replica))
         .build()?;
     Ok(single("heartbeat_stop", request, |v| {
         v.as_i64().map(|_| ())

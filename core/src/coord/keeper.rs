@@ -329,7 +329,7 @@ mod tests {
     fn renewal() -> Renewal {
         Box::new(|| {
             let request = Request::cmd(Access::Write, "PEXPIRE")
-                .key(&crate::keys::Key::new("k"))
+                .key(crate::keys::Key::new("k"))
                 .arg("30000")
                 .build()?;
             Ok(single("renewal", request, |v| {

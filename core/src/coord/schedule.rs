@@ -119,7 +119,7 @@ pub fn schedule_get(ks: &Keyspace, id: &str) -> Result<Single<Option<Schedule>>,
 
 fn schedule_get_request(ks: &Keyspace, id: &str) -> Result<Request, Error> {
     Request::cmd(Access::Read, "HMGET")
-        .key(&ks.record(RecordKind::Schedule, id))
+        .key(ks.record(RecordKind::Schedule, id))
         .arg("token")
         .arg("data")
         .arg("deleted")

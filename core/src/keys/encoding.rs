@@ -105,6 +105,14 @@ impl Key {
     }
 }
 
+/// A clone: what [`CommandBuilder::key`](crate::driver::request::CommandBuilder::key) holds when given a
+/// reference.
+impl From<&Key> for Key {
+    fn from(key: &Key) -> Key {
+        key.clone()
+    }
+}
+
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&String::from_utf8_lossy(&self.bytes))

@@ -88,7 +88,7 @@ pub async fn inspect_keyspace<E: Executor>(
     }
     report.hot_tags = tags.top(10);
     let marker = Request::cmd(Access::Read, "GET")
-        .key(&legacy.marker())
+        .key(legacy.marker())
         .build()?;
     if let Some(Ok(value)) = send(client, vec![marker]).await?.pop() {
         report.marker = value

@@ -106,7 +106,7 @@ impl<S: Executor, T: Executor> Pair<'_, S, T> {
         for log in &wave {
             batch.push(
                 Request::cmd(Access::Read, "ZRANGE")
-                    .key(&pair.src_log(&log.chat, log.drain))
+                    .key(pair.src_log(&log.chat, log.drain))
                     .arg(log.start)
                     .arg(log.start + LOG_PAGE - 1)
                     .arg("WITHSCORES")
@@ -249,7 +249,7 @@ impl<S: Executor, T: Executor> Pair<'_, S, T> {
                     pairs.push((pair.src.message_drain(other_chat), member));
                     gets.push(
                         Request::cmd(Access::Read, "GET")
-                            .key(&pair.src.message_item_raw(other_chat, other_id))
+                            .key(pair.src.message_item_raw(other_chat, other_id))
                             .build()?,
                     );
                     asked.push((i, position, other_chat.len() < chat.len()));

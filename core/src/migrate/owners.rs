@@ -62,7 +62,7 @@ pub(super) async fn owners_of_items<E: Executor>(
     for &i in &unowned {
         exists.push(
             Request::cmd(Access::Read, "EXISTS")
-                .key(&Key::new(items[i].0.clone()))
+                .key(Key::new(items[i].0.clone()))
                 .build()?,
         );
     }

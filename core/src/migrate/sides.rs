@@ -125,11 +125,9 @@ pub(super) async fn view<E: Executor>(
 ) -> Result<View, Error> {
     let batch = vec![
         Request::cmd(Access::Read, "HGETALL")
-            .key(&ks.lifecycle())
+            .key(ks.lifecycle())
             .build()?,
-        Request::cmd(Access::Read, "GET")
-            .key(&ks.marker())
-            .build()?,
+        Request::cmd(Access::Read, "GET").key(ks.marker()).build()?,
     ];
     let mut replies = send_ok(e, batch).await?.into_iter();
     let (Some(record), Some(marker)) = (replies.next(), replies.next()) else {

@@ -528,9 +528,7 @@ fn marker_outcome(
 
 /// The marker's value under `ks`.
 async fn read_marker<E: Executor>(e: &E, ks: &Keyspace) -> Result<Option<Bytes>, Error> {
-    let get = Request::cmd(Access::Read, "GET")
-        .key(&ks.marker())
-        .build()?;
+    let get = Request::cmd(Access::Read, "GET").key(ks.marker()).build()?;
     send_ok(e, vec![get])
         .await?
         .pop()

@@ -9,8 +9,9 @@ use bytes::{Bytes, BytesMut};
 use crate::addr::{DialTarget, NodeAddr};
 use crate::error::Error;
 use crate::framing::ReplyDecoder;
-use crate::request::{encode_args, Access, Arg};
+use crate::request::{Access, Arg};
 use crate::value::Value;
+use crate::wire::encode_args;
 
 use super::ids::{ConnId, NodeId, ReqRef};
 use super::nodes::Down;

@@ -197,8 +197,9 @@ use crate::error::Error;
 use crate::executor::Deployment;
 pub use crate::framing::{Decoded, ReplyDecoder};
 use crate::plan::{misuse, Plan};
-use crate::request::{encode_args, Access};
+use crate::request::Access;
 use crate::retry::Jitter;
+use crate::wire::encode_args;
 
 mod config;
 mod conns;
@@ -715,6 +716,7 @@ impl<W: Waiters> Session<W> {
                         [only] => Input::Reply(reply(only)),
                         reqs => Input::Replies(reqs.iter_mut().map(reply).collect()),
                     };
+                    op.keep_slot_key();
                     op.reqs.clear();
                     input
                 });

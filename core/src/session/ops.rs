@@ -114,8 +114,9 @@ pub(super) struct Op<W: Waiters> {
     pub(super) submitted: Instant,
     /// Requests handed to a connection so far, every resend counted.
     pub(super) attempts: u32,
-    /// The key whose slot routes the first request routed by slot: the summary's slot, computed
-    /// only when asked (a single node never routes by it).
+    /// The key whose slot routes the first request routed by slot, kept once its batch is done
+    /// with (see [`Op::keep_slot_key`]): the summary's slot, computed only when asked (a single
+    /// node never routes by it).
     pub(super) slot_key: Option<Key>,
     /// The node the latest request was handed to.
     pub(super) node: Option<NodeId>,
@@ -155,6 +156,15 @@ impl<W: Waiters> Op<W> {
             node: None,
         }
     }
+
+    /// Keeps the slot key of the batch the op is done with, if it has none yet: moved out of
+    /// the batch's requests as they go, where a clone at the send cost a reference count (and
+    /// its allocation, for a key given by value and never cloned before).
+    pub(super) fn keep_slot_key(&mut self) {
+        if self.slot_key.is_none() {
+            self.slot_key = self.reqs.iter_mut().find_map(|r| r.request.take_slot_key());
+        }
+    }
 }
 
 /// What an op's plan is stepped with.
@@ -183,9 +193,6 @@ impl<W: Waiters> Session<W> {
             match step {
                 Step::Send(batch) if batch.is_empty() => step = op.plan.resume(Vec::new()),
                 Step::Send(batch) => {
-                    if op.slot_key.is_none() {
-                        op.slot_key = batch.iter().find_map(|r| r.slot_key().cloned());
-                    }
                     let first = self.next_attempt;
                     self.next_attempt += batch.len() as u64;
                     op.remaining = batch.len();
@@ -238,7 +245,8 @@ impl<W: Waiters> Session<W> {
 
     /// Hands a finished op to the driver, its summary filled in with what the session saw of
     /// it (see [`Summary`](super::Summary)).
-    pub(super) fn complete(&mut self, now: Instant, op: Op<W>) {
+    pub(super) fn complete(&mut self, now: Instant, mut op: Op<W>) {
+        op.keep_slot_key();
         let mut reqs = op.reqs;
         let reusable = (1..=SPARE_REQS_CAPACITY).contains(&reqs.capacity());
         if reusable && self.spare_reqs.len() < SPARE_REQS {

@@ -220,7 +220,7 @@ mod tests {
 
     fn get(key: &str) -> Request {
         Request::cmd(Access::Read, "GET")
-            .key(&Key::new(key.to_owned()))
+            .key(Key::new(key.to_owned()))
             .build()
             .unwrap()
     }

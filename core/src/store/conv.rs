@@ -14,7 +14,7 @@ use crate::value::Value;
 /// Reads a chat's conversation state.
 pub fn get_conversation(ks: &Keyspace, chat: &str) -> Result<Single<Option<Bytes>>, Error> {
     let request = Request::cmd(Access::Read, "GET")
-        .key(&ks.conversation(chat))
+        .key(ks.conversation(chat))
         .build()?;
     Ok(single("get_conversation", request, Value::into_opt_bytes))
 }
@@ -34,7 +34,7 @@ pub fn set_conversation(
 /// Deletes a chat's conversation state; yields `true` when it existed.
 pub fn delete_conversation(ks: &Keyspace, chat: &str) -> Result<Single<bool>, Error> {
     let request = Request::cmd(Access::Write, "DEL")
-        .key(&ks.conversation(chat))
+        .key(ks.conversation(chat))
         .build()?;
     Ok(single("delete_conversation", request, super::positive))
 }

@@ -12,7 +12,7 @@ use crate::value::Value;
 /// Reads a cursor; an error when it holds something that is not an integer.
 pub fn get_cursor(ks: &Keyspace, name: &str) -> Result<Single<Option<i64>>, Error> {
     let request = Request::cmd(Access::Read, "GET")
-        .key(&ks.cursor(name))
+        .key(ks.cursor(name))
         .build()?;
     Ok(single("get_cursor", request, |v| match v {
         Value::Nil => Ok(None),
@@ -23,7 +23,7 @@ pub fn get_cursor(ks: &Keyspace, name: &str) -> Result<Single<Option<i64>>, Erro
 /// Stores a cursor, whatever it held.
 pub fn set_cursor(ks: &Keyspace, name: &str, value: i64) -> Result<Single<()>, Error> {
     let request = Request::cmd(Access::Write, "SET")
-        .key(&ks.cursor(name))
+        .key(ks.cursor(name))
         .arg(value)
         .build()?;
     Ok(single("set_cursor", request, super::ok))

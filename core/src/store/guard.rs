@@ -139,7 +139,7 @@ enum State {
 impl StartGuard {
     fn get_marker(&self) -> Result<Request, Error> {
         Request::cmd(Access::Read, "GET")
-            .key(&self.ks.marker())
+            .key(self.ks.marker())
             .build()
     }
 
@@ -261,7 +261,7 @@ impl StartGuard {
             return self.stamp(Started::LegacyDataAllowed { example });
         }
         let request = Request::cmd(Access::Write, "SET")
-            .key(&self.ks.marker())
+            .key(self.ks.marker())
             .arg(CLUSTER_V1)
             .arg("NX")
             .build()?;

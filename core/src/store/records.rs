@@ -111,7 +111,7 @@ pub fn upsert_record(
             vec![id.into_arg(), value],
         )?,
         None => Request::cmd(Access::Write, "SET")
-            .key(&record)
+            .key(record)
             .arg(value)
             .build()?,
     };
@@ -150,7 +150,7 @@ pub fn get_record(
         return Err(schedules());
     }
     let request = Request::cmd(Access::Read, "GET")
-        .key(&ks.record(kind, id))
+        .key(ks.record(kind, id))
         .build()?;
     Ok(single("get_record", request, Value::into_opt_bytes))
 }
@@ -179,7 +179,7 @@ pub(crate) fn delete_request(ks: &Keyspace, kind: RecordKind, id: &str) -> Resul
             vec![record, index],
             vec![id.into_arg()],
         ),
-        None => Request::cmd(Access::Write, "DEL").key(&record).build(),
+        None => Request::cmd(Access::Write, "DEL").key(record).build(),
     }
 }
 
@@ -327,7 +327,7 @@ impl ListRecords {
             .map(|ids| {
                 ids.iter()
                     .fold(Request::cmd(Access::Read, "MGET"), |b, id| {
-                        b.key(&self.ks.record(self.kind, id))
+                        b.key(self.ks.record(self.kind, id))
                     })
                     .build()
             })

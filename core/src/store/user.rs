@@ -127,7 +127,7 @@ pub fn get_user_data(
 ) -> Result<Single<Option<Bytes>>, Error> {
     check_legacy_ids(ks, user, Some(ns))?;
     let request = Request::cmd(Access::Read, "GET")
-        .key(&ks.user_entry(user, ns, key))
+        .key(ks.user_entry(user, ns, key))
         .build()?;
     Ok(single("get_user_data", request, Value::into_opt_bytes))
 }
@@ -149,7 +149,7 @@ pub fn delete_user_data(
             vec![entry, index],
             vec![member(ns, key)],
         )?,
-        None => Request::cmd(Access::Write, "DEL").key(&entry).build()?,
+        None => Request::cmd(Access::Write, "DEL").key(entry).build()?,
     };
     Ok(single("delete_user_data", request, super::positive))
 }
@@ -309,7 +309,7 @@ impl ListUserData {
                 group
                     .iter()
                     .fold(Request::cmd(Access::Read, "MGET"), |b, (ns, key)| {
-                        b.key(&self.ks.user_entry(&self.user, ns, key))
+                        b.key(self.ks.user_entry(&self.user, ns, key))
                     })
                     .build()
             })
@@ -441,7 +441,7 @@ impl ClearUserData {
             .iter()
             .map(|(ns, key)| {
                 Request::cmd(Access::Write, "DEL")
-                    .key(&self.ks.user_entry(&self.user, ns, key))
+                    .key(self.ks.user_entry(&self.user, ns, key))
                     .build()
             })
             .collect::<Result<Vec<_>, _>>()?;

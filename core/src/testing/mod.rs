@@ -190,7 +190,7 @@ fn build(result: Result<Request, Error>) -> Request {
 pub fn get(key: &str) -> Request {
     build(
         Request::cmd(Access::Read, "GET")
-            .key(&Key::new(key.to_owned()))
+            .key(Key::new(key.to_owned()))
             .build(),
     )
 }
@@ -199,7 +199,7 @@ pub fn get(key: &str) -> Request {
 pub fn set(key: &str, value: &str) -> Request {
     build(
         Request::cmd(Access::Write, "SET")
-            .key(&Key::new(key.to_owned()))
+            .key(Key::new(key.to_owned()))
             .arg(value)
             .build(),
     )
@@ -209,7 +209,7 @@ pub fn set(key: &str, value: &str) -> Request {
 pub fn incr(key: &str) -> Request {
     build(
         Request::cmd(Access::Write, "INCR")
-            .key(&Key::new(key.to_owned()))
+            .key(Key::new(key.to_owned()))
             .build(),
     )
 }
@@ -222,7 +222,7 @@ pub fn incr(key: &str) -> Request {
 pub fn del(keys: &[&str]) -> Request {
     let mut cmd = Request::cmd(Access::Write, "DEL");
     for key in keys {
-        cmd = cmd.key(&Key::new((*key).to_owned()));
+        cmd = cmd.key(Key::new((*key).to_owned()));
     }
     build(cmd.build())
 }
@@ -235,7 +235,7 @@ pub fn del(keys: &[&str]) -> Request {
 pub fn mget(keys: &[&str]) -> Request {
     let mut cmd = Request::cmd(Access::Read, "MGET");
     for key in keys {
-        cmd = cmd.key(&Key::new((*key).to_owned()));
+        cmd = cmd.key(Key::new((*key).to_owned()));
     }
     build(cmd.build())
 }

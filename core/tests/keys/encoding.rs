@@ -77,7 +77,7 @@ proptest! {
 #[test]
 fn a_command_is_an_array_of_bulk_strings() {
     let req = Request::cmd(Access::Write, "SET")
-        .key(&Key::new(&b"k"[..]))
+        .key(Key::new(&b"k"[..]))
         .arg(Bytes::from(vec![b'v'; 10]))
         .build()
         .unwrap();

@@ -7,7 +7,7 @@ use botmesh_redis_core::{Access, Key, Request, Value};
 
 fn get(key: &str) -> Request {
     Request::cmd(Access::Read, "GET")
-        .key(&Key::new(key.to_owned()))
+        .key(Key::new(key.to_owned()))
         .build()
         .expect("one key")
 }

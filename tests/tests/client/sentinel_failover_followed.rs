@@ -39,7 +39,7 @@ async fn failover_followed_with_the_first_sentinel_down<R: Runtime>() {
     for i in 0.. {
         let key = format!("{prefix}:{i}");
         let set = Request::cmd(Access::Write, "SET")
-            .key(&Key::new(key.clone()))
+            .key(Key::new(key.clone()))
             .arg("v")
             .build()
             .unwrap();

@@ -61,7 +61,7 @@ async fn writes_larger_than_the_socket_buffer_keep_their_order<R: Runtime>() {
             .build()
             .unwrap();
         let incr = Request::cmd(Access::Write, "INCR")
-            .key(&Key::new(format!("{prefix}:count")))
+            .key(Key::new(format!("{prefix}:count")))
             .build()
             .unwrap();
         let client = client.clone();
@@ -81,7 +81,7 @@ async fn writes_larger_than_the_socket_buffer_keep_their_order<R: Runtime>() {
     assert_eq!(counts, (1..=8).collect::<Vec<i64>>());
     for i in 0..8u8 {
         let get = Request::cmd(Access::Read, "GET")
-            .key(&Key::new(format!("{prefix}:big:{i}")))
+            .key(Key::new(format!("{prefix}:big:{i}")))
             .build()
             .unwrap();
         match client.call(get).await.unwrap() {

@@ -13,7 +13,7 @@ use botmesh_redis_tests::{both_drivers, shared_cluster, unique_prefix};
 
 async fn marker<E: Executor>(store: &Store<E>) -> Option<String> {
     let get = Request::cmd(Access::Read, "GET")
-        .key(&store.keyspace().marker())
+        .key(store.keyspace().marker())
         .build()
         .unwrap();
     match store.executor().call(get).await.unwrap() {

@@ -1161,14 +1161,14 @@ impl<R: Runtime> Worker for GetOurs<R> {
     }
 
     async fn op(&mut self, n: usize) -> Result<(), String> {
-        let key = Key::new(format!("bench:k:{n}"));
+        // The key given by value, as the peers' `GET`s take theirs.
         let get = Request::cmd(Access::Read, "GET")
-            .key(&key)
+            .key(Key::new(format!("bench:k:{n}")))
             .build()
             .map_err(describe)?;
         match self.client.call(get).await.map_err(describe)? {
             Value::Bulk(b) if b.len() == VALUE_LEN => Ok(()),
-            other => Err(format!("GET {key}: unexpected {other:?}")),
+            other => Err(format!("GET bench:k:{n}: unexpected {other:?}")),
         }
     }
 }
@@ -1793,7 +1793,7 @@ async fn warm_up<R: Runtime>(
     if let Some(client) = ours {
         let get = |n: usize| {
             Request::cmd(Access::Read, "GET")
-                .key(&Key::new(format!("bench:warm:{n}")))
+                .key(Key::new(format!("bench:warm:{n}")))
                 .build()
                 .expect("GET")
         };
@@ -2063,7 +2063,7 @@ impl<'a, R: Runtime> Workloads<'a, R> {
         let value = Bytes::from(vec![b'v'; VALUE_LEN]);
         let set = Arc::new(move |n: usize| {
             Request::cmd(Access::Write, "SET")
-                .key(&Key::new(format!("bench:k:{n}")))
+                .key(Key::new(format!("bench:k:{n}")))
                 .arg(value.clone())
                 .build()
                 .expect("SET")
