@@ -213,6 +213,7 @@ impl<W: Waiters> Session<W> {
             }
             Decision::Backoff { refresh } => {
                 if refresh {
+                    self.master_in_doubt(node);
                     self.refresh_soon(now);
                 }
                 self.retry_later(now, r, Error::Server(error));

@@ -511,3 +511,42 @@ fn no_sentinel_at_all_fails_at_once() {
         }
     );
 }
+
+#[test]
+fn a_lagging_sentinel_does_not_take_the_client_back_to_the_replaced_master() {
+    let mut net = Net::new();
+    assert_eq!(net.run_set("k1"), OK);
+    // The leader announces b; the other two sentinels still name a, which stays a master
+    // until the sentinels convert it (Sentinel's own window): a write there would be lost.
+    net.nodes
+        .insert(addr("s1"), Node::Sentinel(Some(addr("b"))));
+    net.nodes.insert(addr("b"), Node::Master);
+    net.switch_master("a", "b");
+    assert_eq!(net.run_set("k2"), OK);
+    // A round asks a lagging sentinel (the refresh interval passes): its answer is stale.
+    let asked = net.questions();
+    net.advance_until(|net| net.questions() > asked);
+    for key in ["k3", "k4"] {
+        assert_eq!(net.run_set(key), OK);
+    }
+    assert_eq!(net.received("a"), ["PING", "ROLE", "SET k1 v"]);
+    assert_eq!(
+        net.received("b"),
+        ["PING", "ROLE", "SET k2 v", "SET k3 v", "SET k4 v"]
+    );
+}
+
+#[test]
+fn a_failback_the_subscription_missed_is_followed_when_the_new_master_refuses() {
+    let mut net = Net::new();
+    assert_eq!(net.run_set("k1"), OK);
+    net.sentinels_name("b");
+    net.switch_master("a", "b");
+    assert_eq!(net.run_set("k2"), OK);
+    // The sentinels fail back to a and the message never comes: b answers `READONLY`, which
+    // makes answers naming a, the master the switch replaced, believed again.
+    net.sentinels_name("a");
+    assert_eq!(net.run_set("k3"), OK);
+    assert_eq!(net.received("a").last().unwrap(), "SET k3 v");
+    assert!(net.received("b").contains(&"SET k3 v".to_owned()));
+}
