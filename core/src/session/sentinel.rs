@@ -382,9 +382,11 @@ impl<W: Waiters> Session<W> {
             tracing::info!(master = %addr, "+switch-master");
             let before = self.sentinels.master;
             self.follow_master(now, addr);
-            self.sentinels.replaced = before
-                .filter(|&old| Some(old) != self.sentinels.master)
-                .map(|old| (old, now));
+            // A message naming the master in use again changes nothing, the stale window
+            // included.
+            if let Some(old) = before.filter(|&old| Some(old) != self.sentinels.master) {
+                self.sentinels.replaced = Some((old, now));
+            }
         }
     }
 
