@@ -42,11 +42,10 @@ pub(super) const SWITCH_MASTER: &str = "+switch-master";
 /// the sentinels convert it, so a client that went back to it would have its writes
 /// acknowledged and then lost (likely the 99 lost in one CI run of the chaos suite; the
 /// session test `a_lagging_sentinel_does_not_take_the_client_back_to_the_replaced_master`
-/// shows the path). Sentinels learn
-/// a failover from the leader's hello messages, sent every 2 s; the window is several of them.
-/// Should the sentinels really fail back within it and the message be missed, the client
-/// waits for the window's end (its writes meet `READONLY` and retry), never writing where the
-/// sentinels no longer point.
+/// shows the path). Sentinels learn a failover from the leader's hello messages, sent every
+/// 2 s; the window is several of them. Should the sentinels really fail back within it and
+/// the message be missed, the master in use says so (`READONLY`, or `ROLE` on a new
+/// connection) and the window ends ([`Session::master_in_doubt`]).
 const STALE_AFTER_SWITCH: Duration = Duration::from_secs(10);
 
 /// What the session knows of a Sentinel deployment.
@@ -361,6 +360,9 @@ impl<W: Waiters> Session<W> {
         match check_role(frame) {
             RoleCheck::Master => self.become_ready(conn),
             RoleCheck::NotMaster(role) => {
+                if let Some(node) = self.conns.get(&conn).map(|c| c.node) {
+                    self.master_in_doubt(node);
+                }
                 let addr = self
                     .conns
                     .get(&conn)
@@ -390,8 +392,8 @@ impl<W: Waiters> Session<W> {
         }
     }
 
-    /// `node` refused a request in a way that calls for the map again (`READONLY`: a replica
-    /// now). When it is the sentinels' master in use, they may have failed back to the master
+    /// `node` refused a request in a way that calls for the map again (`READONLY`), or its
+    /// `ROLE` says replica. When it is the sentinels' master in use, they may have failed back to the master
     /// the last `+switch-master` replaced: answers naming it are believed again.
     pub(super) fn master_in_doubt(&mut self, node: NodeId) {
         if self.sentinels.master == Some(node) {
