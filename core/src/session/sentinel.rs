@@ -255,26 +255,21 @@ impl<W: Waiters> Session<W> {
             .unwrap_or_default();
         let named = answer.and_then(|frame| parse_master_addr(frame, &master_name));
         match named {
-            Ok(addr) if self.stale(now, &addr) => {
-                tracing::warn!(
-                    sentinel = %self.nodes[sentinel],
-                    named = %addr,
-                    "a sentinel still names the master +switch-master replaced; kept the new one"
-                );
-                if let Some(next) = after(now, self.config.refresh_interval) {
-                    self.set_refresh_timer(next);
-                }
-                if self.refresh.again {
-                    self.refresh_when_allowed(now);
-                }
-            }
             Ok(addr) => {
-                self.tally.count(super::Event::RefreshSucceeded);
-                self.refresh.failures = 0;
-                self.refresh.not_before = None;
-                self.follow_master(now, addr);
-                if self.sentinels.subscriber.is_none() {
-                    self.subscribe_switch_master(now, sentinel);
+                if self.stale(now, &addr) {
+                    tracing::warn!(
+                        sentinel = %self.nodes[sentinel],
+                        named = %addr,
+                        "a sentinel still names the master +switch-master replaced; kept the new one"
+                    );
+                } else {
+                    self.tally.count(super::Event::RefreshSucceeded);
+                    self.refresh.failures = 0;
+                    self.refresh.not_before = None;
+                    self.follow_master(now, addr);
+                    if self.sentinels.subscriber.is_none() {
+                        self.subscribe_switch_master(now, sentinel);
+                    }
                 }
                 if let Some(next) = after(now, self.config.refresh_interval) {
                     self.set_refresh_timer(next);
