@@ -123,6 +123,10 @@ pub(crate) struct Args {
     /// Prints each open-loop level's timeline, every 50 ms.
     #[arg(long)]
     pub(crate) timeline: bool,
+    /// How long past its last arrival an open-loop level waits for its calls, seconds; the
+    /// calls still out then are dropped and counted as unfinished.
+    #[arg(long, value_name = "S", default_value = "20", value_parser = seconds)]
+    pub(crate) drain: Duration,
     /// Writes the figures to this file as CSV, for the `charts` binary.
     #[arg(long, value_name = "PATH")]
     pub(crate) csv: Option<PathBuf>,
@@ -233,6 +237,7 @@ mod tests {
         assert!(args.ceiling && !args.open_loop && !args.quick && !args.timeline);
         assert_eq!((args.only, args.clients, args.round), (None, None, None));
         assert_eq!((args.offer, args.stall, args.csv), (None, None, None));
+        assert_eq!(args.drain, Duration::from_secs(20));
     }
 
     #[test]
@@ -265,6 +270,8 @@ mod tests {
             "--stall",
             "50",
             "--timeline",
+            "--drain",
+            "2.5",
             "--csv",
             "out.csv",
         ])
@@ -285,6 +292,7 @@ mod tests {
         assert_eq!(args.payloads, vec![100, 10_000]);
         assert_eq!(args.offer, Some(vec![100_000, 200_000]));
         assert_eq!(args.stall, Some(Duration::from_millis(50)));
+        assert_eq!(args.drain, Duration::from_millis(2500));
         assert!(args.open_loop, "--offer and --stall imply the open loop");
         assert_eq!(args.csv, Some(PathBuf::from("out.csv")));
         assert_eq!(args.scaled(100), 10);
@@ -312,6 +320,8 @@ mod tests {
             &["--payload", ""],
             &["--offer", "1e5"],
             &["--stall", "0"],
+            &["--drain", "0"],
+            &["--drain", "never"],
         ] {
             let error = parse(line).expect_err(&format!("{line:?} was accepted"));
             assert!(

@@ -7,7 +7,7 @@
 //!     [--runtime multi|current|async-std] [--quick] [--only W1,W2,W3,S1,S2,S3] [--client LIST]
 //!     [--w3-callers N] [--rounds N] [--round-seconds S] [--fred-pool N]
 //!     [--callers LIST] [--payload LIST] [--no-ceiling] [--open-loop] [--offer LIST]
-//!     [--stall MS] [--timeline] [--csv PATH]
+//!     [--stall MS] [--timeline] [--drain S] [--csv PATH]
 //! ```
 //!
 //! The charts of `docs/performance.md` (`docs/img/*.svg`) are drawn from this binary's
@@ -113,7 +113,11 @@
 //!   drains that backlog and returns to the offered rate or stays behind it. `--timeline`
 //!   prints, every 50 ms of each level, the calls started and ended in it and the calls in
 //!   flight, and for our client its session tasks' passes, writes, reads and calls parked
-//!   for room (`ClientStats`): how a level's rate moves, and where a backlog goes. Our
+//!   for room (`ClientStats`): how a level's rate moves, and where a backlog goes. `--drain S`
+//!   (20 by default) is how long past its last arrival a level waits for its calls: a client
+//!   that has not answered them all by then has its calls still out dropped and counted in
+//!   `unfinished=` (measured at the cut, so its percentiles are lower bounds), and is offered
+//!   no higher rate (a line says which were skipped). Our
 //!   client's level lines end with `parked=`, and its closed-loop summaries with the calls
 //!   parked for room in the run (one node's room for calls, `docs/operations.md`).
 //! - `--csv PATH` writes every figure line (closed loop, open loop, ceiling) as a row of a
@@ -580,6 +584,9 @@ struct Measured {
     latencies: Vec<u64>,
     errors: usize,
     first_error: Option<String>,
+    /// Open-loop calls still out when the level stopped waiting (`--drain`), left out of
+    /// `ops` and measured at the cut; 0 in a closed loop.
+    unfinished: usize,
 }
 
 impl Measured {
@@ -715,6 +722,7 @@ async fn drive_for<W: Worker>(
         errors: 0,
         first_error: None,
         parked: parked.as_ref().map(ParkedSince::count),
+        unfinished: 0,
     };
     for (latencies, errors, first_error) in results {
         measured.latencies.extend(latencies);
@@ -753,9 +761,10 @@ struct Bench<'a> {
     probe: &'a Probe,
     /// Whether the runs are a tenth of their size (`--quick`).
     quick: bool,
-    /// The open loop's stall and timeline (`--stall`, `--timeline`).
+    /// The open loop's stall, timeline and drain (`--stall`, `--timeline`, `--drain`).
     stall: Option<Duration>,
     timeline: bool,
+    drain: Duration,
     /// Where the figures go besides stdout (`--csv PATH`).
     figures: Option<RefCell<figures::Writer>>,
 }
@@ -854,6 +863,7 @@ impl<'a> Compared<'a> {
             keyspace: self.keyspace,
             stall: bench.stall,
             timeline: bench.timeline,
+            drain: bench.drain,
         };
         // Each run gets its own handle on `make`, so that the run's future owns what it uses.
         let make = std::rc::Rc::new(make);
@@ -1838,6 +1848,7 @@ async fn run<R: Runtime>(
         quick: args.quick,
         stall: args.stall,
         timeline: args.timeline,
+        drain: args.drain,
         figures: figures.map(RefCell::new),
     };
     let ours = Client::<R>::connect(servers.our_options())

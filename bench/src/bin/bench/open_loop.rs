@@ -19,6 +19,12 @@
 //! piled up meanwhile and returns to the offered rate, or stays behind it. `--timeline` prints
 //! what each 50 ms of a level did, from a thread of its own (so that a stalled runtime does not
 //! stall the timeline).
+//!
+//! A level waits for its calls at most `--drain` seconds past its last arrival (20 by default).
+//! A client that has not answered them by then is overloaded past any use: its calls still out
+//! are dropped (a dropped call's future is all a caller can give up), counted as `unfinished`
+//! and measured at the cut, so that its percentiles are lower bounds instead of a wait of
+//! minutes, and its higher levels are not offered (each would only queue more).
 
 use std::future::Future;
 use std::io::Write;
@@ -27,6 +33,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+
+use futures_util::future::Either;
 
 use botmesh_redis_bench::figures::Kind;
 
@@ -57,6 +65,8 @@ pub(crate) struct Level {
     pub(crate) stall: Option<Duration>,
     /// Whether the level prints its timeline.
     pub(crate) timeline: bool,
+    /// How long past its last arrival the level waits for its calls.
+    pub(crate) drain: Duration,
 }
 
 impl Level {
@@ -74,6 +84,8 @@ impl Level {
         // Each call reports its outcome here and its task ends: a finished call's task is
         // freed at once instead of held, with its output, until every call has finished.
         let (done, outcomes) = std::sync::mpsc::channel::<Outcome>();
+        // Raised at the drain's end: the calls still out then end as unfinished.
+        let (cut, cut_seen) = tokio::sync::watch::channel(false);
         let stats = make().stats();
         let parked = crate::ParkedSince::now(stats.clone());
         let start = Instant::now();
@@ -95,29 +107,41 @@ impl Level {
             let mut worker = make();
             let n = i % self.keyspace;
             let done = done.clone();
+            let mut cut_seen = cut_seen.clone();
             let counts = timeline.as_ref().map(|t| Arc::clone(&t.counts));
             if let Some(counts) = &counts {
                 counts.started.fetch_add(1, Ordering::Relaxed);
             }
             spawn_detached(self.runtime, async move {
-                let result = worker.op(n).await;
+                // The cut first: a call whose task first runs after it is not sent at all.
+                let cut = std::pin::pin!(cut_seen.wait_for(|&cut| cut));
+                let op = std::pin::pin!(worker.op(n));
+                let result = match futures_util::future::select(cut, op).await {
+                    Either::Left(_) => None,
+                    Either::Right((result, _)) => Some(result),
+                };
                 if let Some(counts) = counts {
                     counts.ended.fetch_add(1, Ordering::Relaxed);
                 }
                 let outcome = Outcome {
                     latency_ns: due.elapsed().as_nanos() as u64,
                     finished: Instant::now(),
-                    error: result.err(),
+                    result,
                 };
                 let _ = done.send(outcome);
             });
         }
         drop(done);
+        let deadline = Instant::now() + self.drain;
         let mut results = Vec::with_capacity(count);
         while results.len() < count {
             match outcomes.try_recv() {
                 Ok(outcome) => results.push(outcome),
                 Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    if Instant::now() >= deadline {
+                        // Every call still out ends at its next poll, which this wakes.
+                        cut.send_replace(true);
+                    }
                     sleep_until(self.runtime, Instant::now() + Duration::from_millis(1)).await
                 }
                 Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
@@ -126,9 +150,11 @@ impl Level {
         drop(timeline);
         let (cpu_s, server_cpu_s) = probe.cpu().since(&cpu_before);
         let counts_after = probe.counts();
-        let last = results.iter().map(|o| o.finished).max().unwrap_or(start);
+        let answered = || results.iter().filter(|o| o.result.is_some());
+        let last = answered().map(|o| o.finished).max().unwrap_or(start);
+        let unfinished = results.len() - answered().count();
         let mut measured = Measured {
-            ops: results.len(),
+            ops: results.len() - unfinished,
             wall: last - start,
             cpu_s,
             server_cpu_s,
@@ -139,10 +165,12 @@ impl Level {
             errors: count - results.len(),
             first_error: None,
             parked: parked.as_ref().map(crate::ParkedSince::count),
+            unfinished,
         };
         for outcome in results {
+            // An unfinished call's latency is its age at the cut: a lower bound.
             measured.latencies.push(outcome.latency_ns);
-            if let Some(e) = outcome.error {
+            if let Some(Err(e)) = outcome.result {
                 measured.errors += 1;
                 measured.first_error.get_or_insert(e);
             }
@@ -227,7 +255,8 @@ struct Outcome {
     /// From the call's scheduled start to its reply.
     latency_ns: u64,
     finished: Instant,
-    error: Option<String>,
+    /// `None` for a call still out at the drain's end.
+    result: Option<Result<(), String>>,
 }
 
 /// Runs `task` on the benchmark's runtime, not waited for: its task is freed when it ends.
@@ -258,15 +287,62 @@ pub(crate) async fn run(
             Some(rates) => rates.iter().map(|&r| r as f64).collect(),
             None => SHARES.iter().map(|share| peak * share).collect(),
         };
+        // The lowest rate this client did not drain: none above it is offered.
+        let mut swamped = f64::INFINITY;
         for rate in rates {
             if rate < 1.0 {
+                continue;
+            }
+            if rate >= swamped {
+                println!(
+                    "# {} open-loop client={} offered_per_s={rate:.0}: not offered, {swamped:.0} \
+                     a second was not drained",
+                    setting.workload, contender.name
+                );
                 continue;
             }
             (compared.before_each)();
             let m = (contender.offer)(rate).await;
             report(bench, &setting, &contender.name, rate, &m);
+            if m.unfinished > 0 {
+                swamped = rate;
+                settle(bench.runtime, bench.probe, &setting, &contender.name).await;
+            }
         }
     }
+}
+
+/// The longest wait for the servers to finish a cut level's calls.
+const SETTLE_MOST: Duration = Duration::from_secs(60);
+
+/// Waits until the servers are done with the calls a cut level left behind (dropping a call
+/// stops its caller's wait, not the request already queued or written), so that the next
+/// figures, of this client or the next, do not carry them: until the servers' read events
+/// over 50 ms are the probe's own, at most [`SETTLE_MOST`].
+async fn settle(rt: RuntimeKind, probe: &Probe, setting: &Setting, client: &str) {
+    // Each reading opens a connection per node and sends one `INFO`.
+    let own = 2 * probe.nodes.len() as u64;
+    let start = Instant::now();
+    let mut before = probe.counts();
+    while start.elapsed() < SETTLE_MOST {
+        sleep_until(rt, Instant::now() + Duration::from_millis(50)).await;
+        let now = probe.counts();
+        if now.reads - before.reads <= own {
+            println!(
+                "# {} open-loop client={client}: the servers finished the cut calls in {} ms",
+                setting.workload,
+                start.elapsed().as_millis()
+            );
+            return;
+        }
+        before = now;
+    }
+    println!(
+        "# {} open-loop client={client}: the servers still read its calls {} s after the cut; \
+         the figures after this line may carry them",
+        setting.workload,
+        SETTLE_MOST.as_secs()
+    );
 }
 
 /// Prints the line of one level and records its row.
@@ -284,12 +360,16 @@ fn report(bench: &Bench<'_>, setting: &Setting, client: &str, offered: f64, m: &
         .parked
         .map(|parked| format!(" parked={parked}"))
         .unwrap_or_default();
+    let unfinished = match m.unfinished {
+        0 => String::new(),
+        n => format!(" unfinished={n}"),
+    };
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
         "{} open-loop client={client} deployment={} runtime={} offered_per_s={offered:.0} \
          achieved_per_s={achieved:.0} ok_per_s={ok:.0} p50_us={p50:.1} p99_us={p99:.1} \
-         p999_us={p999:.1} cpu_s_per_100k={cpu_per_100k:.3}{stall}{parked} {}",
+         p999_us={p999:.1} cpu_s_per_100k={cpu_per_100k:.3}{stall}{parked}{unfinished} {}",
         setting.workload,
         bench.deployment.name(),
         bench.runtime.name(),
