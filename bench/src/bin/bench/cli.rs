@@ -127,6 +127,9 @@ pub(crate) struct Args {
     /// calls still out then are dropped and counted as unfinished.
     #[arg(long, value_name = "S", default_value = "20", value_parser = seconds)]
     pub(crate) drain: Duration,
+    /// Our client's lanes (`ClientOptions::lanes`); else its driver's default.
+    #[arg(long, value_name = "N", value_parser = positive)]
+    pub(crate) lanes: Option<usize>,
     /// Writes the figures to this file as CSV, for the `charts` binary.
     #[arg(long, value_name = "PATH")]
     pub(crate) csv: Option<PathBuf>,
@@ -237,7 +240,7 @@ mod tests {
         assert!(args.ceiling && !args.open_loop && !args.quick && !args.timeline);
         assert_eq!((args.only, args.clients, args.round), (None, None, None));
         assert_eq!((args.offer, args.stall, args.csv), (None, None, None));
-        assert_eq!(args.drain, Duration::from_secs(20));
+        assert_eq!((args.drain, args.lanes), (Duration::from_secs(20), None));
     }
 
     #[test]
@@ -272,6 +275,8 @@ mod tests {
             "--timeline",
             "--drain",
             "2.5",
+            "--lanes",
+            "3",
             "--csv",
             "out.csv",
         ])
@@ -293,6 +298,7 @@ mod tests {
         assert_eq!(args.offer, Some(vec![100_000, 200_000]));
         assert_eq!(args.stall, Some(Duration::from_millis(50)));
         assert_eq!(args.drain, Duration::from_millis(2500));
+        assert_eq!(args.lanes, Some(3));
         assert!(args.open_loop, "--offer and --stall imply the open loop");
         assert_eq!(args.csv, Some(PathBuf::from("out.csv")));
         assert_eq!(args.scaled(100), 10);
@@ -322,6 +328,7 @@ mod tests {
             &["--stall", "0"],
             &["--drain", "0"],
             &["--drain", "never"],
+            &["--lanes", "0"],
         ] {
             let error = parse(line).expect_err(&format!("{line:?} was accepted"));
             assert!(

@@ -7,7 +7,7 @@
 //!     [--runtime multi|current|async-std] [--quick] [--only W1,W2,W3,S1,S2,S3] [--client LIST]
 //!     [--w3-callers N] [--rounds N] [--round-seconds S] [--fred-pool N]
 //!     [--callers LIST] [--payload LIST] [--no-ceiling] [--open-loop] [--offer LIST]
-//!     [--stall MS] [--timeline] [--drain S] [--csv PATH]
+//!     [--stall MS] [--timeline] [--drain S] [--lanes N] [--csv PATH]
 //! ```
 //!
 //! The charts of `docs/performance.md` (`docs/img/*.svg`) are drawn from this binary's
@@ -120,6 +120,9 @@
 //!   no higher rate (a line says which were skipped). Our
 //!   client's level lines end with `parked=`, and its closed-loop summaries with the calls
 //!   parked for room in the run (one node's room for calls, `docs/operations.md`).
+//! - `--lanes N` runs our client with N lanes (`ClientOptions::lanes`) instead of its
+//!   driver's default (`Runtime::ONE_NODE_LANES` on one node, 1 on a cluster): how the count
+//!   is measured.
 //! - `--csv PATH` writes every figure line (closed loop, open loop, ceiling) as a row of a
 //!   CSV file as well (`bench/src/figures.rs` holds the format), which `charts` reads.
 //!
@@ -1851,7 +1854,11 @@ async fn run<R: Runtime>(
         drain: args.drain,
         figures: figures.map(RefCell::new),
     };
-    let ours = Client::<R>::connect(servers.our_options())
+    let options = match args.lanes {
+        Some(lanes) => servers.our_options().lanes(lanes),
+        None => servers.our_options(),
+    };
+    let ours = Client::<R>::connect(options)
         .await
         .expect("botmesh client connects");
     let run_ours = args.runs_client("botmesh");
