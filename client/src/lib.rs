@@ -11,7 +11,7 @@
 //! ## Lanes and tasks
 //!
 //! A client runs [`ClientOptions::lanes`] lanes (on one node the runtime's
-//! [`Runtime::ONE_NODE_LANES`], 1 on a cluster): each a [`Session`] with its own session task
+//! [`Runtime::one_node_lanes`], 1 on a cluster): each a [`Session`] with its own session task
 //! and its own connection to every node. A call goes to the lane of the task that polls it
 //! (its waker's address, hashed), so a task's calls stay in one lane, in order; lanes to one
 //! node overlap the node's work on one lane's batch with the client's turnaround of the
@@ -140,13 +140,13 @@ pub trait Runtime: Send + Sync + 'static {
         false
     }
 
-    /// How many lanes a client of one node runs unless its options say
+    /// How many lanes a client of one node runs on `spawner`'s runtime unless its options say
     /// ([`ClientOptions::lanes`]): enough that the node always has a lane's batch to work on
     /// while the client turns the others' replies around, and no more, since each lane splits
-    /// the batches further. The count depends on how the runtime runs the lanes' tasks, so
-    /// each driver measures and states its own (`docs/performance.md`, "Four lanes to one
-    /// node").
-    const ONE_NODE_LANES: usize;
+    /// the batches further. The count depends on how the runtime runs the lanes' tasks (on one
+    /// thread or several), so each driver measures and states its own (`docs/performance.md`,
+    /// "Four lanes to one node" and "Three lanes on one thread").
+    fn one_node_lanes(spawner: &Self::Spawner) -> usize;
 
     /// Completes at `at`.
     fn sleep_until(at: Instant) -> impl Future<Output = ()> + Send;
@@ -398,11 +398,11 @@ impl<R: Runtime> Client<R> {
         let config = options.to_config(seed.finish())?;
         let deployment = config.endpoints.deployment();
         let tls = tls::connector(&options)?;
-        let lane_count = options.lane_count(R::ONE_NODE_LANES);
+        let spawner = R::spawner();
+        let lane_count = options.lane_count(R::one_node_lanes(&spawner));
         let request_timeout = config.request_timeout;
         // One node's room is shared out over the lanes that talk to it.
         let lane_bound = admission::ONE_NODE_BOUND.div_ceil(lane_count.max(1));
-        let spawner = R::spawner();
         let lanes = (0..lane_count as u64)
             .map(|lane| {
                 let mut config = config.clone();

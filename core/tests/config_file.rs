@@ -319,7 +319,7 @@ fn lanes_default_by_deployment_are_set_by_name_and_bounded() {
         serde_json::from_str::<ClientConfig>(json)
             .unwrap()
             .into_options()
-            // 5 stands for the driver's count for one node (`Runtime::ONE_NODE_LANES`).
+            // 5 stands for the driver's count for one node (`Runtime::one_node_lanes`).
             .map(|options| options.lane_count(5))
     };
     assert_eq!(lanes(r#"{ "url": "redis://127.0.0.1:6379" }"#), Ok(5));

@@ -287,7 +287,8 @@ impl ClientOptions {
     /// while the node works on one lane's batch, the client turns the other lanes' replies
     /// into their next batches, so the node does not wait for the client. On one node, 64
     /// callers, tokio, four lanes measured 1.3-1.4 times the `GET`s a second of two, at the
-    /// same or less CPU a call (`docs/performance.md`, "Four lanes to one node"); a
+    /// same or less CPU a call, and on the current-thread runtime three measured better than
+    /// four (`docs/performance.md`, "Four lanes to one node", "Three lanes on one thread"); a
     /// cluster's connections to its masters already overlap so, and a second lane there
     /// measured slower (each batch halved for nothing). Each lane costs a connection per
     /// node (and, for a Sentinel deployment, a subscription per lane).
@@ -312,7 +313,7 @@ impl ClientOptions {
 
     /// The lanes a client of these options runs: the count given to
     /// [`ClientOptions::lanes`], else 1 on a cluster and `one_node` on one node, the driver's
-    /// own default (its runtime's `ONE_NODE_LANES`: how many lanes keep one node busy depends
+    /// own default (its runtime's `one_node_lanes`: how many lanes keep one node busy depends
     /// on how the runtime runs the lanes' tasks).
     pub fn lane_count(&self, one_node: usize) -> usize {
         match (self.lanes, self.deployment()) {

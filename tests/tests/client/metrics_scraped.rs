@@ -14,7 +14,6 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use botmesh_redis_tests::conformance::{Runtime, Tokio};
 use botmesh_redis_tests::harness::example_binary;
 use botmesh_redis_tests::{shared_cluster, shared_single, unique_prefix};
 
@@ -189,9 +188,9 @@ fn metrics_example_on_single_node() {
     let node = shared_single();
     let (body, _) = run_and_scrape(("BOTMESH_URL", node.url()));
     let connections = format!("botmesh_redis_connections{{node=\"{}\"}}", node.addr());
-    // One connection per lane: the example runs on tokio, whose client of one node runs
-    // `Tokio::ONE_NODE_LANES`.
-    let lanes = Tokio::ONE_NODE_LANES as f64;
+    // One connection per lane: the example runs on tokio's multi-thread runtime
+    // (`#[tokio::main]`), where a client of one node runs four.
+    let lanes = 4.0;
     assert_eq!(value(&body, &connections), Some(lanes), "{body}");
     assert_eq!(
         value(&body, "botmesh_redis_redirects_total{kind=\"moved\"}"),

@@ -121,7 +121,7 @@
 //!   client's level lines end with `parked=`, and its closed-loop summaries with the calls
 //!   parked for room in the run (one node's room for calls, `docs/operations.md`).
 //! - `--lanes N` runs our client with N lanes (`ClientOptions::lanes`) instead of its
-//!   driver's default (`Runtime::ONE_NODE_LANES` on one node, 1 on a cluster): how the count
+//!   driver's default (`Runtime::one_node_lanes` on one node, 1 on a cluster): how the count
 //!   is measured.
 //! - `--csv PATH` writes every figure line (closed loop, open loop, ceiling) as a row of a
 //!   CSV file as well (`bench/src/figures.rs` holds the format), which `charts` reads.
