@@ -43,9 +43,10 @@ use crate::task::OneShot;
 use crate::Runtime;
 
 /// How many calls a client lets out to one node at once, shared out over its lanes (64 each of
-/// the tokio driver's four on the multi-thread runtime, 86 of its three on one thread). Measured with `bench --stall` on one node (`docs/performance.md`,
-/// "One node's room for calls, kept"): after a stall, 256 brought the client back to the
-/// offered rate more often than 1,024 or 4,096, and 64 a lane more often than 128 or 256.
+/// the tokio driver's four on the multi-thread runtime, 86 of its three on one thread).
+/// Measured with `bench --stall` on one node (`docs/performance.md`, "One node's room for
+/// calls, kept"): after a stall, 256 brought the client back to the offered rate more often
+/// than 1,024 or 4,096, and 64 a lane more often than 128 or 256.
 pub(crate) const ONE_NODE_BOUND: usize = 256;
 
 /// With the lane full and no call ended for this long, the node is taken for not answering and

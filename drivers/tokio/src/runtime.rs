@@ -70,9 +70,10 @@ impl Runtime for Tokio {
 
     /// Four on the multi-thread runtime, three on the current-thread one. On one node, 64
     /// callers, four lanes measured 1.3x the `GET`s a second of two on the multi-thread
-    /// runtime, at the same or less CPU a call, and three 0.8x-0.9x four there; on one thread
-    /// three measured 1.07x the `GET`s a second of four at 0.9x the CPU a call, two 0.65x
-    /// (`docs/performance.md`, "Four lanes to one node", "Three lanes on one thread").
+    /// runtime, at the same or less CPU a call, and three 0.85x four there (medians of three
+    /// pairs); on one thread three measured 1.07x the `GET`s a second of four at 0.9x the CPU
+    /// a call, two about 0.65x (`docs/performance.md`, "Four lanes to one node", "Three lanes
+    /// on one thread").
     fn one_node_lanes(spawner: &tokio::runtime::Handle) -> usize {
         if Self::one_thread(spawner) {
             3

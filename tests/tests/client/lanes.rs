@@ -1,10 +1,10 @@
 //! Lanes ([`ClientOptions::lanes`]): a client of one node runs its driver's count by default
 //! (`Runtime::one_node_lanes`: 4 on tokio's multi-thread runtime, 3 on its current-thread one,
-//! 2 on async-std), each with its own connection,
-//! every one checked by `connect`; the calls of one task stay in one lane (the same
-//! connection, so in order), whether awaited in turn or joined in one poll; the calls of many
-//! tasks spread over all of them; `lanes(1)` is one connection. The cluster's default of one
-//! lane is `many_requests_one_connection`'s one connection per master.
+//! 2 on async-std), each with its own connection, every one checked by `connect`; the calls of
+//! one task stay in one lane (the same connection, so in order), whether awaited in turn or
+//! joined in one poll; the calls of many tasks spread over all of them; `lanes(1)` is one
+//! connection. The cluster's default of one lane is `many_requests_one_connection`'s one
+//! connection per master.
 
 use std::collections::BTreeSet;
 

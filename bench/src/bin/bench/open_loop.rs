@@ -23,7 +23,7 @@
 //! A level waits for its calls at most `--drain` seconds past its last arrival (20 by default).
 //! A client that has not answered them by then is overloaded past any use: its calls still out
 //! are dropped (a dropped call's future is all a caller can give up), counted as `unfinished`
-//! and measured at the cut, so that its percentiles are lower bounds instead of a wait of
+//! and measured when the cut reaches them, so that its percentiles are lower bounds instead of a wait of
 //! minutes, and its higher levels are not offered (each would only queue more).
 
 use std::future::Future;
@@ -138,7 +138,7 @@ impl Level {
             match outcomes.try_recv() {
                 Ok(outcome) => results.push(outcome),
                 Err(std::sync::mpsc::TryRecvError::Empty) => {
-                    if Instant::now() >= deadline {
+                    if !*cut.borrow() && Instant::now() >= deadline {
                         // Every call still out ends at its next poll, which this wakes.
                         cut.send_replace(true);
                     }
@@ -168,7 +168,7 @@ impl Level {
             unfinished,
         };
         for outcome in results {
-            // An unfinished call's latency is its age at the cut: a lower bound.
+            // An unfinished call's latency is its age when the cut reached it: a lower bound.
             measured.latencies.push(outcome.latency_ns);
             if let Some(Err(e)) = outcome.result {
                 measured.errors += 1;
@@ -327,7 +327,7 @@ async fn settle(rt: RuntimeKind, probe: &Probe, setting: &Setting, client: &str)
     while start.elapsed() < SETTLE_MOST {
         sleep_until(rt, Instant::now() + Duration::from_millis(50)).await;
         let now = probe.counts();
-        if now.reads - before.reads <= own {
+        if now.reads.saturating_sub(before.reads) <= own {
             println!(
                 "# {} open-loop client={client}: the servers finished the cut calls in {} ms",
                 setting.workload,
