@@ -355,13 +355,12 @@ impl<W: Waiters> Session<W> {
         match check_role(frame) {
             RoleCheck::Master => self.become_ready(conn),
             RoleCheck::NotMaster(role) => {
-                if let Some(node) = self.conns.get(&conn).map(|c| c.node) {
+                let node = self.conns.get(&conn).map(|c| c.node);
+                if let Some(node) = node {
                     self.master_in_doubt(node);
                 }
-                let addr = self
-                    .conns
-                    .get(&conn)
-                    .map(|c| self.nodes[c.node].to_string())
+                let addr = node
+                    .map(|node| self.nodes[node].to_string())
                     .unwrap_or_default();
                 tracing::warn!(%addr, %role, "the sentinels' master is not a master");
                 let reason = format!("{addr} is not the master: ROLE says {role}");
@@ -388,8 +387,8 @@ impl<W: Waiters> Session<W> {
     }
 
     /// `node` refused a request in a way that calls for the map again (`READONLY`), or its
-    /// `ROLE` says replica. When it is the sentinels' master in use, they may have failed back to the master
-    /// the last `+switch-master` replaced: answers naming it are believed again.
+    /// `ROLE` says replica. When it is the sentinels' master in use, they may have failed back
+    /// to the master the last `+switch-master` replaced: answers naming it are believed again.
     pub(super) fn master_in_doubt(&mut self, node: NodeId) {
         if self.sentinels.master == Some(node) {
             self.sentinels.replaced = None;

@@ -550,3 +550,27 @@ fn a_failback_the_subscription_missed_is_followed_when_the_new_master_refuses() 
     assert_eq!(net.received("a").last().unwrap(), "SET k3 v");
     assert!(net.received("b").contains(&"SET k3 v".to_owned()));
 }
+
+#[test]
+fn a_failback_the_subscription_missed_is_followed_when_the_new_master_says_replica() {
+    let mut net = Net::new();
+    assert_eq!(net.run_set("k1"), OK);
+    net.sentinels_name("b");
+    net.switch_master("a", "b");
+    assert_eq!(net.run_set("k2"), OK);
+    // The sentinels fail back to a and the message never comes; b's connection drops, and on
+    // the new one b's `ROLE` says replica, which makes answers naming a believed again.
+    net.sentinels_name("a");
+    let to_b: Vec<ConnId> = net
+        .conns
+        .iter()
+        .filter(|(_, a)| a.host == "b")
+        .map(|(&c, _)| c)
+        .collect();
+    for conn in to_b {
+        net.session.handle_closed(net.now, conn, "cut");
+    }
+    assert_eq!(net.run_set("k3"), OK);
+    assert_eq!(net.received("a").last().unwrap(), "SET k3 v");
+    assert!(!net.received("b").contains(&"SET k3 v".to_owned()));
+}
