@@ -20,7 +20,8 @@ pub(crate) enum RuntimeKind {
     Multi,
     /// Tokio's current-thread scheduler.
     Current,
-    /// No tokio at all: callers on async-global-executor, the async-std driver only.
+    /// No tokio at all: callers on async-global-executor, our async-std driver and redis-rs on
+    /// smol.
     #[value(name = "async-std")]
     AsyncStd,
 }

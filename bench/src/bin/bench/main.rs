@@ -23,7 +23,8 @@
 //! show what the socket saves over loopback TCP. Every client runs in this one process, on one runtime
 //! (`--runtime multi`: tokio's multi-thread scheduler with one worker per core, the default;
 //! `--runtime current`: tokio's current-thread scheduler; `--runtime async-std`: no tokio at
-//! all, our async-std driver alone), one after the other, against the same servers.
+//! all, our async-std driver and redis-rs on smol), one after the other, against the same
+//! servers.
 //!
 //! # Clients
 //!
@@ -51,8 +52,9 @@
 //! `--client` takes a comma-separated list of client names: `botmesh`, `redis-rs`,
 //! `redis-rs-pipe`, `fred`, `fred-pipe`, `fred-pool`, `fred-pool-pipe`; a name also selects
 //! the forms named after it (`fred` selects all four of fred's, `redis-rs` both of
-//! redis-rs's). Without it every client runs. On `--runtime async-std` only ours runs: both
-//! peers need tokio.
+//! redis-rs's). Without it every client runs. On `--runtime async-std` fred does not run (it
+//! needs tokio); redis-rs does, on smol's executor (its `smol-comp`: smol is async-io and
+//! async-executor, the crates async-std runs on), which it takes when no tokio runtime runs.
 //!
 //! # Workloads
 //!
@@ -2363,13 +2365,20 @@ fn main() {
     let servers = Servers::start(args.deployment);
     let runtime = match args.runtime {
         RuntimeKind::AsyncStd => {
-            // Both peers need tokio: this runtime measures the async-std driver alone.
-            let peers = Peers {
-                redis: None,
-                fred: None,
-                fred_pool: None,
+            // fred needs tokio; redis-rs finds no tokio runtime here and runs on smol's
+            // executor, the one async-std's family offers a library.
+            let run = async {
+                let redis = match args.runs_client(REDIS_RS) || args.runs_client(REDIS_RS_PIPE) {
+                    true => Some(redis_rs(&servers).await),
+                    false => None,
+                };
+                let peers = Peers {
+                    redis,
+                    fred: None,
+                    fred_pool: None,
+                };
+                run::<AsyncStd>(args, servers, "botmesh-async-std", peers, figures).await
             };
-            let run = run::<AsyncStd>(args, servers, "botmesh-async-std", peers, figures);
             return async_global_executor::block_on(run);
         }
         RuntimeKind::Multi => tokio::runtime::Builder::new_multi_thread()
