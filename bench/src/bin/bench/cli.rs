@@ -8,7 +8,7 @@ use botmesh_redis_bench::{CALLERS, PAYLOAD_LEN};
 use clap::builder::PossibleValuesParser;
 use clap::{Parser, ValueEnum};
 
-use crate::{CLIENT_NAMES, FRED_POOL_SIZE};
+use crate::{CLIENT_NAMES, FRED_POOL_SIZE, REDIS_RS, REDIS_RS_PIPE};
 
 /// The workloads `--only` names.
 const WORKLOADS: [&str; 6] = ["W1", "W2", "W3", "S1", "S2", "S3"];
@@ -139,7 +139,22 @@ pub(crate) struct Args {
 impl Args {
     /// The process's arguments, or the usage and exit.
     pub(crate) fn from_env() -> Args {
-        Args::parse().settled()
+        let args = Args::parse().settled();
+        if let Some(problem) = args.nothing_to_run() {
+            usage(problem);
+        }
+        args
+    }
+
+    /// Why the command line would run no client, if it would not: fred needs tokio, so on
+    /// `--runtime async-std` a `--client` list of fred's forms alone leaves nothing to run.
+    fn nothing_to_run(&self) -> Option<&'static str> {
+        let runs_there = ["botmesh", REDIS_RS, REDIS_RS_PIPE];
+        let none = !runs_there.iter().any(|client| self.runs_client(client));
+        (self.runtime == RuntimeKind::AsyncStd && none).then_some(
+            "--runtime async-std runs botmesh and redis-rs only (fred needs tokio): \
+             name one of them in --client",
+        )
     }
 
     /// `--offer` and `--stall` are open-loop settings: either turns the open loop on.
@@ -303,6 +318,28 @@ mod tests {
         assert!(args.open_loop, "--offer and --stall imply the open loop");
         assert_eq!(args.csv, Some(PathBuf::from("out.csv")));
         assert_eq!(args.scaled(100), 10);
+    }
+
+    #[test]
+    fn async_std_refuses_a_client_list_of_fred_alone() {
+        let fred = parse(&["--runtime", "async-std", "--client", "fred,fred-pool-pipe"]).unwrap();
+        assert_eq!(
+            fred.nothing_to_run(),
+            Some(
+                "--runtime async-std runs botmesh and redis-rs only (fred needs tokio): \
+                 name one of them in --client"
+            )
+        );
+        for clients in ["botmesh,fred", "redis-rs-pipe", "redis-rs"] {
+            let line = ["--runtime", "async-std", "--client", clients];
+            assert_eq!(parse(&line).unwrap().nothing_to_run(), None, "{clients}");
+        }
+        assert_eq!(
+            parse(&["--runtime", "async-std"]).unwrap().nothing_to_run(),
+            None
+        );
+        let on_tokio = parse(&["--runtime", "current", "--client", "fred"]).unwrap();
+        assert_eq!(on_tokio.nothing_to_run(), None);
     }
 
     #[test]

@@ -55,6 +55,7 @@
 //! redis-rs's). Without it every client runs. On `--runtime async-std` fred does not run (it
 //! needs tokio); redis-rs does, on smol's executor (its `smol-comp`: smol is async-io and
 //! async-executor, the crates async-std runs on), which it takes when no tokio runtime runs.
+//! A `--client` list of fred's forms alone is refused there, before any server starts.
 //!
 //! # Workloads
 //!
