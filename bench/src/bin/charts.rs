@@ -23,7 +23,7 @@ use std::error::Error;
 use std::path::{Path, PathBuf};
 
 use botmesh_redis_bench::figures::{self, Kind, Row};
-use botmesh_redis_bench::{CALLERS, PAYLOAD_LEN};
+use botmesh_redis_bench::{CALLERS, CLIENT_NAMES, OURS, PAYLOAD_LEN};
 use plotters::coord::ranged1d::SegmentValue;
 use plotters::prelude::*;
 
@@ -84,19 +84,36 @@ fn main() {
 struct Colors(Vec<String>);
 
 impl Colors {
+    /// Each client's color by its place among the bench's client names in name order (ours
+    /// first, whichever driver ran it), so that a client has one color in every chart, however
+    /// many files are drawn together and whichever clients they hold.
     fn of(rows: &[Row]) -> Colors {
-        let mut names: Vec<String> = rows
+        let mut names: Vec<String> = CLIENT_NAMES.iter().map(|&name| name.to_owned()).collect();
+        names.sort();
+        // A client the bench no longer names, from an old file: after the known ones.
+        let mut unknown: Vec<String> = rows
             .iter()
             .filter(|r| r.kind != Kind::Ceiling)
-            .map(|r| r.client.clone())
+            .map(|r| family(&r.client).to_owned())
+            .filter(|name| !names.contains(name))
             .collect();
-        names.sort();
-        names.dedup();
+        unknown.sort();
+        unknown.dedup();
+        names.extend(unknown);
         Colors(names)
     }
 
     fn of_client(&self, client: &str) -> PaletteColor<Palette99> {
+        let client = family(client);
         Palette99::pick(self.0.iter().position(|c| c == client).unwrap_or(0))
+    }
+}
+
+/// The name a client's color goes by: ours by `OURS`, whichever driver's name follows it.
+fn family(client: &str) -> &str {
+    match client.strip_prefix(OURS) {
+        Some(driver) if driver.starts_with('-') => OURS,
+        _ => client,
     }
 }
 
@@ -457,4 +474,63 @@ where
         ))?;
     }
     legend(chart, SeriesLabelPosition::UpperLeft)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn closed(runtime: &str, client: &str) -> Row {
+        Row {
+            kind: Kind::Closed,
+            workload: "W2".to_owned(),
+            deployment: "standalone".to_owned(),
+            runtime: runtime.to_owned(),
+            client: client.to_owned(),
+            callers: CALLERS,
+            payload: Some(100),
+            offered_per_s: None,
+            ops_per_s: 1000.0,
+            p50_us: Some(1.0),
+            p99_us: Some(2.0),
+            p999_us: Some(3.0),
+            cpu_s_per_100k: Some(0.1),
+        }
+    }
+
+    fn index(colors: &Colors, client: &str) -> Option<usize> {
+        colors.0.iter().position(|c| c == family(client))
+    }
+
+    #[test]
+    fn a_client_keeps_its_color_whichever_files_are_drawn() {
+        let tokio = Colors::of(&[
+            closed("multi", "botmesh-tokio"),
+            closed("multi", "fred-pool"),
+            closed("multi", "redis-rs"),
+        ]);
+        let async_std = Colors::of(&[
+            closed("async-std", "botmesh-async-std"),
+            closed("async-std", "redis-rs-pipe"),
+        ]);
+        // The order the charts drawn before this rule gave every client of the full set.
+        let order = [
+            "botmesh-tokio",
+            "fred",
+            "fred-pipe",
+            "fred-pool",
+            "fred-pool-pipe",
+            "redis-rs",
+            "redis-rs-pipe",
+        ];
+        for (i, client) in order.into_iter().enumerate() {
+            assert_eq!(index(&tokio, client), Some(i), "{client}");
+            assert_eq!(index(&async_std, client), Some(i), "{client}");
+        }
+        assert_eq!(index(&async_std, "botmesh-async-std"), Some(0));
+        // A name no bench prints now still gets a color of its own, after the known ones.
+        let old = Colors::of(&[closed("multi", "jedis")]);
+        assert_eq!(index(&old, "jedis"), Some(CLIENT_NAMES.len()));
+        assert_eq!(family("botmeshy"), "botmeshy");
+    }
 }

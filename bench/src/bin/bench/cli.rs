@@ -8,7 +8,7 @@ use botmesh_redis_bench::{CALLERS, PAYLOAD_LEN};
 use clap::builder::PossibleValuesParser;
 use clap::{Parser, ValueEnum};
 
-use crate::{CLIENT_NAMES, FRED_POOL_SIZE, REDIS_RS, REDIS_RS_PIPE};
+use crate::{CLIENT_NAMES, FRED_POOL_SIZE, OURS, REDIS_RS, REDIS_RS_PIPE};
 
 /// The workloads `--only` names.
 const WORKLOADS: [&str; 6] = ["W1", "W2", "W3", "S1", "S2", "S3"];
@@ -149,7 +149,7 @@ impl Args {
     /// Why the command line would run no client, if it would not: fred needs tokio, so on
     /// `--runtime async-std` a `--client` list of fred's forms alone leaves nothing to run.
     fn nothing_to_run(&self) -> Option<&'static str> {
-        let runs_there = ["botmesh", REDIS_RS, REDIS_RS_PIPE];
+        let runs_there = [OURS, REDIS_RS, REDIS_RS_PIPE];
         let none = !runs_there.iter().any(|client| self.runs_client(client));
         (self.runtime == RuntimeKind::AsyncStd && none).then_some(
             "--runtime async-std runs botmesh and redis-rs only (fred needs tokio): \

@@ -241,7 +241,10 @@ use std::time::{Duration, Instant};
 
 use botmesh_redis_async_std::runtime::AsyncStd;
 use botmesh_redis_bench::figures::{self, Kind, Row};
-use botmesh_redis_bench::{CALLERS, PAYLOAD_LEN};
+use botmesh_redis_bench::{CALLERS, CLIENT_NAMES, PAYLOAD_LEN};
+use botmesh_redis_bench::{
+    FRED, FRED_PIPE, FRED_POOL, FRED_POOL_PIPE, OURS, REDIS_RS, REDIS_RS_PIPE,
+};
 use botmesh_redis_client::{Client, ClientStats, Runtime};
 // The real-server harness.
 use botmesh_redis_harness::{
@@ -266,23 +269,6 @@ const VALUE_LEN: usize = 100;
 const BUCKETS: usize = 32;
 const MEMBERS: usize = 100;
 
-/// Names of the clients, as `--client` takes them and the lines print them (ours is named by
-/// its driver).
-const REDIS_RS: &str = "redis-rs";
-const REDIS_RS_PIPE: &str = "redis-rs-pipe";
-const FRED: &str = "fred";
-const FRED_PIPE: &str = "fred-pipe";
-const FRED_POOL: &str = "fred-pool";
-const FRED_POOL_PIPE: &str = "fred-pool-pipe";
-const CLIENT_NAMES: [&str; 7] = [
-    "botmesh",
-    REDIS_RS,
-    REDIS_RS_PIPE,
-    FRED,
-    FRED_PIPE,
-    FRED_POOL,
-    FRED_POOL_PIPE,
-];
 /// Clients of fred's pool by default (`--fred-pool`).
 const FRED_POOL_SIZE: usize = 2;
 
@@ -1864,7 +1850,7 @@ async fn run<R: Runtime>(
     let ours = Client::<R>::connect(options)
         .await
         .expect("botmesh client connects");
-    let run_ours = args.runs_client("botmesh");
+    let run_ours = args.runs_client(OURS);
     warm_up(rt, run_ours.then_some(&ours), &peers, probe).await;
     let ks = Keyspace::new(Layout::Cluster, "bench").expect("keyspace");
 
@@ -1910,7 +1896,7 @@ struct Workloads<'a, R: Runtime> {
 impl<'a, R: Runtime> Workloads<'a, R> {
     /// Whether ours runs.
     fn ours(&self) -> bool {
-        self.args.runs_client("botmesh")
+        self.args.runs_client(OURS)
     }
 
     /// redis-rs's connection when its `form` is selected.
