@@ -257,6 +257,11 @@ impl Net {
     /// The node's connections are cut, and it refuses new ones.
     fn kill(&mut self, host: &str) {
         self.nodes.insert(addr(host), Node::Down);
+        self.cut(host, "killed");
+    }
+
+    /// The node's connections are cut; it takes new ones as before.
+    fn cut(&mut self, host: &str, reason: &str) {
         let cut: Vec<ConnId> = self
             .conns
             .iter()
@@ -264,7 +269,7 @@ impl Net {
             .map(|(&c, _)| c)
             .collect();
         for conn in cut {
-            self.session.handle_closed(self.now, conn, "killed");
+            self.session.handle_closed(self.now, conn, reason);
         }
     }
 
@@ -536,16 +541,23 @@ fn a_lagging_sentinel_does_not_take_the_client_back_to_the_replaced_master() {
     );
 }
 
-#[test]
-fn a_failback_the_subscription_missed_is_followed_when_the_new_master_refuses() {
+/// A client that followed the sentinels from a to b, after the sentinels failed back to a
+/// without the `+switch-master` reaching it: they name a, the master the switch replaced, which
+/// the client does not believe until something of b's says b is no longer the master.
+fn failed_back_unheard() -> Net {
     let mut net = Net::new();
     assert_eq!(net.run_set("k1"), OK);
     net.sentinels_name("b");
     net.switch_master("a", "b");
     assert_eq!(net.run_set("k2"), OK);
-    // The sentinels fail back to a and the message never comes: b answers `READONLY`, which
-    // makes answers naming a, the master the switch replaced, believed again.
     net.sentinels_name("a");
+    net
+}
+
+#[test]
+fn a_failback_the_subscription_missed_is_followed_when_the_new_master_refuses() {
+    let mut net = failed_back_unheard();
+    // b answers `READONLY`, which makes answers naming a believed again.
     assert_eq!(net.run_set("k3"), OK);
     assert_eq!(net.received("a").last().unwrap(), "SET k3 v");
     assert!(net.received("b").contains(&"SET k3 v".to_owned()));
@@ -553,23 +565,10 @@ fn a_failback_the_subscription_missed_is_followed_when_the_new_master_refuses() 
 
 #[test]
 fn a_failback_the_subscription_missed_is_followed_when_the_new_master_says_replica() {
-    let mut net = Net::new();
-    assert_eq!(net.run_set("k1"), OK);
-    net.sentinels_name("b");
-    net.switch_master("a", "b");
-    assert_eq!(net.run_set("k2"), OK);
-    // The sentinels fail back to a and the message never comes; b's connection drops, and on
-    // the new one b's `ROLE` says replica, which makes answers naming a believed again.
-    net.sentinels_name("a");
-    let to_b: Vec<ConnId> = net
-        .conns
-        .iter()
-        .filter(|(_, a)| a.host == "b")
-        .map(|(&c, _)| c)
-        .collect();
-    for conn in to_b {
-        net.session.handle_closed(net.now, conn, "cut");
-    }
+    let mut net = failed_back_unheard();
+    // b's connection drops, and on the new one b's `ROLE` says replica, which makes answers
+    // naming a believed again.
+    net.cut("b", "cut");
     assert_eq!(net.run_set("k3"), OK);
     assert_eq!(net.received("a").last().unwrap(), "SET k3 v");
     assert!(!net.received("b").contains(&"SET k3 v".to_owned()));
