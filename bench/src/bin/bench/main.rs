@@ -2299,10 +2299,14 @@ impl<'a, R: Runtime> Workloads<'a, R> {
     }
 }
 
-/// redis-rs's connection for the servers: its cluster-async connection on the cluster, its
-/// multiplexed connection on the standalone server.
-async fn redis_rs(servers: &Servers) -> RedisConn {
-    match servers {
+/// redis-rs's connection for the servers, when either of its forms runs: its cluster-async
+/// connection on the cluster, its multiplexed connection on the standalone server. On tokio
+/// where a tokio runtime runs, else on smol's executor (redis-rs's own choice).
+async fn redis_rs(args: &Args, servers: &Servers) -> Option<RedisConn> {
+    if !args.runs_client(REDIS_RS) && !args.runs_client(REDIS_RS_PIPE) {
+        return None;
+    }
+    Some(match servers {
         Servers::Cluster(cluster) => RedisConn::Cluster(
             redis::cluster::ClusterClient::new(
                 cluster.seeds().iter().map(|s| format!("redis://{s}")),
@@ -2319,7 +2323,7 @@ async fn redis_rs(servers: &Servers) -> RedisConn {
                 .await
                 .expect("redis-rs multiplexed connection"),
         ),
-    }
+    })
 }
 
 fn main() {
@@ -2355,12 +2359,8 @@ fn main() {
             // fred needs tokio; redis-rs finds no tokio runtime here and runs on smol's
             // executor, the one async-std's family offers a library.
             let run = async {
-                let redis = match args.runs_client(REDIS_RS) || args.runs_client(REDIS_RS_PIPE) {
-                    true => Some(redis_rs(&servers).await),
-                    false => None,
-                };
                 let peers = Peers {
-                    redis,
+                    redis: redis_rs(&args, &servers).await,
                     fred: None,
                     fred_pool: None,
                 };
@@ -2377,11 +2377,7 @@ fn main() {
     }
     .expect("a tokio runtime");
     runtime.block_on(async {
-        let redis = if args.runs_client(REDIS_RS) || args.runs_client(REDIS_RS_PIPE) {
-            Some(redis_rs(&servers).await)
-        } else {
-            None
-        };
+        let redis = redis_rs(&args, &servers).await;
         let fred = if args.runs_client(FRED) || args.runs_client(FRED_PIPE) {
             Some(FredConn::connect(&servers, 1).await)
         } else {

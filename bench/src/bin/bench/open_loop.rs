@@ -23,8 +23,8 @@
 //! A level waits for its calls at most `--drain` seconds past its last arrival (20 by default).
 //! A client that has not answered them by then is overloaded past any use: its calls still out
 //! are dropped (a dropped call's future is all a caller can give up), counted as `unfinished`
-//! and measured when the cut reaches them, so that its percentiles are lower bounds instead of a wait of
-//! minutes, and its higher levels are not offered (each would only queue more).
+//! and measured when the cut reaches them, so that its percentiles are lower bounds instead of
+//! a wait of minutes, and its higher levels are not offered (each would only queue more).
 
 use std::future::Future;
 use std::io::Write;
