@@ -399,7 +399,7 @@ mod tests {
             .unwrap();
         let (done, result) = oneshot::channel();
         let plan = single("get", request, Ok);
-        (Some(Submission::new(plan, done)), result)
+        (Some(Submission::new(plan, Some(done))), result)
     }
 
     /// A room whose hand-offs end each plan at once with `Error::Closed` (as a session that

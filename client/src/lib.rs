@@ -612,7 +612,7 @@ impl<'a, R: Runtime, T: Send + 'static> Running<'a, R, T> {
             shared,
             operation: plan.operation(),
             span: None,
-            submission: Some(Submission::new(plan, done)),
+            submission: Some(Submission::new(plan, Some(done))),
             lane,
             rx: std::future::IntoFuture::into_future(rx),
             gate,
@@ -730,10 +730,10 @@ impl<R: Runtime> Executor for Client<R> {
     }
 
     fn detach<P: Plan>(&self, plan: P) {
-        // The receiver goes at once: the session delivers the result to nobody.
-        // No task to follow here: detached plans take the first lane.
-        let (done, _) = oneshot::channel();
-        let submission = Submission::new(plan, done);
+        // No waiter: the session delivers the result to nobody, and writes the plan however
+        // long it waits for its connection. No task to follow here: detached plans take the
+        // first lane.
+        let submission = Submission::new(plan, None);
         let _ = self.shared.lanes[0].tx.send(Msg::Submit(submission));
     }
 

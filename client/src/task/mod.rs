@@ -47,6 +47,9 @@ use inline::{Deferred, LastTaker};
 
 /// The callers' waiters: a one-shot channel per call, typed by the plan's output, so a result
 /// reaches its caller with its type, and with what became of the plan for the caller's span.
+/// A detached plan ([`Executor::detach`](botmesh_redis_core::Executor::detach): a guard's
+/// release, a keeper) has no channel: nobody was meant to wait for it, so it is written
+/// whatever happens to the task that started it.
 #[derive(Debug)]
 pub(crate) struct OneShot;
 
@@ -57,13 +60,15 @@ pub(crate) struct Delivery<T> {
 }
 
 impl Waiters for OneShot {
-    type Waiter<T: Send + 'static> = oneshot::Sender<Delivery<T>>;
+    type Waiter<T: Send + 'static> = Option<oneshot::Sender<Delivery<T>>>;
     type Delivered = ();
 
     fn deliver<T: Send + 'static>(waiter: Self::Waiter<T>, result: Result<T, Error>) {
-        let summary = None;
-        // A caller that stopped waiting (its future dropped) has nothing to be told.
-        let _ = waiter.send(Delivery { result, summary });
+        if let Some(waiter) = waiter {
+            let summary = None;
+            // A caller that stopped waiting (its future dropped) has nothing to be told.
+            let _ = waiter.send(Delivery { result, summary });
+        }
     }
 
     #[inline]
@@ -72,8 +77,16 @@ impl Waiters for OneShot {
         result: Result<T, Error>,
         summary: Summary,
     ) {
-        let summary = Some(summary);
-        let _ = waiter.send(Delivery { result, summary });
+        if let Some(waiter) = waiter {
+            let summary = Some(summary);
+            let _ = waiter.send(Delivery { result, summary });
+        }
+    }
+
+    /// The caller's receiver is gone: its future was dropped before the result came.
+    #[inline]
+    fn abandoned<T: Send + 'static>(waiter: &Self::Waiter<T>) -> bool {
+        waiter.as_ref().is_some_and(oneshot::Sender::is_closed)
     }
 }
 

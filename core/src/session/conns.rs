@@ -13,8 +13,9 @@ use crate::request::{Access, Arg};
 use crate::value::Value;
 use crate::wire::encode_args;
 
-use super::ids::{ConnId, NodeId, ReqRef};
+use super::ids::{ConnId, NodeId, OpId, ReqRef};
 use super::nodes::Down;
+use super::ops::Ops;
 use super::tally::Event;
 use super::timers::Timer;
 use super::{after, Endpoints, Output, Session, Waiters};
@@ -135,6 +136,23 @@ fn encode_question(
     }
 }
 
+/// Encodes the `WAIT` written after `req`'s grant and returns what awaits its answer; `None`
+/// when the grant is gone (its request ended, or was dispatched again, meanwhile).
+fn encode_wait<W: Waiters>(ops: &Ops<W>, req: ReqRef, buf: &mut BytesMut) -> Option<Pending> {
+    let (replicas, ms) = ops
+        .get(req.op)
+        .and_then(|op| op.reqs.get(req.idx))
+        .filter(|s| s.attempt == req.attempt && s.granted.is_some())
+        .and_then(|s| s.request.wait())?;
+    let wait = vec![
+        Bytes::from_static(b"WAIT"),
+        replicas.into_arg(),
+        ms.into_arg(),
+    ];
+    encode_args(wait, buf);
+    Some(Pending::Wait { req })
+}
+
 impl<W: Waiters> Session<W> {
     /// Encodes a ready connection's outbox into one write; `None` when nothing is left to
     /// write (every queued request ended meanwhile).
@@ -147,18 +165,30 @@ impl<W: Waiters> Session<W> {
         let node = c.node;
         let was_idle = c.in_flight.is_empty();
         let buf = &mut self.write_buf;
+        // The ops whose callers stopped waiting before anything of theirs was written: ended
+        // after the loop, unwritten. Allocates only when there is one.
+        let mut given_up = Vec::new();
         // Drained in place: the outbox keeps its capacity for the next batch.
         for queued in c.outbox.drain(..) {
             match queued {
                 Queued::Request { req, asking } => {
-                    let Some(state) = self
-                        .ops
-                        .get_mut(req.op)
-                        .and_then(|op| op.reqs.get_mut(req.idx))
+                    let Some(op) = self.ops.get_mut(req.op) else {
+                        continue;
+                    };
+                    let Some(state) = op
+                        .reqs
+                        .get_mut(req.idx)
                         .filter(|s| s.attempt == req.attempt && s.reply.is_none())
                     else {
                         continue;
                     };
+                    if !op.written {
+                        if op.plan.abandoned() {
+                            given_up.push(req.op);
+                            continue;
+                        }
+                        op.written = true;
+                    }
                     // ASKING and its request go out in one write, back to back: nothing can
                     // come between them on the wire.
                     if asking {
@@ -171,22 +201,9 @@ impl<W: Waiters> Session<W> {
                         .push_back((Pending::Request { req, asking }, now));
                 }
                 Queued::Wait { req } => {
-                    let wait = self
-                        .ops
-                        .get_mut(req.op)
-                        .and_then(|op| op.reqs.get_mut(req.idx))
-                        .filter(|s| s.attempt == req.attempt && s.granted.is_some())
-                        .and_then(|s| s.request.wait());
-                    let Some((replicas, ms)) = wait else {
-                        continue;
-                    };
-                    let wait = vec![
-                        Bytes::from_static(b"WAIT"),
-                        replicas.into_arg(),
-                        ms.into_arg(),
-                    ];
-                    encode_args(wait, buf);
-                    c.in_flight.push_back((Pending::Wait { req }, now));
+                    if let Some(pending) = encode_wait(&self.ops, req, buf) {
+                        c.in_flight.push_back((pending, now));
+                    }
                 }
                 question @ (Queued::Topology(_) | Queued::Sentinel(_)) => {
                     let endpoints = &self.config.endpoints;
@@ -197,10 +214,9 @@ impl<W: Waiters> Session<W> {
                 }
             }
         }
-        if buf.is_empty() {
-            return None;
-        }
-        let bytes = buf.split().freeze();
+        let bytes = (!buf.is_empty()).then(|| buf.split().freeze());
+        self.end_unwritten(now, given_up);
+        let bytes = bytes?;
         if was_idle {
             let first = match self.follows_failovers() {
                 true => self.config.response_timeout.min(self.config.stall_refresh),
@@ -211,6 +227,20 @@ impl<W: Waiters> Session<W> {
             }
         }
         Some(bytes)
+    }
+
+    /// Ends the ops whose callers stopped waiting before anything of theirs was written
+    /// ([`Waiters::abandoned`]), unwritten.
+    fn end_unwritten(&mut self, now: Instant, given_up: Vec<OpId>) {
+        for id in given_up {
+            // A batch's later requests name their op again: it is ended once.
+            if let Some(mut op) = self.ops.remove(id) {
+                op.plan.fail(Error::NotSent {
+                    reason: "its caller stopped waiting before it was written".into(),
+                });
+                self.complete(now, op);
+            }
+        }
     }
 
     pub(super) fn conn_for(&mut self, now: Instant, node: NodeId) -> ConnId {

@@ -674,10 +674,15 @@ impl<W: Waiters> Session<W> {
 
     /// The next thing to do. Call until it returns [`Output::Wait`].
     pub fn poll(&mut self) -> Output<W> {
-        if let Some(out) = self.outputs.pop_front() {
-            return out;
-        }
-        while let Some(conn) = self.dirty.pop_first() {
+        loop {
+            // First, and again after every flush: a flush ends the plans whose callers
+            // stopped waiting before they were written.
+            if let Some(out) = self.outputs.pop_front() {
+                return out;
+            }
+            let Some(conn) = self.dirty.pop_first() else {
+                break;
+            };
             if let Some(bytes) = self.flush(conn) {
                 return Output::Transmit { conn, bytes };
             }

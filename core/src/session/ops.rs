@@ -114,6 +114,10 @@ pub(super) struct Op<W: Waiters> {
     pub(super) submitted: Instant,
     /// Requests handed to a connection so far, every resend counted.
     pub(super) attempts: u32,
+    /// A request of the op was written: from then on it goes to its end even if its caller
+    /// stops waiting (see [`Waiters::abandoned`]), as a plan cut between its steps could leave
+    /// half its work done.
+    pub(super) written: bool,
     /// The key whose slot routes the first request routed by slot, kept once its batch is done
     /// with (see [`Op::keep_slot_key`]): the summary's slot, computed only when asked (a single
     /// node never routes by it).
@@ -152,6 +156,7 @@ impl<W: Waiters> Op<W> {
             answered_by: None,
             submitted: now,
             attempts: 0,
+            written: false,
             slot_key: None,
             node: None,
         }

@@ -39,6 +39,18 @@ pub trait Waiters: Sized + 'static {
         drop(summary);
         Self::deliver(waiter, result)
     }
+
+    /// Whether the caller behind `waiter` stopped waiting (its future was dropped: a timeout
+    /// around the call, a `select!` that took another branch). The session ends such a plan
+    /// instead of writing it, as long as it has written nothing yet ([`Error::NotSent`]): a
+    /// request held for a connection, a slot map or a backoff while its caller moved on would
+    /// otherwise run later, behind what the caller did next. `false` by default (every plan is
+    /// written), and for a waiter nobody was meant to hold (a detached plan: a guard's release,
+    /// a keeper).
+    fn abandoned<T: Send + 'static>(waiter: &Self::Waiter<T>) -> bool {
+        let _ = waiter;
+        false
+    }
 }
 
 /// A plan with its caller's waiter, boxed for [`Session::submit_boxed`](super::Session::submit_boxed):
@@ -102,6 +114,8 @@ pub(super) trait ErasedPlan<W: Waiters>: Send {
     /// Ends the plan with `error` unless it already has a result.
     fn fail(&mut self, error: Error);
     fn summary(&self) -> &Summary;
+    /// Whether its caller stopped waiting ([`Waiters::abandoned`]).
+    fn abandoned(&self) -> bool;
     /// Where the session writes what it saw of the plan (see `Session::complete`).
     fn summary_mut(&mut self) -> &mut Summary;
     fn deliver(self: Box<Self>) -> W::Delivered;
@@ -151,6 +165,10 @@ impl<P: Plan, W: Waiters> ErasedPlan<W> for Erased<P, W> {
 
     fn summary(&self) -> &Summary {
         &self.summary
+    }
+
+    fn abandoned(&self) -> bool {
+        W::abandoned(&self.waiter)
     }
 
     fn summary_mut(&mut self) -> &mut Summary {

@@ -271,13 +271,15 @@ pub fn session(data: &[u8]) {
 #[derive(Arbitrary, Debug)]
 struct ModelCase {
     seed: u64,
+    /// A pause, a fault, and the writes submitted after it: `n % 4 + 1` of them, given up by
+    /// their caller ([`Model::abandon_last`]) when `n`'s top bit is set.
     steps: Vec<(u16, Fault, u8)>,
 }
 
 /// `session_model`: the session against a simulated 3-master cluster under arbitrary faults (the
 /// first 10 steps), checked by [`Model`]: a success ran once, an unknown outcome at most once,
-/// any other error not at all, a read is never reported lost, and every master serves again
-/// once the faults heal.
+/// any other error not at all, a batch given up unwritten nowhere, a read is never reported
+/// lost, and every master serves again once the faults heal.
 pub fn session_model(data: &[u8]) {
     let Some(case) = decode::<ModelCase>(data) else {
         return;
@@ -293,6 +295,9 @@ pub fn session_model(data: &[u8]) {
     for (pause, fault, n) in case.steps.iter().take(10) {
         inject(&mut h, fault);
         model.submit(&mut h, *n);
+        if n & 0x80 != 0 {
+            model.abandon_last();
+        }
         h.run_for(Duration::from_millis(u64::from(pause % 400)));
     }
     model.check(&mut h);

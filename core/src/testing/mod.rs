@@ -29,6 +29,7 @@ pub mod chaos;
 pub mod fuzz;
 pub mod sim;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -59,7 +60,15 @@ pub struct Token(pub u64);
 #[derive(Debug)]
 pub struct Ticket<T> {
     token: Token,
-    slot: Arc<Mutex<Option<Result<T, Error>>>>,
+    slot: Arc<Slot<T>>,
+}
+
+/// What a ticket's clones share.
+#[derive(Debug)]
+struct Slot<T> {
+    result: Mutex<Option<Result<T, Error>>>,
+    /// The test stopped waiting ([`Ticket::abandon`]), as a caller whose future is dropped.
+    abandoned: AtomicBool,
 }
 
 impl<T> Clone for Ticket<T> {
@@ -76,8 +85,17 @@ impl<T> Ticket<T> {
     pub fn new(token: Token) -> Self {
         Ticket {
             token,
-            slot: Arc::new(Mutex::new(None)),
+            slot: Arc::new(Slot {
+                result: Mutex::new(None),
+                abandoned: AtomicBool::new(false),
+            }),
         }
+    }
+
+    /// Stops waiting for the plan, as a caller that drops its call's future: a plan that has
+    /// written nothing yet is then never written ([`Waiters::abandoned`]).
+    pub fn abandon(&self) {
+        self.slot.abandoned.store(true, Ordering::SeqCst);
     }
 
     /// The plan's name.
@@ -97,7 +115,10 @@ impl<T> Ticket<T> {
 
     fn slot(&self) -> std::sync::MutexGuard<'_, Option<Result<T, Error>>> {
         // A test that panicked while holding the slot left a value as good as any.
-        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
+        self.slot
+            .result
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -113,6 +134,10 @@ impl Waiters for Tickets {
     fn deliver<T: Send + 'static>(ticket: Ticket<T>, result: Result<T, Error>) -> Token {
         *ticket.slot() = Some(result);
         ticket.token
+    }
+
+    fn abandoned<T: Send + 'static>(ticket: &Ticket<T>) -> bool {
+        ticket.slot.abandoned.load(Ordering::SeqCst)
     }
 }
 

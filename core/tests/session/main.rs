@@ -5,6 +5,7 @@
 
 mod support;
 
+mod abandoned;
 mod address_map;
 mod ask;
 mod basics;

@@ -96,7 +96,10 @@ proptest! {
 
     #[test]
     fn under_random_faults_writes_run_at_most_once_and_outcomes_are_true(
-        steps in proptest::collection::vec((0u64..400, fault(), 0u8..4), 1..12),
+        steps in proptest::collection::vec(
+            (0u64..400, fault(), 0u8..4, proptest::bool::weighted(0.3)),
+            1..12,
+        ),
         seed in any::<u64>(),
     ) {
         let sim = SimCluster::cluster(3, 2);
@@ -104,9 +107,12 @@ proptest! {
         config.seed = seed;
         let mut h = Harness::new(start(), sim, config);
         let mut model = Model::default();
-        for (pause, fault, n) in &steps {
+        for (pause, fault, n, given_up) in &steps {
             inject(&mut h, fault);
             model.submit(&mut h, *n);
+            if *given_up {
+                model.abandon_last();
+            }
             h.run_for(Duration::from_millis(*pause));
         }
         model.check(&mut h);

@@ -1,7 +1,7 @@
 //! The client's suites: connecting (TLS, `AUTH`, refused and hanging handshakes, the wrong
 //! deployment refused), one pipelined connection per node, one node's room for calls, timers
-//! under load, the async-std driver without tokio, the examples, and the real-server harness
-//! itself; one module per behaviour.
+//! under load, calls given up before they are written, the async-std driver without tokio, the
+//! examples, and the real-server harness itself; one module per behaviour.
 //!
 //! One test binary per family (str0m's `tests/bwe/main.rs` is the model): the suites link
 //! once, and share the family's servers (`shared_cluster`, `shared_single`).
@@ -14,6 +14,7 @@ mod batching;
 mod connect_that_hangs;
 mod connect_truth;
 mod examples_run;
+mod given_up;
 mod handshake_refusals_are_retried;
 mod harness_starts_real_servers;
 mod inline;
