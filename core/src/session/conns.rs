@@ -16,6 +16,7 @@ use crate::wire::encode_args;
 use super::ids::{ConnId, NodeId, OpId, ReqRef};
 use super::nodes::Down;
 use super::ops::Ops;
+use super::plans;
 use super::tally::Event;
 use super::timers::Timer;
 use super::{after, Endpoints, Output, Session, Waiters};
@@ -235,9 +236,7 @@ impl<W: Waiters> Session<W> {
         for id in given_up {
             // A batch's later requests name their op again: it is ended once.
             if let Some(mut op) = self.ops.remove(id) {
-                op.plan.fail(Error::NotSent {
-                    reason: "its caller stopped waiting before it was written".into(),
-                });
+                op.plan.fail(plans::given_up());
                 self.complete(now, op);
             }
         }

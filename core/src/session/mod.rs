@@ -469,7 +469,8 @@ impl<W: Waiters> Session<W> {
     // --- inputs -----------------------------------------------------------------------------
 
     /// Submits a plan; its result comes back as [`Output::Complete`], whose
-    /// [`Completion::deliver`] hands it to `waiter`.
+    /// [`Completion::deliver`] hands it to `waiter`. A plan whose caller already stopped
+    /// waiting ([`Waiters::abandoned`]) ends at once with [`Error::NotSent`], not started.
     pub fn submit<P: Plan>(&mut self, now: Instant, waiter: W::Waiter<P::Output>, plan: P) {
         self.submit_boxed(now, Submission::new(plan, waiter));
     }
@@ -478,8 +479,15 @@ impl<W: Waiters> Session<W> {
     pub fn submit_boxed(&mut self, now: Instant, submission: Submission<W>) {
         self.now = now;
         let Submission(mut plan) = submission;
-        if self.closed || self.stopping {
-            plan.fail(Error::Closed);
+        let refusal = if self.closed || self.stopping {
+            Some(Error::Closed)
+        } else if plan.abandoned() {
+            Some(plans::given_up())
+        } else {
+            None
+        };
+        if let Some(error) = refusal {
+            plan.fail(error);
             self.outputs.push_back(Output::Complete(Completion(plan)));
             return;
         }

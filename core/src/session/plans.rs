@@ -53,6 +53,14 @@ pub trait Waiters: Sized + 'static {
     }
 }
 
+/// How a plan whose caller stopped waiting before anything of it was written ends
+/// ([`Waiters::abandoned`]).
+pub(super) fn given_up() -> Error {
+    Error::NotSent {
+        reason: "its caller stopped waiting before it was written".into(),
+    }
+}
+
 /// A plan with its caller's waiter, boxed for [`Session::submit_boxed`](super::Session::submit_boxed):
 /// a driver that moves plans to its session task boxes each one once, where it is submitted.
 pub struct Submission<W: Waiters>(pub(super) Box<dyn ErasedPlan<W>>);

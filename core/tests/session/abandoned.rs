@@ -1,14 +1,14 @@
 //! A caller that stops waiting (its call's future dropped: a timeout around the call, a
 //! `select!` that took another branch): its plan, if nothing of it was written yet, ends
-//! unwritten with `NotSent`, wherever it waited (a connection opening, the first slot map); a
-//! plan already written goes to its end, every step of it.
+//! unwritten with `NotSent`, wherever it waited (on its way to the session, a connection
+//! opening, the first slot map); a plan already written goes to its end, every step of it.
 
 use std::time::Duration;
 
 use crate::support::cluster;
-use botmesh_redis_core::driver::session::Config;
+use botmesh_redis_core::driver::session::{Config, Output, Session, TimerReason};
 use botmesh_redis_core::testing::sim::{Harness, SimCluster};
-use botmesh_redis_core::testing::{get, incr, set, start, Sequence};
+use botmesh_redis_core::testing::{get, incr, set, start, Batch, Sequence, Ticket, Tickets, Token};
 use botmesh_redis_core::{Error, NodeAddr, Value};
 
 fn single() -> (Harness, NodeAddr) {
@@ -22,6 +22,32 @@ fn not_sent() -> Error {
     Error::NotSent {
         reason: "its caller stopped waiting before it was written".into(),
     }
+}
+
+#[test]
+fn a_plan_given_up_before_it_reaches_the_session_is_not_started() {
+    let now = start();
+    let node = NodeAddr::new("127.0.0.1", 6379);
+    let mut session = Session::<Tickets>::new(Config::single(node), now);
+    let ticket = Ticket::new(Token(1));
+    ticket.abandon();
+    session.submit(now, ticket.clone(), Batch::new(vec![set("k", "late")]));
+    // Ended at once: no connection opened for it, no timer armed.
+    match session.poll() {
+        Output::Complete(completion) => {
+            assert_eq!(completion.summary().outcome, "not_sent");
+            assert_eq!(completion.deliver(), Token(1));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(ticket.take(), Some(Err(not_sent())));
+    assert!(matches!(
+        session.poll(),
+        Output::Wait {
+            until: None,
+            reason: TimerReason::Idle
+        }
+    ));
 }
 
 #[test]
