@@ -25,6 +25,13 @@ pub enum Deployment {
 /// `botmesh_redis_async_std::Client`.
 pub trait Executor: Clone + Send + Sync + 'static {
     /// Runs `plan` and yields its output.
+    ///
+    /// Dropping the future stops waiting, not always the plan: a plan of which nothing was
+    /// written yet (waiting for room, for a connection that is opening, for the first slot
+    /// map) is never written, while one that wrote a request runs to its end, every step of
+    /// it, and its output is dropped. So a write given up on never lands later behind the
+    /// caller's next one; one given up after it went out may still have run, as with any
+    /// outcome that is unknown.
     fn run<P: Plan>(&self, plan: P) -> impl Future<Output = Result<P::Output, Error>> + Send;
 
     /// Sends one request and yields its raw reply (an error reply becomes
