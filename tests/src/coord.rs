@@ -6,9 +6,27 @@ use std::time::{Duration, Instant};
 
 use crate::conformance::{Client, Runtime};
 use crate::{shared_cluster, shared_single, unique_prefix};
-use botmesh_redis_core::Coordinator;
 use botmesh_redis_core::{ClientOptions, Keyspace, Layout};
+use botmesh_redis_core::{Coordinator, Executor};
 use tokio::task::JoinHandle;
+
+/// Takes `key` for `owner` (for `ttl`) as soon as it is free, within 5 s, and yields its
+/// fence; panics naming `what` it waited for. A test of a hold that must end (given back by a
+/// drop, expired) waits for the lock rather than asking once: a guard's release goes out in the
+/// background, and a TTL runs on the server's clock. Every TTL a test holds past that is far
+/// longer, so a hold that did not end fails it.
+pub async fn lock_when_free<E: Executor>(
+    coord: &Coordinator<E>,
+    key: &str,
+    owner: &str,
+    ttl: Duration,
+    what: &str,
+) -> u64 {
+    crate::eventually(Duration::from_secs(5), what, || async move {
+        coord.lock(key, owner, ttl).await.unwrap()
+    })
+    .await
+}
 
 /// Where a suite runs: a real single node in either layout, or a real 3 x 1 cluster in the
 /// cluster layout.

@@ -10,6 +10,7 @@ use botmesh_redis_core::{
     Access, ClientOptions, Executor, Key, Request, Store, StoreOptions, Value,
 };
 use botmesh_redis_tests::conformance::{Client, Runtime};
+use botmesh_redis_tests::coord::lock_when_free;
 use botmesh_redis_tests::{both_drivers, eventually, unique_prefix, ServerOptions, SingleNode};
 
 fn set(key: &Key, value: &str) -> Request {
@@ -111,15 +112,7 @@ async fn a_guard_dropped_while_its_connection_opens_is_still_given_back<R: Runti
     // call of this task written by itself could overtake. A release never written would hold
     // the lock for `LONG`.
     let b = store.coordinator("b").unwrap();
-    let fence = eventually(
-        Duration::from_secs(5),
-        "the dropped lock to be free",
-        || {
-            let b = b.clone();
-            async move { b.lock("invoice-7", "b#1", LONG).await.unwrap() }
-        },
-    )
-    .await;
+    let fence = lock_when_free(&b, "invoice-7", "b#1", LONG, "the dropped lock to be free").await;
     assert_eq!(fence, 2);
     store.close().await;
 }

@@ -11,7 +11,7 @@ use botmesh_redis_core::{Access, Executor, Request, Value};
 use botmesh_redis_core::{Coordinator, Error, Released, Store, StoreOptions};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::{Client, Runtime};
-use botmesh_redis_tests::coord::Target;
+use botmesh_redis_tests::coord::{lock_when_free, Target};
 use botmesh_redis_tests::{eventually, unique_prefix};
 
 /// Longer than any wait below: a hold still there after a drop would outlast the test.
@@ -42,13 +42,12 @@ async fn a_lock_dropped_on_an_early_return_is_given_back<R: Runtime>(target: Tar
         Err(Error::NotSent { .. })
     ));
     let other = store.coordinator("b").unwrap();
-    let fence = eventually(
-        Duration::from_secs(5),
+    let fence = lock_when_free(
+        &other,
+        "invoice-7",
+        "b#1",
+        LONG,
         "the dropped lock to be free",
-        || {
-            let other = other.clone();
-            async move { other.lock("invoice-7", "b#1", LONG).await.unwrap() }
-        },
     )
     .await;
     assert_eq!(fence, 2);
@@ -103,11 +102,7 @@ async fn every_release_says_whether_it_was_still_held<R: Runtime>(target: Target
     let short = Duration::from_millis(50);
     let lock = coord.hold_lock("k", "r#2", short).await.unwrap().unwrap();
     let lease = leases.hold("tick", "h2", short).await.unwrap().unwrap();
-    eventually(Duration::from_secs(5), "the short holds to expire", || {
-        let coord = coord.clone();
-        async move { coord.lock("k", "probe", LONG).await.unwrap().map(|_| ()) }
-    })
-    .await;
+    lock_when_free(&coord, "k", "probe", LONG, "the short holds to expire").await;
     assert!(matches!(lock.renew().await, Err(Error::NotHolder { .. })));
     assert_eq!(lock.release().await.unwrap(), Released::Lost);
     assert_eq!(lease.release().await.unwrap(), Released::Lost);
