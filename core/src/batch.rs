@@ -56,6 +56,10 @@ impl Plan for Batch {
             .is_some_and(|batch| batch.iter().any(Request::blocks))
     }
 
+    fn first_slot(&self) -> Option<u16> {
+        self.requests.as_ref()?.first()?.slot()
+    }
+
     fn start(&mut self) -> Step<Vec<Reply>> {
         match &self.requests {
             Some(batch) if batch.is_empty() => {
@@ -100,6 +104,17 @@ mod tests {
         let mut plan = Batch::new(Vec::new());
         assert!(matches!(plan.start(), Step::Done(Ok(replies)) if replies.is_empty()));
         assert!(matches!(plan.start(), Step::Done(Err(_))));
+    }
+
+    #[test]
+    fn a_plan_names_its_first_requests_slot_before_it_starts() {
+        let (a, b) = (get("a"), get("b"));
+        let slot = crate::keys::Key::new("a").slot();
+        assert_eq!(Batch::new(vec![a.clone(), b]).first_slot(), Some(slot));
+        assert_eq!(Batch::new(Vec::new()).first_slot(), None);
+        assert_eq!(crate::plan::single("get", a, Ok).first_slot(), Some(slot));
+        let keyless = Request::cmd(Access::Read, "DBSIZE").build().unwrap();
+        assert_eq!(crate::plan::single("size", keyless, Ok).first_slot(), None);
     }
 
     #[test]

@@ -173,8 +173,8 @@ pub mod driver {
         pub use crate::addr::DialTarget;
         pub use crate::session::{
             AddressMap, Auth, Completion, Config, ConnId, Decoded, Endpoints, Event, Output,
-            ReplyDecoder, RetryReason, SentinelEndpoints, Session, Submission, Summary, Tally,
-            TimerReason, Waiters, FORGET_AFTER,
+            ReplyDecoder, RetryReason, SentinelEndpoints, Session, SlotOwners, Submission, Summary,
+            Tally, TimerReason, Waiters, FORGET_AFTER,
         };
     }
 

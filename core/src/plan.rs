@@ -171,6 +171,14 @@ pub trait Plan: Send + 'static {
     fn may_wait(&self) -> bool {
         false
     }
+    /// The hash slot of the plan's first request, when the plan knows it before it starts (a
+    /// one-request plan, a batch): a cluster's client counts the call against the share of
+    /// its room that the slot's owner may take, as one node's client counts every call in its
+    /// node's room. `None` by default: on a cluster the call goes out uncounted (a listing
+    /// over many slots, a plan whose first request depends on what it reads).
+    fn first_slot(&self) -> Option<u16> {
+        None
+    }
     /// The first step.
     fn start(&mut self) -> Step<Self::Output>;
     /// The next step, given the replies to the last batch (empty after a wait), in order.
@@ -224,6 +232,10 @@ impl<T: Send + 'static> Plan for Single<T> {
 
     fn may_wait(&self) -> bool {
         self.request.as_ref().is_some_and(Request::blocks)
+    }
+
+    fn first_slot(&self) -> Option<u16> {
+        self.request.as_ref().and_then(Request::slot)
     }
 
     fn start(&mut self) -> Step<T> {

@@ -227,6 +227,7 @@ use nodes::Nodes;
 use ops::{Input, Op, Ops, ReqState};
 use refresh::Refresh;
 use sentinel::Sentinels;
+pub use slots::SlotOwners;
 use slots::SlotTable;
 use timers::Timers;
 
@@ -393,6 +394,14 @@ impl<W: Waiters> Session<W> {
         self.closed
     }
 
+    /// The slot map as numbers, for a driver's callers to read without the session: the
+    /// number of each slot's owner, the same for every slot of one node, kept current as the
+    /// map changes. Empty on a single node. A client counts its calls out to each node of a
+    /// cluster with it (each node's share of its room), before the session routes them.
+    pub fn slot_owners(&self) -> SlotOwners {
+        self.slots.owners.clone()
+    }
+
     /// The master the session would send `slot` to now, if it knows one.
     pub fn slot_owner(&self, slot: u16) -> Option<&NodeAddr> {
         if self.is_cluster() {
@@ -479,10 +488,19 @@ impl<W: Waiters> Session<W> {
     pub fn submit_boxed(&mut self, now: Instant, submission: Submission<W>) {
         self.now = now;
         let Submission(mut plan) = submission;
+        // A call that waited before the session has that wait counted in its request
+        // timeout; one whose deadline passed on its way was never written, and says so.
+        let held = plan.since().map(|since| since.min(now));
         let refusal = if self.closed || self.stopping {
             Some(Error::Closed)
         } else if plan.abandoned() {
             Some(plans::given_up())
+        } else if held.is_some_and(|since| {
+            after(since, self.config.request_timeout).is_some_and(|due| due <= now)
+        }) {
+            Some(Error::Timeout {
+                outcome_unknown: false,
+            })
         } else {
             None
         };
@@ -491,7 +509,7 @@ impl<W: Waiters> Session<W> {
             self.outputs.push_back(Output::Complete(Completion(plan)));
             return;
         }
-        let id = self.ops.insert(Op::new(plan, now));
+        let id = self.ops.insert(Op::new(plan, held.unwrap_or(now)));
         self.step_op(now, id, Input::Start);
         self.pump(now);
     }

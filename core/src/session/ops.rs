@@ -110,7 +110,9 @@ pub(super) struct Op<W: Waiters> {
     /// The node of the op's first reply: the host of a later `Route::Node` without one
     /// (`:port`, a master whose endpoint that node's `CLUSTER SLOTS` left unknown).
     pub(super) answered_by: Option<NodeId>,
-    /// The session's `now` when the plan was submitted.
+    /// The session's `now` when the plan was submitted, or when its call began waiting before
+    /// the session ([`Submission::waited_since`](super::Submission::waited_since)): its first
+    /// batch's request timeout and its summary's time count from it.
     pub(super) submitted: Instant,
     /// Requests handed to a connection so far, every resend counted.
     pub(super) attempts: u32,
@@ -188,10 +190,13 @@ impl<W: Waiters> Session<W> {
         let Some(op) = self.ops.get_mut(id) else {
             return;
         };
-        let mut step = match input {
-            Input::Start => op.plan.start(),
-            Input::Replies(replies) => op.plan.resume(replies),
-            Input::Reply(reply) => op.plan.resume_one(reply),
+        // The first batch's request timeout counts from the submission, which a driver may
+        // date back to when the call began waiting before the session (a caller parked for
+        // room); later batches count from their own step.
+        let (mut step, from) = match input {
+            Input::Start => (op.plan.start(), op.submitted),
+            Input::Replies(replies) => (op.plan.resume(replies), now),
+            Input::Reply(reply) => (op.plan.resume_one(reply), now),
         };
         // A plan that sends empty batches forever would spin here; it gets a bounded number.
         for _ in 0..1024 {
@@ -214,7 +219,7 @@ impl<W: Waiters> Session<W> {
                         op.reqs.push(ReqState::new(request, attempt));
                     }
                     // A deadline too far to represent is no deadline.
-                    op.deadline = after(now, self.config.request_timeout);
+                    op.deadline = after(from, self.config.request_timeout);
                     if let Some(deadline) = op.deadline {
                         self.timers.arm(deadline, Timer::Deadline(id));
                     }

@@ -3,6 +3,7 @@
 //! where both types are known, so it reaches its caller with its type and no downcast.
 
 use std::fmt;
+use std::time::Instant;
 
 use crate::error::Error;
 use crate::plan::{misuse, Plan, Reply, Step};
@@ -74,7 +75,18 @@ impl<W: Waiters> Submission<W> {
             waiter,
             output: None,
             summary,
+            since: None,
         }))
+    }
+
+    /// The call waited from `at` before it reached the session (a driver held it back: a
+    /// caller parked for room). Its first batch's request timeout, and the time its summary
+    /// reports, count from then, so the wait is part of its deadline: a call ends within the
+    /// request timeout, held back or not, and one whose deadline passed on the way is
+    /// refused unwritten (`Timeout { outcome_unknown: false }`).
+    pub fn waited_since(mut self, at: Instant) -> Self {
+        *self.0.since() = Some(at);
+        self
     }
 
     /// Ends the plan without running it: `error` goes to its waiter. For a driver that holds
@@ -126,6 +138,10 @@ pub(super) trait ErasedPlan<W: Waiters>: Send {
     fn abandoned(&self) -> bool;
     /// Where the session writes what it saw of the plan (see `Session::complete`).
     fn summary_mut(&mut self) -> &mut Summary;
+    /// Since when its call waited before the session ([`Submission::waited_since`]). Kept in
+    /// the box rather than beside it: a submission moves through a driver's channels, and at
+    /// two words it moves without a call to `memcpy`.
+    fn since(&mut self) -> &mut Option<Instant>;
     fn deliver(self: Box<Self>) -> W::Delivered;
 }
 
@@ -134,6 +150,7 @@ struct Erased<P: Plan, W: Waiters> {
     waiter: W::Waiter<P::Output>,
     output: Option<Result<P::Output, Error>>,
     summary: Summary,
+    since: Option<Instant>,
 }
 
 impl<P: Plan, W: Waiters> Erased<P, W> {
@@ -173,6 +190,10 @@ impl<P: Plan, W: Waiters> ErasedPlan<W> for Erased<P, W> {
 
     fn summary(&self) -> &Summary {
         &self.summary
+    }
+
+    fn since(&mut self) -> &mut Option<Instant> {
+        &mut self.since
     }
 
     fn abandoned(&self) -> bool {

@@ -1,6 +1,9 @@
 //! The slot table: the owner of every slot, as ranges, and the redirects a map may not undo.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::keys::SLOT_COUNT;
@@ -12,6 +15,53 @@ use super::ids::NodeId;
 /// node at once; one that missed it hears within a few pings), and shorter than an operator
 /// takes to fail back (after which the answers are right to name it again).
 pub(super) const MOVED_OUTRANKS_MAP_FOR: Duration = Duration::from_secs(5);
+
+/// A copy of the slot map for a driver's callers, who read it without the session: the number
+/// the session gives each slot's owner ([`SlotOwners::owner`]), a node's number the same in
+/// every slot it owns. The session writes it as its map changes
+/// ([`Session::slot_owners`](super::Session::slot_owners)); a reader may see a change
+/// part-way, as it would see a map a moment old. What a client counts by node (its calls out
+/// to each) reads it; routing never does.
+#[derive(Clone)]
+pub struct SlotOwners(Arc<[AtomicU16]>);
+
+/// A slot without a known owner, or whose owner's number does not fit.
+const NO_OWNER: u16 = u16::MAX;
+
+impl SlotOwners {
+    fn new() -> Self {
+        SlotOwners((0..SLOT_COUNT).map(|_| AtomicU16::new(NO_OWNER)).collect())
+    }
+
+    /// The number of the node that owns `slot`, as the session last learned it; `None` before
+    /// the first map, or for a slot it left unmapped.
+    pub fn owner(&self, slot: u16) -> Option<u16> {
+        let owner = self.0.get(usize::from(slot))?.load(Relaxed);
+        (owner != NO_OWNER).then_some(owner)
+    }
+
+    fn set(&self, first: u16, last: u16, owner: Option<NodeId>) {
+        let owner = owner
+            .and_then(|n| u16::try_from(n).ok())
+            .unwrap_or(NO_OWNER);
+        let slots = usize::from(first)..=usize::from(last);
+        for slot in self.0.get(slots).into_iter().flatten() {
+            slot.store(owner, Relaxed);
+        }
+    }
+}
+
+impl Default for SlotOwners {
+    fn default() -> Self {
+        SlotOwners::new()
+    }
+}
+
+impl fmt::Debug for SlotOwners {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SlotOwners(..)")
+    }
+}
 
 /// The owner of every slot, as ranges. A cluster maps its 16384 slots in a few ranges, so routing
 /// finds a request's owner with a binary search over a few cache lines. (A dense table of 16384
@@ -28,6 +78,8 @@ pub(super) struct SlotTable {
     /// does not own the slot, and undoing the redirect would send the slot's requests back to
     /// it, and take the answers of the new owner for those of a replaced master.
     pub(super) disowned: BTreeMap<u16, Disowned>,
+    /// The ranges' copy for the driver's callers, written with every change.
+    pub(super) owners: SlotOwners,
 }
 
 /// A slot's owner, as its former owner named it in a `MOVED`.
@@ -84,6 +136,7 @@ impl SlotTable {
             }
         }
         ranges.push(SlotRange { first, last, owner });
+        self.owners.set(first, last, Some(owner));
         ranges.sort_unstable_by_key(|r| r.first);
         for r in ranges {
             match self.ranges.last_mut() {
@@ -136,6 +189,9 @@ impl SlotTable {
                 }
             }
         }
+        for r in &given {
+            self.owners.set(r.first, r.last, Some(r.owner));
+        }
         kept.extend(given);
         kept.sort_unstable_by_key(|r| r.first);
         for r in kept {
@@ -150,6 +206,7 @@ impl SlotTable {
 
     pub(super) fn clear(&mut self) {
         self.ranges.clear();
+        self.owners.set(0, SLOT_COUNT - 1, None);
     }
 
     /// `by` answered that `slot` is `to`'s (`MOVED`), at `now`.
@@ -257,6 +314,18 @@ mod tests {
         Ok(())
     }
 
+    /// The callers' copy says what the ranges say, slot by slot.
+    fn assert_mirrored(table: &SlotTable) -> Result<(), proptest::test_runner::TestCaseError> {
+        for slot in 0..SLOT_COUNT {
+            let owner = table
+                .get(slot)
+                .map(|n| u16::try_from(n).unwrap_or(NO_OWNER));
+            proptest::prop_assert_eq!(table.owners.owner(slot), owner, "slot {}", slot);
+        }
+        proptest::prop_assert_eq!(table.owners.owner(SLOT_COUNT), None);
+        Ok(())
+    }
+
     fn whole(owner: NodeId) -> Vec<SlotRange> {
         vec![SlotRange {
             first: 0,
@@ -321,6 +390,8 @@ mod tests {
             at_once.set_ranges(given);
             proptest::prop_assert_eq!(&at_once.ranges, &in_turn.ranges);
             assert_well_formed(&at_once)?;
+            assert_mirrored(&at_once)?;
+            assert_mirrored(&in_turn)?;
         }
 
         /// The ranges answer every slot as a dense table of 16384 owners would, and stay
@@ -355,6 +426,7 @@ mod tests {
                     proptest::prop_assert!(!(adjacent && pair[0].owner == pair[1].owner));
                 }
             }
+            assert_mirrored(&table)?;
             // Past the last slot nothing is owned.
             proptest::prop_assert_eq!(table.get(SLOT_COUNT), None);
             proptest::prop_assert_eq!(table.get(u16::MAX), None);

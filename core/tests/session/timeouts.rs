@@ -7,7 +7,7 @@ use std::time::Duration;
 use botmesh_redis_core::driver::session::Config;
 use botmesh_redis_core::driver::Reply;
 use botmesh_redis_core::testing::sim::{ConnectMode, Harness, Rule, SimCluster};
-use botmesh_redis_core::testing::{get, incr, set, start};
+use botmesh_redis_core::testing::{get, incr, set, start, Batch};
 use botmesh_redis_core::Error;
 use botmesh_redis_core::Value;
 
@@ -73,6 +73,53 @@ fn a_request_deadline_reports_whether_a_write_was_sent() {
         ]
     );
     assert_eq!(h.elapsed(), Duration::from_secs(1));
+}
+
+#[test]
+fn a_call_held_back_before_the_session_has_the_wait_counted_in_its_deadline() {
+    let mut h = cluster_with(|c| {
+        c.request_timeout = Duration::from_secs(1);
+        c.response_timeout = Duration::from_secs(30);
+    });
+    let a = h.sim.master(0);
+    let key = h.sim.keys_on(&a, 1).remove(0);
+    h.run_one(set(&key, "v")).unwrap();
+    h.sim.stall(&a);
+    // Parked for room 600 ms before the session: 400 ms of its request timeout are left.
+    let t0 = h.elapsed();
+    let held = h.submit_waited(Batch::new(vec![incr(&key)]), Duration::from_millis(600));
+    assert_eq!(
+        h.wait_for(&held),
+        Ok(vec![Err(Error::Timeout {
+            outcome_unknown: true
+        })])
+    );
+    assert_eq!(h.elapsed() - t0, Duration::from_millis(400));
+    // Its summary's time is the call's, the wait included.
+    let summary = h.summary(&held).expect("a summary of the held call");
+    assert_eq!(summary.elapsed, Duration::from_secs(1));
+}
+
+#[test]
+fn a_call_whose_deadline_passed_before_the_session_is_refused_unwritten() {
+    let mut h = cluster_with(|c| c.request_timeout = Duration::from_secs(1));
+    let a = h.sim.master(0);
+    let key = h.sim.keys_on(&a, 1).remove(0);
+    h.run_one(set(&key, "1")).unwrap();
+    let before = h.written_to(&a);
+    let late = h.submit_waited(Batch::new(vec![incr(&key)]), Duration::from_secs(1));
+    assert_eq!(
+        h.wait_for(&late),
+        Err(Error::Timeout {
+            outcome_unknown: false
+        })
+    );
+    assert_eq!(
+        h.written_to(&a),
+        before,
+        "a call past its deadline was written"
+    );
+    assert_eq!(h.run_one(get(&key)), Ok(Value::from("1")));
 }
 
 #[test]

@@ -21,7 +21,7 @@ use crate::addr::{DialTarget, NodeAddr};
 use crate::error::Error;
 use crate::plan::{Plan, Reply};
 use crate::request::Request;
-use crate::session::{Config, ConnId, Output, ReplyDecoder, Session, Summary};
+use crate::session::{Config, ConnId, Output, ReplyDecoder, Session, Submission, Summary};
 use crate::testing::Batch;
 use crate::testing::{Ticket, Tickets, Token};
 
@@ -201,11 +201,21 @@ impl Harness {
 
     /// Submits a plan now; its ticket.
     pub fn submit<P: Plan>(&mut self, plan: P) -> Ticket<P::Output> {
+        self.submit_waited(plan, Duration::ZERO)
+    }
+
+    /// Submits a plan now whose call waited `waited` before it reached the session (a driver
+    /// held it back for room: [`Submission::waited_since`]); its ticket.
+    pub fn submit_waited<P: Plan>(&mut self, plan: P, waited: Duration) -> Ticket<P::Output> {
         let token = Token(self.next_token);
         self.next_token += 1;
         self.log(format!("{:>8?} submit {token:?}", self.elapsed()));
         let ticket = Ticket::new(token);
-        self.session.submit(self.now, ticket.clone(), plan);
+        let mut submission = Submission::new(plan, ticket.clone());
+        if !waited.is_zero() {
+            submission = submission.waited_since(self.now - waited);
+        }
+        self.session.submit_boxed(self.now, submission);
         self.drain();
         ticket
     }
