@@ -15,10 +15,10 @@
 //! and its own connection to every node. A call goes to the lane of the task that polls it
 //! (its waker's address, hashed), so a task's calls stay in one lane, in order; lanes to one
 //! node overlap the node's work on one lane's batch with the client's turnaround of the
-//! others'. Detached plans take the first lane. On one node a call first takes a place in its
-//! lane's room (at most its share of 256 calls out at once; the plans of the calls beyond it
-//! wait in line, see the `admission` module and `docs/operations.md`, "One node's room for
-//! calls").
+//! others'. Detached plans take the first lane. A call first takes a place in its lane's room
+//! (on one node at most its share of 256 calls out at once; on a cluster of 1,024 to all the
+//! nodes, at most half of them to one node; the plans of the calls beyond it wait in line, see
+//! the `admission` module and `docs/operations.md`, "One node's room for calls").
 //! Everything below is per lane.
 //!
 //! ```text
@@ -97,7 +97,7 @@ use bytes::BytesMut;
 use tracing::field::{display, Empty};
 
 use botmesh_redis_core::driver::plan::connect_check;
-use botmesh_redis_core::driver::session::{DialTarget, Session, Submission, Summary};
+use botmesh_redis_core::driver::session::{DialTarget, Session, SlotOwners, Submission, Summary};
 use botmesh_redis_core::driver::Plan;
 use botmesh_redis_core::{ClientOptions, Deployment, Error, Executor, Store, StoreOptions};
 
@@ -288,8 +288,24 @@ struct Lane<R: Runtime> {
     hub: Hub<R>,
     counters: Arc<Counters>,
     closed: async_channel::Receiver<()>,
-    /// The lane's room on its node; `None` on a cluster (see [`admission`]).
-    admission: Option<Arc<admission::Admission>>,
+    /// The lane's room (see [`admission`]): on one node its share of the node's bound, on a
+    /// cluster its share of the cluster's, each node at most half of it.
+    admission: Arc<admission::Admission>,
+    /// On a cluster, the session's slot map as node numbers: a call's node in the room, found
+    /// by its plan's first slot before the session routes it.
+    owners: Option<SlotOwners>,
+}
+
+impl<R: Runtime> Lane<R> {
+    /// A call's node in the lane's room: 0 on one node; on a cluster the owner of `slot`, the
+    /// plan's first, as the session last mapped it. `None` when it is not known (no map yet,
+    /// a plan that names no slot before it starts): the call goes out uncounted.
+    fn node(&self, slot: Option<u16>) -> Option<admission::Node> {
+        match &self.owners {
+            None => Some(0),
+            Some(owners) => owners.owner(slot?),
+        }
+    }
 }
 
 impl<R: Runtime> Shared<R> {
@@ -319,8 +335,8 @@ impl<R: Runtime> Shared<R> {
 
     /// Ends the line keepers of the lanes' rooms ([`admission::keep`]).
     fn close_lines(&self) {
-        for admission in self.lanes.iter().filter_map(|lane| lane.admission.as_ref()) {
-            admission.close();
+        for lane in self.lanes.iter() {
+            lane.admission.close();
         }
     }
 }
@@ -401,14 +417,21 @@ impl<R: Runtime> Client<R> {
         let spawner = R::spawner();
         let lane_count = options.lane_count(R::one_node_lanes(&spawner));
         let request_timeout = config.request_timeout;
-        // One node's room is shared out over the lanes that talk to it.
-        let lane_bound = admission::ONE_NODE_BOUND.div_ceil(lane_count.max(1));
+        // The room is shared out over the lanes; a cluster's node takes half a lane's at most.
+        let (lane_bound, share, nodes) = if deployment == Deployment::Cluster {
+            let bound = admission::CLUSTER_BOUND.div_ceil(lane_count.max(1));
+            (bound, bound.div_ceil(2), admission::CLUSTER_NODES)
+        } else {
+            let bound = admission::ONE_NODE_BOUND.div_ceil(lane_count.max(1));
+            (bound, bound, 1)
+        };
         let lanes = (0..lane_count as u64)
             .map(|lane| {
                 let mut config = config.clone();
                 // Each lane's retries jitter apart, even from a seed the options fixed.
                 config.seed = config.seed.wrapping_add(lane);
                 let session = Session::new(config, Instant::now());
+                let owners = (deployment == Deployment::Cluster).then(|| session.slot_owners());
                 let (closed_tx, closed) = async_channel::bounded(1);
                 let counters = Arc::new(Counters::default());
                 let instruments = instruments::Instruments::new(registry.clone());
@@ -419,21 +442,20 @@ impl<R: Runtime> Client<R> {
                     tls.clone(),
                     instruments,
                 );
-                let admission = (deployment == Deployment::Single).then(|| {
-                    let inbox = tx.clone();
-                    let handoff: admission::Handoff = Box::new(move |submission| {
-                        // A closed session drops the plan: its caller sees `Error::Closed`.
-                        let _ = inbox.send(Msg::Submit(submission));
-                    });
-                    let admission = Arc::new(admission::Admission::new(
-                        lane_bound,
-                        request_timeout,
-                        handoff,
-                    ));
-                    let keeper = admission::keep::<R>(Arc::clone(&admission));
-                    R::spawn_detached(&spawner, counted(&counters, keeper));
-                    admission
+                let inbox = tx.clone();
+                let handoff: admission::Handoff = Box::new(move |submission| {
+                    // A closed session drops the plan: its caller sees `Error::Closed`.
+                    let _ = inbox.send(Msg::Submit(submission));
                 });
+                let admission = Arc::new(admission::Admission::new(
+                    lane_bound,
+                    share,
+                    nodes,
+                    request_timeout,
+                    handoff,
+                ));
+                let keeper = admission::keep::<R>(Arc::clone(&admission));
+                R::spawn_detached(&spawner, counted(&counters, keeper));
                 Lane {
                     tx,
                     last_taker,
@@ -441,6 +463,7 @@ impl<R: Runtime> Client<R> {
                     counters,
                     closed,
                     admission,
+                    owners,
                 }
             })
             .collect();
@@ -476,7 +499,7 @@ impl<R: Runtime> Client<R> {
             stats.inline += counters.inline.load(Ordering::Relaxed);
             stats.writes += counters.writes.load(Ordering::Relaxed);
             stats.reads += counters.reads.load(Ordering::Relaxed);
-            stats.parked += lane.admission.as_ref().map_or(0, |a| a.parked_so_far());
+            stats.parked += lane.admission.parked_so_far();
         }
         stats
     }
@@ -595,9 +618,12 @@ struct Running<'a, R: Runtime, T> {
     /// The lane to submit in; the calling task's when `None`, until the first poll fixes it.
     lane: Option<usize>,
     rx: oneshot::AsyncReceiver<Delivery<T>>,
-    /// The call's place in its lane's room on one node ([`admission`]); `Out` from the start
-    /// for a plan that may wait by design, which is not counted.
+    /// The call's place in its lane's room ([`admission`]); `Out` from the start for a plan
+    /// that may wait by design, which is not counted.
     gate: admission::Gate,
+    /// On a cluster, the slot of the plan's first request, when the plan names it before it
+    /// starts: its node in the room. A call whose node is not known yet goes out uncounted.
+    slot: Option<u16>,
 }
 
 impl<'a, R: Runtime, T: Send + 'static> Running<'a, R, T> {
@@ -608,6 +634,10 @@ impl<'a, R: Runtime, T: Send + 'static> Running<'a, R, T> {
         } else {
             admission::Gate::Before
         };
+        // Only a cluster's room counts by node: one node's client does not hash the key.
+        let slot = (shared.deployment == Deployment::Cluster)
+            .then(|| plan.first_slot())
+            .flatten();
         Running {
             shared,
             operation: plan.operation(),
@@ -616,6 +646,7 @@ impl<'a, R: Runtime, T: Send + 'static> Running<'a, R, T> {
             lane,
             rx: std::future::IntoFuture::into_future(rx),
             gate,
+            slot,
         }
     }
 }
@@ -632,6 +663,7 @@ impl<R: Runtime, T: Send + 'static> Future for Running<'_, R, T> {
             lane,
             rx,
             gate,
+            slot,
         } = self.get_mut();
         let span = span.get_or_insert_with(|| {
             tracing::info_span!(
@@ -648,14 +680,13 @@ impl<R: Runtime, T: Send + 'static> Future for Running<'_, R, T> {
         if submission.is_some() {
             let index = *lane.get_or_insert_with(|| shared.lane(cx.waker()));
             let lane = &shared.lanes[index];
-            // On one node, a call goes out only when its lane has room; parked, its plan
+            // A call goes out only when its lane and its node have room; parked, its plan
             // waits in line and goes to the session when room comes (see `admission`).
-            if let Some(admission) = lane
-                .admission
-                .as_ref()
-                .filter(|_| *gate == admission::Gate::Before)
-            {
-                *gate = admission.enter(submission);
+            if *gate == admission::Gate::Before {
+                *gate = match lane.node(*slot) {
+                    Some(node) => lane.admission.enter(node, submission),
+                    None => admission::Gate::Out,
+                };
             }
             if let Some(submission) = submission.take() {
                 // Written at once by this task when the session is free, else through the
@@ -701,13 +732,13 @@ impl<R: Runtime, T> Drop for Running<'_, R, T> {
 
 /// Ends a call's place in its lane's room (see [`admission`]), once.
 fn leave_room<R: Runtime>(shared: &Shared<R>, lane: Option<usize>, gate: &mut admission::Gate) {
-    let admission = lane
-        .and_then(|lane| shared.lanes.get(lane))
-        .and_then(|lane| lane.admission.as_ref());
-    match (std::mem::replace(gate, admission::Gate::Out), admission) {
-        (admission::Gate::In, Some(admission)) => admission.exit(),
-        (admission::Gate::Parked(ticket), Some(admission)) => admission.leave(ticket),
-        _ => {}
+    let Some(lane) = lane.and_then(|lane| shared.lanes.get(lane)) else {
+        return;
+    };
+    match std::mem::replace(gate, admission::Gate::Out) {
+        admission::Gate::In(node) => lane.admission.exit(node),
+        admission::Gate::Parked(node, ticket) => lane.admission.leave(node, ticket),
+        admission::Gate::Before | admission::Gate::Out => {}
     }
 }
 

@@ -23,7 +23,8 @@ use botmesh_redis_tests::{
 /// Far past one node's room of 256 calls.
 const CALLS: usize = 2_000;
 
-fn set(key: &Key, value: usize) -> Request {
+/// A `SET` of `key` to `value`.
+pub(super) fn set(key: &Key, value: usize) -> Request {
     Request::cmd(Access::Write, "SET")
         .key(key)
         .arg(value.to_string())
@@ -31,17 +32,17 @@ fn set(key: &Key, value: usize) -> Request {
         .unwrap()
 }
 
-fn get(key: &Key) -> Request {
+/// A `GET` of `key`.
+pub(super) fn get(key: &Key) -> Request {
     Request::cmd(Access::Read, "GET").key(key).build().unwrap()
 }
 
-async fn calls_past_the_room_all_complete_with_their_replies<R: Runtime>() {
-    let client = Client::<R>::connect(ClientOptions::url(shared_single().url()))
-        .await
-        .unwrap();
+/// `calls` callers at once, each setting its own key and reading it back: each gets its own
+/// value, and some of them parked.
+pub(super) async fn each_caller_gets_its_reply<R: Runtime>(client: &Client<R>, calls: usize) {
     let prefix = unique_prefix("room");
-    let mut tasks = Vec::with_capacity(CALLS);
-    for i in 0..CALLS {
+    let mut tasks = Vec::with_capacity(calls);
+    for i in 0..calls {
         let client = client.clone();
         let key = Key::new(format!("{prefix}:{i}"));
         tasks.push(tokio::spawn(async move {
@@ -56,7 +57,14 @@ async fn calls_past_the_room_all_complete_with_their_replies<R: Runtime>() {
             "call {i}"
         );
     }
-    assert!(client.stats().parked > 0, "2,000 callers never parked");
+    assert!(client.stats().parked > 0, "{calls} callers never parked");
+}
+
+async fn calls_past_the_room_all_complete_with_their_replies<R: Runtime>() {
+    let client = Client::<R>::connect(ClientOptions::url(shared_single().url()))
+        .await
+        .unwrap();
+    each_caller_gets_its_reply(&client, CALLS).await;
     // Closed, the client leaves no task behind: the lanes' line keepers end with it.
     client.close().await;
     eventually(
@@ -260,7 +268,7 @@ async fn a_parked_call_gives_up_at_its_own_deadline_never_sent<R: Runtime>() {
             })
         })
         .collect();
-    let (mut answered, mut never_sent, mut slowest) = (0, 0, Duration::ZERO);
+    let (mut answered, mut never_sent, mut unknown, mut slowest) = (0, 0, 0, Duration::ZERO);
     for task in tasks {
         let (result, took) = task.await.unwrap();
         match result {
@@ -274,15 +282,24 @@ async fn a_parked_call_gives_up_at_its_own_deadline_never_sent<R: Runtime>() {
                 assert!(took >= REQUEST_TIMEOUT, "a call gave up after {took:?}");
                 never_sent += 1;
             }
+            // Let out with its deadline near (its time parked counts against its request
+            // timeout), written, and not answered before that deadline.
+            Err(Error::Timeout {
+                outcome_unknown: true,
+            }) => {
+                assert!(took >= REQUEST_TIMEOUT, "a call timed out after {took:?}");
+                unknown += 1;
+            }
             Err(e) => panic!("a slow call ended with {e:?} after {took:?}"),
         }
         slowest = slowest.max(took);
     }
     // The node spins 100 µs a call: at most 10,000 answered in the request timeout, the
-    // rest given up parked, never written.
+    // rest given up parked, never written, but for the few let out in the last turn of the
+    // room before their deadline.
     assert!(
-        answered > 0 && never_sent > 0,
-        "{answered} answered, {never_sent} never sent"
+        answered > 0 && never_sent > unknown,
+        "{answered} answered, {never_sent} never sent, {unknown} written and timed out"
     );
     assert!(
         slowest < REQUEST_TIMEOUT + MARGIN,

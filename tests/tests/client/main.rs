@@ -1,7 +1,7 @@
 //! The client's suites: connecting (TLS, `AUTH`, refused and hanging handshakes, the wrong
-//! deployment refused), one pipelined connection per node, one node's room for calls, timers
-//! under load, calls given up before they are written, the async-std driver without tokio, the
-//! examples, and the real-server harness itself; one module per behaviour.
+//! deployment refused), one pipelined connection per node, one node's room for calls and a
+//! cluster's, timers under load, calls given up before they are written, the async-std driver
+//! without tokio, the examples, and the real-server harness itself; one module per behaviour.
 //!
 //! One test binary per family (str0m's `tests/bwe/main.rs` is the model): the suites link
 //! once, and share the family's servers (`shared_cluster`, `shared_single`).
@@ -11,6 +11,7 @@ mod admission;
 mod async_std_without_tokio;
 mod auth;
 mod batching;
+mod cluster_rooms;
 mod connect_that_hangs;
 mod connect_truth;
 mod examples_run;
