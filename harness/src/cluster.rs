@@ -898,6 +898,15 @@ impl Migration<'_> {
             }
         }
         let deadline = Instant::now() + self.cluster.options.ready_timeout;
+        // A node takes the target's claim when the target's config epoch is above the
+        // source's. `SETSLOT NODE` on the target raises its epoch unless it is the greatest
+        // already; but two moves in quick succession can leave two masters on one epoch, and
+        // the collision's resolution may raise the source's past it, so that the other nodes
+        // keep the source as the owner (seen once in the suite: a replica still mapped the
+        // slot to its source after a minute). While a node is stale past a second, the
+        // target's epoch is raised past every other (`CLUSTER BUMPEPOCH`), as an operator
+        // would.
+        let mut bump_at = Instant::now() + STALE_BEFORE_BUMP;
         poll_until(
             deadline,
             "every node maps the moved slot to its target",
@@ -910,6 +919,13 @@ impl Migration<'_> {
                         .find(|r| (r.start..=r.end).contains(&self.slot))
                         .map(|r| r.master);
                     if owner != Some(self.target) {
+                        if Instant::now() >= bump_at {
+                            self.cluster
+                                .conn(self.target)?
+                                .cmd(&["CLUSTER", "BUMPEPOCH"])
+                                .map_err(|e| format!("BUMPEPOCH on {}: {e}", self.target))?;
+                            bump_at = Instant::now() + STALE_BEFORE_BUMP;
+                        }
                         return Err(format!(
                             "{} maps slot {} to {owner:?}",
                             node.server.addr(),
@@ -923,6 +939,10 @@ impl Migration<'_> {
         Ok(moved)
     }
 }
+
+/// How long a node may map a moved slot to its source before the target's config epoch is
+/// raised ([`Migration::finish`]): far longer than the news takes between live nodes.
+const STALE_BEFORE_BUMP: Duration = Duration::from_secs(1);
 
 /// `(first slot, last slot, master)` per range, sorted.
 type SlotOwners = Vec<(u16, u16, SocketAddr)>;
