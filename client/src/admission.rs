@@ -73,8 +73,8 @@ pub(crate) const CLUSTER_BOUND: usize = 1024;
 /// number to the next new one). A call to a node numbered past it goes out uncounted.
 pub(crate) const CLUSTER_NODES: usize = 1024;
 
-/// With a node's share full and none of its calls ended for this long, the node is taken for
-/// not answering and its plans in line go out. Far above a reply's time on a busy node (under
+/// With plans in a node's line and none of its calls ended for this long, the node is taken
+/// for not answering and its plans in line go out. Far above a reply's time on a busy node (under
 /// a millisecond), above a stall of the process that the bound is for, far below a request
 /// timeout.
 pub(crate) const ANSWERING: Duration = Duration::from_millis(100);
