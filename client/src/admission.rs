@@ -125,10 +125,9 @@ pub(crate) struct Admission {
 }
 
 struct Room {
-    /// Each node's line, by number; made when a plan to the node first parks.
+    /// Each node's line, by number; made when a plan to the node first parks (so as many as
+    /// the highest number parked for, a handful on a cluster).
     lines: Vec<Line>,
-    /// The numbers of the nodes whose lines hold plans: the few a grant chooses among.
-    waiting: Vec<Node>,
     /// Callers whose plans were refused at their deadline, until their calls end.
     expired: Vec<Ticket>,
     /// Callers parked so far (each once, however long it waited): the tickets handed out.
@@ -207,7 +206,6 @@ impl Admission {
             handoff,
             room: Mutex::new(Room {
                 lines: Vec::new(),
-                waiting: Vec::new(),
                 expired: Vec::new(),
                 next_ticket: 0,
                 keeper: None,
@@ -344,9 +342,6 @@ impl Admission {
         if let Some(i) = line.parked.iter().position(|p| p.ticket() == ticket) {
             line.parked.remove(i);
             self.lined.fetch_sub(1, SeqCst);
-            if line.parked.is_empty() {
-                room.waiting.retain(|&n| n != node);
-            }
         }
     }
 
@@ -361,14 +356,11 @@ impl Admission {
             if out >= self.bound {
                 break;
             }
-            let lines = &room.lines;
             let next = room
-                .waiting
-                .iter()
-                .copied()
-                .filter(|&node| self.node_has_room(node))
-                .min_by_key(|&node| lines[usize::from(node)].front_order());
-            let Some(node) = next else {
+                .waiting()
+                .filter(|&(node, _)| self.node_has_room(node))
+                .min_by_key(|(_, line)| line.front_order());
+            let Some((node, _)) = next else {
                 break;
             };
             if self
@@ -385,7 +377,7 @@ impl Admission {
                 self.out.fetch_sub(1, SeqCst);
                 continue;
             }
-            granted.extend(room.pop(node));
+            granted.extend(room.lines[usize::from(node)].pop());
             self.lined.fetch_sub(1, SeqCst);
         }
         granted
@@ -402,17 +394,14 @@ impl Admission {
     /// or `None` when there is no line to watch.
     fn look(&self, now: Instant) -> Option<Instant> {
         let mut room = self.lock();
-        let Room {
-            lines,
-            waiting,
-            expired,
-            ..
-        } = &mut *room;
+        let Room { lines, expired, .. } = &mut *room;
         let mut refused = Vec::new();
         let mut granted = Vec::new();
         let mut next: Option<Instant> = None;
-        for &node in waiting.iter() {
-            let line = &mut lines[usize::from(node)];
+        for (node, line) in (0..=Node::MAX).zip(lines.iter_mut()) {
+            if line.parked.is_empty() {
+                continue;
+            }
             // Deadlines come in the line's order.
             while line
                 .parked
@@ -439,7 +428,6 @@ impl Admission {
             }
         }
         self.lined.fetch_sub(refused.len() + granted.len(), SeqCst);
-        waiting.retain(|&node| !lines[usize::from(node)].parked.is_empty());
         drop(room);
         for plan in refused {
             plan.refuse(Error::Timeout {
@@ -456,7 +444,7 @@ impl Admission {
         if room.closed {
             return Poll::Ready(None);
         }
-        if !room.waiting.is_empty() {
+        if room.waiting().next().is_some() {
             return Poll::Ready(Some(()));
         }
         room.keeper = Some(cx.waker().clone());
@@ -502,13 +490,11 @@ impl Room {
         let line = &mut self.lines[index];
         let now = Instant::now();
         if line.parked.is_empty() {
-            // A line begins: the quiet rule's clock starts, and a grant looks at it. Every
-            // caller of the line before this one was granted room, refused or gone: the
+            // A line begins: the quiet rule's clock starts. Every caller of the line before this one was granted room, refused or gone: the
             // tickets before this one count as granted, so the mark never lags the tickets by
             // half their numbers however long the line was empty.
             line.quiet = Some((now, line.ended));
             line.granted_below = order as Ticket;
-            self.waiting.push(node);
         }
         line.parked.push_back(Parked {
             order,
@@ -526,14 +512,11 @@ impl Room {
             .is_some_and(|line| !line.parked.is_empty())
     }
 
-    /// The plan at the front of `node`'s line, granted room.
-    fn pop(&mut self, node: Node) -> Option<Submission<OneShot>> {
-        let line = self.lines.get_mut(usize::from(node))?;
-        let plan = line.pop();
-        if line.parked.is_empty() {
-            self.waiting.retain(|&n| n != node);
-        }
-        plan
+    /// The lines that hold plans, with their nodes' numbers: the few a grant chooses among.
+    fn waiting(&self) -> impl Iterator<Item = (Node, &Line)> {
+        (0..)
+            .zip(&self.lines)
+            .filter(|(_, line)| !line.parked.is_empty())
     }
 }
 
