@@ -3,6 +3,7 @@
 
 use bytes::Bytes;
 use std::fmt;
+use std::sync::atomic::{AtomicU16, Ordering};
 
 use crate::addr::NodeAddr;
 use crate::error::{ConfigError, Error};
@@ -90,14 +91,51 @@ pub(crate) enum Body {
 type Keys = OneOrVec<Key>;
 
 /// A request's route as built. A keyed request goes by its first key's slot, which is computed
-/// when the route is asked for (a cluster session asks once per routing): a single node never
-/// asks, and a `GET` there costs no CRC. Multi-key requests still check their slots when built,
-/// so that a call a cluster would refuse is refused on a single node too.
+/// when the route is first asked for and kept: a single node never asks, and a `GET` there
+/// costs no CRC; a cluster asks several times a call (the client's room, the session's routing,
+/// a redirection) and pays one. Multi-key requests check their slots when built, so that a call
+/// a cluster would refuse is refused on a single node too, and keep the first key's.
 #[derive(Clone, Debug)]
 enum Routed {
-    FirstKey,
+    FirstKey(FirstSlot),
     AnyMaster,
     Node(NodeTarget),
+}
+
+/// The first key's slot once computed. Filled through a shared reference, by whoever asks
+/// first; an atomic so that a request stays `Sync` (a bot may share a built request between
+/// tasks and clone it per call). Two threads that race both store the same slot.
+#[derive(Debug)]
+struct FirstSlot(AtomicU16);
+
+impl FirstSlot {
+    /// No slot is `u16::MAX`: slots are below 16384.
+    const UNKNOWN: u16 = u16::MAX;
+
+    fn unknown() -> Self {
+        FirstSlot(AtomicU16::new(Self::UNKNOWN))
+    }
+
+    fn known(slot: u16) -> Self {
+        FirstSlot(AtomicU16::new(slot))
+    }
+
+    fn of(&self, key: &Key) -> u16 {
+        match self.0.load(Ordering::Relaxed) {
+            Self::UNKNOWN => {
+                let slot = key.slot();
+                self.0.store(slot, Ordering::Relaxed);
+                slot
+            }
+            slot => slot,
+        }
+    }
+}
+
+impl Clone for FirstSlot {
+    fn clone(&self) -> Self {
+        FirstSlot(AtomicU16::new(self.0.load(Ordering::Relaxed)))
+    }
 }
 
 /// One request of a plan step.
@@ -268,7 +306,7 @@ fn route_of(keys: &[Key]) -> Result<Routed, Error> {
         return Ok(Routed::AnyMaster);
     };
     if others.is_empty() {
-        return Ok(Routed::FirstKey);
+        return Ok(Routed::FirstKey(FirstSlot::unknown()));
     }
     let slot = first.slot();
     if let Some(other) = others.iter().find(|k| k.slot() != slot) {
@@ -277,7 +315,7 @@ fn route_of(keys: &[Key]) -> Result<Routed, Error> {
             other: other.clone(),
         });
     }
-    Ok(Routed::FirstKey)
+    Ok(Routed::FirstKey(FirstSlot::known(slot)))
 }
 
 impl Request {
@@ -408,12 +446,10 @@ impl Request {
         &self.keys
     }
 
-    /// The route; a keyed request's slot is computed on each call.
+    /// The route; a keyed request's slot is computed on the first call.
     pub fn route(&self) -> Route {
         match &self.route {
-            Routed::FirstKey => self
-                .slot_key()
-                .map_or(Route::AnyMaster, |k| Route::Slot(k.slot())),
+            Routed::FirstKey(_) => self.slot().map_or(Route::AnyMaster, Route::Slot),
             Routed::AnyMaster => Route::AnyMaster,
             Routed::Node(target) => Route::Node(target.clone()),
         }
@@ -424,14 +460,14 @@ impl Request {
     pub fn node(&self) -> Option<&NodeTarget> {
         match &self.route {
             Routed::Node(target) => Some(target),
-            Routed::FirstKey | Routed::AnyMaster => None,
+            Routed::FirstKey(_) | Routed::AnyMaster => None,
         }
     }
 
     /// The key whose slot routes the request, for slot-routed requests: its first.
     pub fn slot_key(&self) -> Option<&Key> {
         match self.route {
-            Routed::FirstKey => self.keys.first(),
+            Routed::FirstKey(_) => self.keys.first(),
             Routed::AnyMaster | Routed::Node(_) => None,
         }
     }
@@ -441,7 +477,7 @@ impl Request {
     /// clone.
     pub(crate) fn take_slot_key(&mut self) -> Option<Key> {
         match self.route {
-            Routed::FirstKey => self
+            Routed::FirstKey(_) => self
                 .keys
                 .first_mut()
                 .map(|key| std::mem::replace(key, Key::new(Bytes::new()))),
@@ -456,7 +492,10 @@ impl Request {
 
     /// The slot, for slot-routed requests.
     pub fn slot(&self) -> Option<u16> {
-        self.slot_key().map(Key::slot)
+        match &self.route {
+            Routed::FirstKey(first) => self.keys.first().map(|key| first.of(key)),
+            Routed::AnyMaster | Routed::Node(_) => None,
+        }
     }
 
     /// The script, for script calls.
@@ -689,6 +728,41 @@ mod tests {
                 shown
             );
         }
+    }
+
+    #[test]
+    fn a_request_keeps_its_first_keys_slot_however_often_asked() {
+        fn send_and_sync<T: Send + Sync>() {}
+        send_and_sync::<Request>();
+        for text in ["k", "{t}k", "bench:k:17", "{m:c%201}:i:9", "{}x", ""] {
+            let key = Key::new(text);
+            let get = Request::cmd(Access::Read, "GET").key(&key).build().unwrap();
+            let before = get.clone();
+            assert_eq!(get.slot(), Some(key.slot()), "{text}");
+            let after = get.clone();
+            assert_eq!(get.route(), Route::Slot(key.slot()), "{text}");
+            assert_eq!(before.slot(), Some(key.slot()), "{text}");
+            assert_eq!(after.slot(), Some(key.slot()), "{text}");
+        }
+        // A multi-key request has its slot from the check that the keys share one.
+        let keys = vec![Key::new("{c}:z"), Key::new("{c}:i:1")];
+        let script = Request::script(
+            &crate::scripts::SAVE_MESSAGE,
+            Access::Write,
+            keys.clone(),
+            vec![],
+        )
+        .unwrap();
+        assert_eq!(script.slot(), Some(keys[0].slot()));
+        assert_eq!(script.route(), Route::Slot(keys[0].slot()));
+        // A request done with keeps the slot it was routed by.
+        let mut get = Request::cmd(Access::Read, "GET")
+            .key(Key::new("{t}k"))
+            .build()
+            .unwrap();
+        let slot = get.slot();
+        get.take_slot_key();
+        assert_eq!(get.slot(), slot);
     }
 
     #[test]
