@@ -24,7 +24,8 @@
 //! - The bound holds only while the node answers: with plans in its line and none of its calls
 //!   ended for [`ANSWERING`], every plan parked for the node goes out, so that a node that
 //!   stopped answering (or a plan of the user's that waits without saying so) holds calls in
-//!   line no longer than it holds the calls it has.
+//!   line no longer than it holds the calls it has. On a cluster the lane's bound counts such
+//!   a node's calls up to its share only: the others keep the rest of the lane.
 //!
 //! The lane's keeper ([`keep`], one task a lane) applies the last two: it sleeps while nobody
 //! is parked and wakes for the front plans' deadlines and every [`ANSWERING`] while someone is.
@@ -110,10 +111,13 @@ pub(crate) struct Admission {
     share: usize,
     /// How long a caller stays parked at most: the client's request timeout.
     patience: Duration,
-    /// Calls admitted and not yet done with, those granted room while parked included.
+    /// Calls admitted and not yet done with, those granted room while parked included; on a
+    /// cluster, of each node's calls as many as its share at most: the calls the quiet rule
+    /// lets out past a node's share are the node's alone, so a master that stopped answering
+    /// takes its share of the lane and no more, and the others keep the rest.
     out: AtomicUsize,
-    /// The same, by node number; counted only when a node's share is below the bound (on a
-    /// cluster), since one node's count would be `out` again.
+    /// The same, by node number, every call counted; kept only when a node's share is below
+    /// the bound (on a cluster), since one node's count would be `out` again.
     node_out: Box<[AtomicUsize]>,
     /// Whether calls are counted by node: `share` below `bound`.
     by_node: bool,
@@ -219,6 +223,11 @@ impl Admission {
         self.lock().next_ticket
     }
 
+    /// How many plans wait in line now.
+    pub(crate) fn in_line(&self) -> u64 {
+        self.lined.load(SeqCst) as u64
+    }
+
     /// Every critical section only counts and moves plans and wakers (handed on after the
     /// lock is released): a poisoned lock still guards a whole room.
     fn lock(&self) -> MutexGuard<'_, Room> {
@@ -270,18 +279,33 @@ impl Admission {
     /// counts for a moment: a grant that reads the counts then may stop short, and the
     /// caller that failed then grants, under the lock, before it parks.
     fn take(&self, node: Node) -> bool {
-        if self.out.fetch_add(1, SeqCst) < self.bound {
-            if !self.by_node {
-                return true;
-            }
-            let counted = &self.node_out[usize::from(node)];
-            if counted.fetch_add(1, SeqCst) < self.share {
-                return true;
-            }
-            counted.fetch_sub(1, SeqCst);
+        if self.out.fetch_add(1, SeqCst) < self.bound && self.take_share(node) {
+            return true;
         }
         self.out.fetch_sub(1, SeqCst);
         false
+    }
+
+    /// Takes a unit of `node`'s share if it is under it (always, when calls are not counted by
+    /// node). Never counts past the share, even for a moment: a node's count above its share
+    /// is its calls let out by the quiet rule, which the lane's count leaves out
+    /// ([`Admission::out`]), and an end that read a try's passing excess would keep a unit of
+    /// the lane's count for good.
+    fn take_share(&self, node: Node) -> bool {
+        !self.by_node
+            || self.node_out[usize::from(node)]
+                .fetch_update(SeqCst, SeqCst, |n| (n < self.share).then_some(n + 1))
+                .is_ok()
+    }
+
+    /// Counts a call to `node` let out by the quiet rule, past the bounds: in the node's count
+    /// whatever it is, and in the lane's only while the node is under its share, so that a
+    /// node that stopped answering never takes more of the lane than its share however many of
+    /// its calls go out.
+    fn count_past_bounds(&self, node: Node) {
+        if !self.by_node || self.node_out[usize::from(node)].fetch_add(1, SeqCst) < self.share {
+            self.out.fetch_add(1, SeqCst);
+        }
     }
 
     /// Whether the lane and `node` look to have room, read without taking it: a caller in
@@ -299,14 +323,15 @@ impl Admission {
     /// A call admitted to `node` is done with (its result taken, or its caller gone): its
     /// room goes to the plans parked next in line.
     pub(crate) fn exit(&self, node: Node) {
-        if let Some(counted) = self
-            .node_out
-            .get(usize::from(node))
-            .filter(|_| self.by_node)
-        {
-            counted.fetch_sub(1, SeqCst);
+        // The lane's count holds a node's calls up to its share ([`Admission::out`]): an end
+        // of one of the node's calls past it frees no room in the lane.
+        let within_share = match self.node_out.get(usize::from(node)) {
+            Some(counted) if self.by_node => counted.fetch_sub(1, SeqCst) <= self.share,
+            _ => true,
+        };
+        if within_share {
+            self.out.fetch_sub(1, SeqCst);
         }
-        self.out.fetch_sub(1, SeqCst);
         if self.lined.load(SeqCst) == 0 {
             return;
         }
@@ -370,10 +395,8 @@ impl Admission {
             {
                 continue;
             }
-            let counted = &self.node_out[usize::from(node)];
-            if self.by_node && counted.fetch_add(1, SeqCst) >= self.share {
+            if !self.take_share(node) {
                 // Taken meanwhile by a call that found no line: the lane's room goes back.
-                counted.fetch_sub(1, SeqCst);
                 self.out.fetch_sub(1, SeqCst);
                 continue;
             }
@@ -390,7 +413,8 @@ impl Admission {
 
     /// The keeper's look at the lines at `now`: the plans past their deadline leave them and
     /// end as timeouts, never sent; a node none of whose calls ended for [`ANSWERING`] has
-    /// every plan of its line go to the session, past the bounds. Yields when to look again,
+    /// every plan of its line go to the session, past its share
+    /// ([`Admission::count_past_bounds`]). Yields when to look again,
     /// or `None` when there is no line to watch.
     fn look(&self, now: Instant) -> Option<Instant> {
         let mut room = self.lock();
@@ -416,10 +440,7 @@ impl Admission {
             if !line.parked.is_empty() && !line.answering(now) {
                 // Everyone parked comes in; their calls end the way the node's others do.
                 while let Some(plan) = line.pop() {
-                    self.out.fetch_add(1, SeqCst);
-                    if self.by_node {
-                        self.node_out[usize::from(node)].fetch_add(1, SeqCst);
-                    }
+                    self.count_past_bounds(node);
                     granted.push(plan);
                 }
             }
@@ -848,8 +869,8 @@ mod tests {
         // Node 1 answers: a call ends, and its room goes to node 2's plan, which came first.
         admission.exit(1);
         assert!(matches!(ended(&first), Some(Error::Closed)));
-        // Past `ANSWERING` with none of node 0's calls ended: node 0's line goes out past both
-        // bounds; node 1's, whose node answered since its line began, waits for room.
+        // Past `ANSWERING` with none of node 0's calls ended: node 0's line goes out past its
+        // share; node 1's, whose node answered since its line began, waits for room.
         let later = parked_at + ANSWERING * 2;
         assert!(admission.look(later).is_some(), "node 1's line is watched");
         for result in &silent {
@@ -858,15 +879,49 @@ mod tests {
         assert!(behind.try_recv().is_err());
         assert_eq!(handed.load(Ordering::SeqCst), 3);
         assert_eq!(admission.node_out[0].load(SeqCst), 4);
-        assert_eq!(admission.out.load(SeqCst), 6);
-        // Their ends give the rooms back; once the lane is under its bound, node 1's plan goes.
+        // The lane counts node 0's share, not the calls past it.
+        assert_eq!(admission.out.load(SeqCst), 4);
+        // Their ends free no room in the lane: node 0 stays at its share.
         admission.leave(0, 0);
         admission.leave(0, 1);
         assert!(behind.try_recv().is_err());
+        assert_eq!(admission.out.load(SeqCst), 4);
+        // An end within the share does, and node 1's plan goes.
         admission.exit(0);
         assert!(matches!(ended(&behind), Some(Error::Closed)));
         assert_eq!(admission.out.load(SeqCst), 4);
         assert_eq!(admission.lined.load(SeqCst), 0);
+    }
+
+    #[test]
+    fn a_silent_nodes_calls_past_its_share_leave_the_others_their_room() {
+        let (admission, _) = cluster_room(LONG);
+        admit(&admission, 0);
+        admit(&admission, 0);
+        admit(&admission, 1);
+        let parked_at = Instant::now();
+        let silent: Vec<_> = (0..5).map(|t| park_at(&admission, 0, t)).collect();
+        // Node 0 stops answering: its line goes out, five calls past its share of two.
+        assert_eq!(admission.look(parked_at + ANSWERING * 2), None);
+        assert!(silent
+            .iter()
+            .all(|r| matches!(ended(r), Some(Error::Closed))));
+        assert_eq!(admission.node_out[0].load(SeqCst), 7);
+        // The lane holds node 0's share and node 1's call: a second call to node 1 finds room
+        // at once, as it would had node 0 kept answering, and the lane's bound stands.
+        assert_eq!(admission.out.load(SeqCst), 3);
+        admit(&admission, 1);
+        let waits = park_at(&admission, 2, 5);
+        // Node 0's calls end, the ones past its share first: only the last two make room.
+        for ticket in 0..5 {
+            admission.leave(0, ticket);
+        }
+        assert!(waits.try_recv().is_err());
+        admission.exit(0);
+        assert!(matches!(ended(&waits), Some(Error::Closed)));
+        admission.exit(0);
+        assert_eq!(admission.node_out[0].load(SeqCst), 0);
+        assert_eq!(admission.out.load(SeqCst), 3);
     }
 
     /// Four threads make 20,000 calls each in a room of `bound` calls, `share` to a node, each
@@ -919,6 +974,62 @@ mod tests {
             admission.parked_so_far() > 0,
             "four threads past a room's bounds never parked"
         );
+    }
+
+    #[test]
+    fn ends_past_a_share_racing_with_takes_give_every_count_back() {
+        // A node's calls past its share end while other threads take and give back room on
+        // the same node and another: every count comes back to zero. An end past the share
+        // that gave back room in the lane, or one within it that did not, would leave the
+        // lane's count off for good (the first wraps it, and every later call parks).
+        let handoff: Handoff = Box::new(|plan| plan.refuse(Error::Closed));
+        let admission = Arc::new(Admission::new(4, 2, 2, LONG, handoff));
+        admit(&admission, 0);
+        admit(&admission, 0);
+        let parked_at = Instant::now();
+        for ticket in 0..2_000 {
+            let _ = park_at(&admission, 0, ticket);
+        }
+        assert_eq!(admission.look(parked_at + ANSWERING * 2), None);
+        assert_eq!(admission.node_out[0].load(SeqCst), 2_002);
+        assert_eq!(admission.out.load(SeqCst), 2);
+        let ender = {
+            let admission = Arc::clone(&admission);
+            std::thread::spawn(move || {
+                for ticket in 0..2_000 {
+                    admission.leave(0, ticket);
+                    std::thread::yield_now();
+                }
+                admission.exit(0);
+                admission.exit(0);
+            })
+        };
+        let takers: Vec<_> = [0, 0, 1]
+            .into_iter()
+            .map(|node: Node| {
+                let admission = Arc::clone(&admission);
+                std::thread::spawn(move || {
+                    for _ in 0..20_000 {
+                        let (mut plan, result) = call();
+                        match admission.enter(node, &mut plan) {
+                            Gate::In(node) => admission.exit(node),
+                            Gate::Parked(node, ticket) => {
+                                result.recv_timeout(Duration::from_secs(10)).unwrap();
+                                admission.leave(node, ticket);
+                            }
+                            gate => panic!("{gate:?}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        ender.join().unwrap();
+        for taker in takers {
+            taker.join().unwrap();
+        }
+        assert_eq!(admission.out.load(SeqCst), 0);
+        assert!(admission.node_out.iter().all(|n| n.load(SeqCst) == 0));
+        assert_eq!(admission.lined.load(SeqCst), 0);
     }
 
     #[test]

@@ -197,9 +197,9 @@ pub trait WriteHalf: Send + 'static {
 pub struct ClientStats {
     /// TCP connects started since the client was created.
     pub dials: u64,
-    /// The client's tasks alive now: each lane's session task (and on one node its line
-    /// keeper, which wakes while calls wait for room), and each connection's connect, reader
-    /// and flusher tasks. Bounded by the number of nodes and lanes however connections come
+    /// The client's tasks alive now: each lane's session task and its line keeper (which
+    /// wakes while calls wait for room), and each connection's connect, reader and flusher
+    /// tasks. Bounded by the number of nodes and lanes however connections come
     /// and go.
     pub tasks: u64,
     /// Connections whose task handles the driver holds (open, opening, or closing).
@@ -218,10 +218,14 @@ pub struct ClientStats {
     pub writes: u64,
     /// Reads from the connections' sockets that returned bytes.
     pub reads: u64,
-    /// Calls that waited for room before they were sent: on one node a client lets a bounded
-    /// number of calls out at once, and the plans of the calls beyond it wait in line
-    /// (`docs/operations.md`, "One node's room for calls"). Always 0 on a cluster.
+    /// Calls that waited for room before they were sent, so far: a client lets a bounded
+    /// number of calls out at once (to one node, or to a cluster's nodes with at most half of
+    /// them to one), and the plans of the calls beyond it wait in line (`docs/operations.md`,
+    /// "One node's room for calls").
     pub parked: u64,
+    /// Calls waiting in line for room now: a depth that stays up says the bot keeps more
+    /// calls out than the room, or a node stopped answering.
+    pub in_line: u64,
 }
 
 #[derive(Debug, Default)]
@@ -500,6 +504,7 @@ impl<R: Runtime> Client<R> {
             stats.writes += counters.writes.load(Ordering::Relaxed);
             stats.reads += counters.reads.load(Ordering::Relaxed);
             stats.parked += lane.admission.parked_so_far();
+            stats.in_line += lane.admission.in_line();
         }
         stats
     }
