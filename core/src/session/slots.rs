@@ -204,9 +204,24 @@ impl SlotTable {
         }
     }
 
-    pub(super) fn clear(&mut self) {
+    /// Gives `given` (disjoint ranges, in any order) in place of everything the table held.
+    /// The callers' copy is written once a slot, never cleared first: callers read it without
+    /// the session's lock, and a slot ownerless for a moment would send its calls out
+    /// uncounted, every few seconds as complete maps come.
+    fn replace(&mut self, given: Vec<SlotRange>) {
         self.ranges.clear();
-        self.owners.set(0, SLOT_COUNT - 1, None);
+        self.set_ranges(given);
+        let SlotTable { ranges, owners, .. } = self;
+        let mut unwritten = 0;
+        for r in ranges.iter() {
+            if r.first > unwritten {
+                owners.set(unwritten, r.first - 1, None);
+            }
+            unwritten = r.last + 1;
+        }
+        if unwritten < SLOT_COUNT {
+            owners.set(unwritten, SLOT_COUNT - 1, None);
+        }
     }
 
     /// `by` answered that `slot` is `to`'s (`MOVED`), at `now`.
@@ -227,9 +242,10 @@ impl SlotTable {
         now: Instant,
     ) -> usize {
         if complete {
-            self.clear();
+            self.replace(given);
+        } else {
+            self.set_ranges(given);
         }
-        self.set_ranges(given);
         self.disowned.retain(|_, d| d.until > now);
         let mut kept = 0;
         let redirects: Vec<(u16, Disowned)> = self.disowned.iter().map(|(&s, &d)| (s, d)).collect();
@@ -386,6 +402,16 @@ mod tests {
             for r in &given {
                 in_turn.set_range(r.first, r.last, r.owner);
             }
+            // A complete map's ranges replace the table's as if it had been empty.
+            let mut replaced = SlotTable::default();
+            let mut fresh = SlotTable::default();
+            for r in &before {
+                replaced.set_range(r.first, r.last, r.owner);
+            }
+            replaced.replace(given.clone());
+            fresh.set_ranges(given.clone());
+            proptest::prop_assert_eq!(&replaced.ranges, &fresh.ranges);
+            assert_mirrored(&replaced)?;
             given.reverse(); // any order
             at_once.set_ranges(given);
             proptest::prop_assert_eq!(&at_once.ranges, &in_turn.ranges);
@@ -412,7 +438,7 @@ mod tests {
                         }
                     }
                     Change::Clear => {
-                        table.clear();
+                        table.replace(Vec::new());
                         dense.fill(None);
                     }
                 }
