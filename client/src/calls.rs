@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::mem;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Poll, Waker};
 
@@ -27,7 +28,27 @@ struct Queue<T> {
 }
 
 /// The callers' end: cloned into every handle of a lane.
-pub(crate) struct CallsTx<T>(Arc<Mutex<Queue<T>>>);
+pub(crate) struct CallsTx<T>(Arc<Mutex<Queue<T>>>, Unapplied);
+
+/// How many calls were sent into the inbox and not yet applied by the session task (taken
+/// from the inbox is not enough: the session task takes a call before it locks the hub to
+/// apply it). A call made while one is counted must go through the inbox too, behind it: a
+/// task whose first call found the hub busy and went to the inbox, and whose second found it
+/// free, would have its calls written in reverse.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Unapplied(Arc<AtomicUsize>);
+
+impl Unapplied {
+    /// Whether a call sent into the inbox waits to be applied.
+    pub(crate) fn any(&self) -> bool {
+        self.0.load(SeqCst) != 0
+    }
+
+    /// A call taken from the inbox was applied, under the hub.
+    pub(crate) fn applied(&self) {
+        self.0.fetch_sub(1, SeqCst);
+    }
+}
 
 /// The session task's end, with the batch it took last.
 pub(crate) struct CallsRx<T> {
@@ -35,8 +56,8 @@ pub(crate) struct CallsRx<T> {
     taken: VecDeque<T>,
 }
 
-/// A new inbox.
-pub(crate) fn inbox<T>() -> (CallsTx<T>, CallsRx<T>) {
+/// A new inbox, and its count of calls not yet applied.
+pub(crate) fn inbox<T>() -> (CallsTx<T>, CallsRx<T>, Unapplied) {
     let queue = Arc::new(Mutex::new(Queue {
         queued: Vec::new(),
         waker: None,
@@ -46,7 +67,8 @@ pub(crate) fn inbox<T>() -> (CallsTx<T>, CallsRx<T>) {
         queue: Arc::clone(&queue),
         taken: VecDeque::new(),
     };
-    (CallsTx(queue), rx)
+    let unapplied = Unapplied::default();
+    (CallsTx(queue, unapplied.clone()), rx, unapplied)
 }
 
 /// Every critical section is a push or a swap, which cannot panic halfway: a poisoned lock
@@ -57,18 +79,19 @@ fn lock<T>(queue: &Mutex<Queue<T>>) -> MutexGuard<'_, Queue<T>> {
 
 impl<T> Clone for CallsTx<T> {
     fn clone(&self) -> Self {
-        CallsTx(Arc::clone(&self.0))
+        CallsTx(Arc::clone(&self.0), self.1.clone())
     }
 }
 
 impl<T> CallsTx<T> {
-    /// Queues `msg`, waking the session task if it waits; gives `msg` back when the task has
-    /// ended.
+    /// Queues `msg`, counted until the session task applies it ([`Unapplied`]), waking the
+    /// session task if it waits; gives `msg` back when the task has ended.
     pub(crate) fn send(&self, msg: T) -> Result<(), T> {
         let mut queue = lock(&self.0);
         if queue.closed {
             return Err(msg);
         }
+        self.1 .0.fetch_add(1, SeqCst);
         queue.queued.push(msg);
         let waker = queue.waker.take();
         drop(queue);
@@ -151,7 +174,7 @@ mod tests {
 
     #[test]
     fn calls_come_out_in_order_across_batches() {
-        let (tx, mut rx) = inbox();
+        let (tx, mut rx, _) = inbox();
         for n in 0..3 {
             tx.send(n).unwrap();
         }
@@ -177,7 +200,7 @@ mod tests {
 
     #[test]
     fn a_send_wakes_the_waiting_task_once() {
-        let (tx, mut rx) = inbox();
+        let (tx, mut rx, _) = inbox();
         let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
         let waker = Waker::from(Arc::clone(&wakes));
         let mut cx = Context::from_waker(&waker);
@@ -194,7 +217,7 @@ mod tests {
 
     #[test]
     fn an_ended_task_gives_calls_back_and_drops_the_queued() {
-        let (tx, rx) = inbox();
+        let (tx, rx, _) = inbox();
         let queued = Arc::new(());
         tx.send(Arc::clone(&queued)).unwrap();
         drop(rx);
@@ -204,8 +227,28 @@ mod tests {
     }
 
     #[test]
+    fn a_call_counts_from_its_send_until_it_is_applied() {
+        let (tx, mut rx, unapplied) = inbox();
+        assert!(!unapplied.any());
+        tx.send(1).unwrap();
+        tx.send(2).unwrap();
+        // Taken is not applied: the session task takes a call before it locks the hub.
+        assert_eq!(rx.try_recv(), Some(1));
+        assert!(unapplied.any());
+        unapplied.applied();
+        assert!(unapplied.any(), "the second call is still to apply");
+        assert_eq!(rx.try_recv(), Some(2));
+        unapplied.applied();
+        assert!(!unapplied.any());
+        // A call the ended task refuses is not counted.
+        drop(rx);
+        assert_eq!(tx.send(3), Err(3));
+        assert!(!unapplied.any());
+    }
+
+    #[test]
     fn a_batch_buffer_is_reused() {
-        let (tx, mut rx) = inbox();
+        let (tx, mut rx, _) = inbox();
         for n in 0..64 {
             tx.send(n).unwrap();
         }

@@ -13,7 +13,10 @@
 //! A client runs [`ClientOptions::lanes`] lanes (on one node the runtime's
 //! [`Runtime::one_node_lanes`], 1 on a cluster): each a [`Session`] with its own session task
 //! and its own connection to every node. A call goes to the lane of the task that polls it
-//! (its waker's address, hashed), so a task's calls stay in one lane, in order; lanes to one
+//! (its waker's address, hashed), so a task's calls stay in one lane, in the order they were
+//! first polled, whether awaited in turn or joined (`join!`, `zip`); futures that a combinator
+//! polls with wakers of their own (`FuturesUnordered`, `buffered`) are each their own
+//! "task" and keep no order among them. Lanes to one
 //! node overlap the node's work on one lane's batch with the client's turnaround of the
 //! others'. Detached plans take the first lane. A call first takes a place in its lane's room
 //! (on one node at most its share of 256 calls out at once; on a cluster of 1,024 to all the

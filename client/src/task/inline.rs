@@ -119,6 +119,11 @@ pub(crate) fn submit_inline<R: Runtime>(
     let Ok(mut task) = hub.try_lock() else {
         return Some(submission);
     };
+    // Calls sent to the inbox before this one (the same task's among them, when its earlier
+    // call found the hub busy) are written first.
+    if task.unapplied.any() {
+        return Some(submission);
+    }
     // The caller itself may be the one caller the last results woke.
     let alone = task.awaited <= 1 && task.session.sending_at_most(0);
     // Asked only when not alone: a lone caller writes at once whoever woke it.

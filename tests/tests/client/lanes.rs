@@ -8,9 +8,9 @@
 
 use std::collections::BTreeSet;
 
-use botmesh_redis_core::{Access, ClientOptions, Executor, Request, Value};
+use botmesh_redis_core::{Access, ClientOptions, Executor, Key, Request, Value};
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
-use botmesh_redis_tests::{both_drivers, on_one_thread, shared_single};
+use botmesh_redis_tests::{both_drivers, on_one_thread, shared_single, unique_prefix};
 
 const TASKS: usize = 64;
 
@@ -96,9 +96,69 @@ async fn one_lane_is_one_connection<R: Runtime>() {
     client.close().await;
 }
 
+/// Pairs of calls the task joins in one poll.
+const PAIRS: usize = 3_000;
+
+/// `RPUSH key item`.
+fn push(key: &Key, item: String) -> Request {
+    Request::cmd(Access::Write, "RPUSH")
+        .key(key)
+        .arg(item)
+        .build()
+        .unwrap()
+}
+
+async fn joined_calls_of_a_task_are_written_in_the_order_made<R: Runtime>() {
+    // One lane. A task joins two pushes to a list in one poll, over and over, while another
+    // task reads a large value on the same lane: its reply is applied a chunk at a time where
+    // it is read, so the pair's first call often finds the lane's session busy and waits in
+    // its inbox, and the second may find it free a moment later. The lengths the pushes answer
+    // say whether they kept their order.
+    let options = ClientOptions::url(shared_single().url()).lanes(1);
+    let client = Client::<R>::connect(options).await.unwrap();
+    let prefix = unique_prefix("joined-order");
+    let (list, large) = (
+        Key::new(format!("{prefix}:list")),
+        Key::new(format!("{prefix}:large")),
+    );
+    let set = Request::cmd(Access::Write, "SET")
+        .key(&large)
+        .arg(vec![b'x'; 256 * 1024])
+        .build()
+        .unwrap();
+    client.call(set).await.unwrap();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (client, done) = (client.clone(), std::sync::Arc::clone(&done));
+        tokio::spawn(async move {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let get = Request::cmd(Access::Read, "GET")
+                    .key(&large)
+                    .build()
+                    .unwrap();
+                client.call(get).await.unwrap();
+            }
+        })
+    };
+    for i in 0..PAIRS as i64 {
+        let first = client.call(push(&list, format!("a{i}")));
+        let second = client.call(push(&list, format!("b{i}")));
+        let answers = futures_lite::future::zip(first, second).await;
+        assert_eq!(
+            answers,
+            (Ok(Value::Int(2 * i + 1)), Ok(Value::Int(2 * i + 2))),
+            "pair {i} went out in reverse"
+        );
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    reader.await.unwrap();
+    client.close().await;
+}
+
 both_drivers!(
     one_node_runs_the_drivers_lanes_and_a_task_keeps_to_one,
-    one_lane_is_one_connection
+    one_lane_is_one_connection,
+    joined_calls_of_a_task_are_written_in_the_order_made
 );
 on_one_thread!(
     one_node_runs_the_drivers_lanes_and_a_task_keeps_to_one,
