@@ -25,8 +25,9 @@
 //! [`ReplyDecoder`]: botmesh_redis_core::driver::session::ReplyDecoder
 
 use std::collections::{HashMap, HashSet};
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::Waker;
 use std::time::Instant;
 
@@ -36,7 +37,7 @@ use futures_lite::{future, StreamExt};
 use botmesh_redis_core::driver::session::{ConnId, Output, Session, Submission, Summary, Waiters};
 use botmesh_redis_core::{Error, NodeAddr};
 
-use crate::calls::{self, CallsRx, CallsTx};
+use crate::calls::{self, CallsRx, CallsTx, Unapplied};
 use crate::{counted, instruments, Counters, Runtime, TlsConnector, WriteHalf};
 
 mod conn;
@@ -99,6 +100,8 @@ type CallsIn<R> = CallsRx<Msg<R>>;
 enum Woke<R: Runtime> {
     /// A message, or `None` when the connections' inbox ended.
     Msg(Option<Msg<R>>),
+    /// A message from the callers' inbox, counted until applied ([`Unapplied`]).
+    Call(Msg<R>),
     Timer,
 }
 
@@ -124,9 +127,33 @@ pub(crate) type Hub<R> = Arc<Mutex<SessionTask<R>>>;
 /// Locks the hub, even after a panic in another holder. A holder panics only on a bug (a plan
 /// whose `start` or `resume` panics); the panic reaches the task it ran in (a caller, a
 /// reader), and the other calls go on with the session as it was left, rather than all
-/// ending with the client.
+/// ending with the client. The results that holder had taken to hand on once it let go of
+/// the hub ([`Deferred`]) go to their callers now, and the lock is cleared of the panic, so
+/// that the next results are handed on as they come and the callers' own paths
+/// ([`inline`]) take the hub again.
 fn lock<R: Runtime>(hub: &Mutex<SessionTask<R>>) -> MutexGuard<'_, SessionTask<R>> {
-    hub.lock().unwrap_or_else(PoisonError::into_inner)
+    hub.lock().unwrap_or_else(|poisoned| {
+        hub.clear_poison();
+        let mut task = poisoned.into_inner();
+        if let Some(deferred) = task.deferred.take() {
+            deferred.deliver();
+        }
+        task
+    })
+}
+
+/// Runs one synchronous step of the session task on the hub. Should it panic (a plan's own
+/// `start` or `resume` that panics, on this task), the session ends first, so that every call
+/// of the lane ends (`Closed`) instead of waiting for a task that is gone, and the panic goes
+/// on.
+fn step<R: Runtime, T>(hub: &Mutex<SessionTask<R>>, f: impl FnOnce(&mut SessionTask<R>) -> T) -> T {
+    match panic::catch_unwind(AssertUnwindSafe(|| f(&mut lock(hub)))) {
+        Ok(done) => done,
+        Err(panicked) => {
+            lock(hub).end(Instant::now());
+            panic::resume_unwind(panicked)
+        }
+    }
 }
 
 /// What a task is known by: its waker's data, the task's address for the runtimes' wakers. A
@@ -174,6 +201,9 @@ pub(crate) struct SessionTask<R: Runtime> {
     /// Completions held while an input is applied outside the session task, handed to their
     /// callers once the hub is released (see [`Deferred`]); `None` in the session task.
     deferred: Option<Deferred>,
+    /// Calls sent into the callers' inbox and not yet applied: while there are any, a call
+    /// goes behind them rather than past them ([`inline::submit_inline`]).
+    unapplied: Unapplied,
 }
 
 /// Starts a client's session task; yields the hub, the callers' inbox and, on a runtime of one
@@ -190,7 +220,7 @@ pub(crate) fn start<R: Runtime>(
     // never holds back the replies of earlier ones, nor makes a healthy connection look silent
     // to its response timeout.
     let (tx, events) = futures_channel::mpsc::unbounded();
-    let (calls_tx, calls) = calls::inbox();
+    let (calls_tx, calls, unapplied) = calls::inbox();
     let spawner = R::spawner();
     let one_thread = R::one_thread(&spawner);
     let last_taker = one_thread.then(LastTaker::default);
@@ -215,6 +245,7 @@ pub(crate) fn start<R: Runtime>(
             armed: None,
             ended: false,
             deferred: None,
+            unapplied,
         })
     });
     let task = run::<R>(Arc::clone(&hub), events, calls, closed);
@@ -242,7 +273,7 @@ async fn run<R: Runtime>(
     let mut deadline: Option<Instant> = None;
     loop {
         let event = async { Woke::Msg(events.next().await) };
-        let call = async { Woke::Msg(Some(calls.recv().await)) };
+        let call = async { Woke::Call(calls.recv().await) };
         let inbox = future::or(event, call);
         let woke = match deadline {
             Some(at) => {
@@ -255,7 +286,7 @@ async fn run<R: Runtime>(
             None => inbox.await,
         };
         // The hub is held for one synchronous step at a time, never across an await.
-        let pass = lock(&hub).wake(woke);
+        let pass = step(&hub, |task| task.wake(woke));
         let closing = match pass {
             Pass::Slept(at) => {
                 deadline = at;
@@ -274,7 +305,7 @@ async fn run<R: Runtime>(
                 closing
             }
         };
-        match lock(&hub).gather(closing, &mut events, &mut calls) {
+        match step(&hub, |task| task.gather(closing, &mut events, &mut calls)) {
             Some(at) => deadline = at,
             None => break,
         }
@@ -295,13 +326,18 @@ impl<R: Runtime> SessionTask<R> {
                 }
                 return Pass::Slept(self.rearm());
             }
-            Woke::Msg(Some(msg)) => msg,
+            Woke::Msg(Some(msg)) => (msg, false),
+            Woke::Call(msg) => (msg, true),
             // The hub holds an event sender, and the last `Client` sends `Close` before its
             // sender goes: neither inbox ends while the task runs.
             Woke::Msg(None) => return Pass::End,
         };
+        let (msg, call) = msg;
         let submit = matches!(msg, Msg::Submit(_));
         let closing = self.apply_taken(msg, now);
+        if call {
+            self.unapplied.applied();
+        }
         // A submitted plan that is the only one in the session, when the last results woke no
         // other caller, has nobody to wait for (a lone caller, calls arriving one at a time):
         // it is written at once, without the scheduling round of the yield.
@@ -370,7 +406,10 @@ impl<R: Runtime> SessionTask<R> {
         }
         for _ in 0..1024 {
             match calls.try_recv() {
-                Some(msg) => closing |= self.apply_taken(msg, now),
+                Some(msg) => {
+                    closing |= self.apply_taken(msg, now);
+                    self.unapplied.applied();
+                }
                 None => break,
             }
         }
