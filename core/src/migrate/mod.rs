@@ -423,6 +423,12 @@ impl MigrationReport {
         }
     }
 
+    /// Whether every key of the source reached the target: none it could not represent, none
+    /// unreadable (a payload the target refused, a source key that could not be read).
+    fn is_exact(&self) -> bool {
+        self.unrepresentable == 0 && self.unreadable == 0
+    }
+
     /// Counts a key that could not be read (or written) as its namespace's type.
     fn unreadable_key(&mut self, key: &[u8]) {
         self.unreadable += 1;

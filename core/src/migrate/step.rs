@@ -93,8 +93,11 @@ pub(super) async fn run<S: Executor, T: Executor>(
     report.mirrored = step.mirror;
     let mut report = sides.transfer(&step, report, progress).await?;
     report.marker = sides.complete(&step, &mut records, &report).await?;
-    let complete = step.complete_include() && report.unrepresentable == 0;
-    if step.delete_source && !step.dry_run && complete {
+    // The source goes only when the target holds all of it: a key the target could not
+    // represent, or whose payload it refused (`unreadable`: a newer server's), lives on the
+    // source alone.
+    let exact = step.complete_include() && report.is_exact();
+    if step.delete_source && !step.dry_run && exact {
         let deleted = sides
             .delete_source(false, step.scan_count, progress)
             .await?;
@@ -317,10 +320,10 @@ impl<'a, S: Executor, T: Executor> Sides<'a, S, T> {
             .clone()
             .ok_or_else(|| crate::plan::misuse("the target's record was not written"))?;
         record.phase = Phase::Complete;
-        // A rollback that could not copy everything still completes (the legacy bots may
-        // start), but it is no exact copy: the cluster side may then only be deleted once they
-        // ran on it.
-        record.exact = step.mirror && report.unrepresentable == 0;
+        // A copy that could not carry everything (keys the target cannot represent, payloads
+        // it refused) still completes (the bots may start), but it is no exact copy: the
+        // source side may then only be deleted once they ran on the target.
+        record.exact = step.mirror && report.is_exact();
         record.at_ms = self.source_ms().await?;
         records
             .tgt

@@ -16,10 +16,12 @@ use std::sync::OnceLock;
 
 use botmesh_redis_core::driver::scripts::MIGRATE_RESTORE;
 use botmesh_redis_core::keys::RecordKind;
+use botmesh_redis_core::migrate::lifecycle::Unsafe;
 use botmesh_redis_core::migrate::{
-    migrate_to_cluster_layout, Counts, MarkerOutcome, MigrateOptions, MigrationReport, Namespace,
+    delete_abandoned_side, migrate_to_cluster_layout, CleanupOptions, Counts, MarkerOutcome,
+    MigrateOptions, MigrationReport, Namespace, Refusal,
 };
-use botmesh_redis_core::{Access, Bytes, Executor, Key, Request, Value};
+use botmesh_redis_core::{Access, Bytes, Error, Executor, Key, Request, Value};
 use botmesh_redis_core::{Keyspace, Layout};
 use botmesh_redis_tests::conformance::Runtime;
 use botmesh_redis_tests::keyspace::{digest, Cmd, Node};
@@ -340,9 +342,71 @@ async fn newer_payloads_are_unreadable<R: Runtime>(host: Node<'static>) {
     to.close().await;
 }
 
+/// A one-run move (`delete_source`) from Valkey 8.1 into a server that refuses its payloads:
+/// the conversations stay on the source alone, so the run completes (the marker is written)
+/// but deletes nothing, its copy is recorded inexact, and a cleanup of the source is refused
+/// until bots ran on the target. Where the server takes the payloads, the copy is exact and
+/// the source goes.
+async fn a_move_with_refused_payloads_keeps_its_source<R: Runtime>(host: Node<'static>) {
+    let source = valkey();
+    let prefix = unique_prefix("mig-refused-move");
+    let target = unique_prefix("mig-refused-move-tgt");
+    let src = Keyspace::new(Layout::Legacy, prefix.as_str()).unwrap();
+    let conversation = src.conversation("chat-a");
+    let record = src.record(RecordKind::Chat, "chat-a");
+    source.run(&[
+        Cmd::new("SET", conversation.as_bytes()).arg("state of a"),
+        Cmd::new("SET", record.as_bytes()).arg("record of a"),
+    ]);
+    let refuses = refuses_valkey_payloads(host);
+    let from = source.client::<R>().await;
+    let to = host.client::<R>().await;
+    let mut options = MigrateOptions::new(prefix.as_str());
+    options.target_prefix = Some(target.clone());
+    options.delete_source = true;
+    let report = migrate_to_cluster_layout(&from, &to, &options, &mut |_| {})
+        .await
+        .unwrap_or_else(|e| panic!("the move failed: {e}"));
+    assert_eq!(report.marker, MarkerOutcome::Written, "{report:#?}");
+    let left = [&conversation, &record].map(|key| exists(source, key.as_bytes()));
+    let mut cleanup = CleanupOptions::new(prefix.as_str(), Layout::Legacy);
+    cleanup.other_prefix = Some(target.clone());
+    let cleaned = delete_abandoned_side(&from, &to, &cleanup, &mut |_| {}).await;
+    if refuses {
+        assert_eq!(
+            (report.unreadable, report.source_deleted),
+            (1, 0),
+            "{report:#?}"
+        );
+        assert_eq!(left, [true, true], "the source was deleted");
+        match cleaned {
+            Err(Error::Refused(Refusal::Lifecycle {
+                reason: Unsafe::CopyInexact,
+                ..
+            })) => {}
+            other => panic!("the cleanup of the source: {other:?}"),
+        }
+        assert!(
+            exists(source, conversation.as_bytes()),
+            "the cleanup deleted"
+        );
+    } else {
+        assert_eq!(report.unreadable, 0, "{report:#?}");
+        assert!(report.source_deleted > 0, "{report:#?}");
+        assert_eq!(left, [false, false], "the source was kept");
+        assert!(cleaned.is_ok(), "the cleanup of a moved side: {cleaned:?}");
+    }
+    from.close().await;
+    to.close().await;
+}
+
 both_drivers!(one_refused_payload_spoils_only_its_key);
 both_drivers!(another_versions_payload_of_the_same_value_is_kept);
 both_drivers!(newer_payloads_are_unreadable {
     into_the_single_node => Node::shared_single(),
     into_the_cluster => Node::shared_cluster(),
+});
+both_drivers!(a_move_with_refused_payloads_keeps_its_source {
+    moved_to_the_single_node => Node::shared_single(),
+    moved_to_the_cluster => Node::shared_cluster(),
 });
