@@ -149,7 +149,10 @@ impl Unsafe {
 /// The copy both records are about, if they are the two sides of one copy. A step writes the
 /// target's record of a new copy before the source's, so a step killed between the two leaves a
 /// target one copy ahead, still copying: it is recognised by its `prev`, and the source is read
-/// as if its record had been written.
+/// as if its record had been written. Only a target is taken for one ahead: a source one copy
+/// ahead, still copying, wrote its record second, so its partner in that copy is a third
+/// keyspace, and the side its `prev` names is no partner of it (taken for one, a live side
+/// whose copy elsewhere was killed passed for the stale copy of that side).
 fn partners(a: &Record, b: &Record) -> Option<(Record, Record)> {
     if a.role == Role::Origin || b.role == Role::Origin {
         return None;
@@ -167,10 +170,15 @@ fn partners(a: &Record, b: &Record) -> Option<(Record, Record)> {
         phase: Phase::Copying,
         ..behind.clone()
     };
-    if a.phase == Phase::Copying && a.prev == Some(b.copy) {
+    let ahead_of = |ahead: &Record, behind: &Record| {
+        ahead.role == Role::Target
+            && ahead.phase == Phase::Copying
+            && ahead.prev == Some(behind.copy)
+    };
+    if ahead_of(a, b) {
         return Some((a.clone(), caught_up(a, b)));
     }
-    if b.phase == Phase::Copying && b.prev == Some(a.copy) {
+    if ahead_of(b, a) {
         return Some((caught_up(b, a), b.clone()));
     }
     None
@@ -375,6 +383,10 @@ mod tests {
         inexact.exact = false;
         let mut ahead = rec(K2, Target, Copying);
         ahead.prev = Some(K1);
+        // A live side's copy into a third keyspace, killed: its record moved on to that copy.
+        let mut copying_elsewhere = started(rec(K2, Source, Copying), K1);
+        copying_elsewhere.prev = Some(K1);
+        let exact_copy = rec(K1, Target, Complete);
         let table: Vec<(&str, View, View, Result<CopyId, Unsafe>)> = vec![
             ("first migration", legacy(None), cluster(None), Ok(CopyId::New)),
             ("into a cluster keyspace no copy made", legacy(None), marked.clone(), Err(Unsafe::TargetMayBeLive)),
@@ -409,6 +421,8 @@ mod tests {
             ("rollback --delete-source after the legacy bots ran (sequence 2)", cluster(Some(started(rec(K2, Source, Complete), K1))), legacy(Some(started(rec(K2, Target, Complete), K2))), Err(Unsafe::TargetLive)),
             ("rerun of a killed rollback", cluster(Some(started(rec(K2, Source, Copying), K1))), legacy(Some(rec(K2, Target, Copying))), Ok(CopyId::Resume(K2))),
             ("copy-only rollback copy, then migrate back", legacy(Some(inexact)), cluster(Some(rec(K1, Source, Complete))), Err(Unsafe::SourceIsCopy)),
+            ("migrate again into a live cluster side whose rollback elsewhere was killed", legacy(Some(rec(K1, Source, Complete))), cluster(Some(copying_elsewhere.clone())), Err(Unsafe::SourceMayBeStale)),
+            ("rollback into a live legacy side whose migration elsewhere was killed", cluster(Some(exact_copy)), legacy(Some(copying_elsewhere)), Err(Unsafe::SourceIsCopy)),
         ];
         for (what, from, to, expected) in table {
             assert_eq!(copy(&from, &to), expected, "{what}");

@@ -11,7 +11,7 @@ use botmesh_redis_core::migrate::{
 };
 use botmesh_redis_core::{Error, Keyspace, Layout};
 use botmesh_redis_tests::conformance::Runtime;
-use botmesh_redis_tests::keyspace::Node;
+use botmesh_redis_tests::keyspace::{Budget, Cmd, Cut, Node};
 use botmesh_redis_tests::lifecycle::{assert_holds, write, Data, Op, Side};
 use botmesh_redis_tests::{both_drivers, unique_prefix};
 
@@ -301,8 +301,74 @@ async fn a_mirror_rollback_removes_what_the_cluster_deleted<R: Runtime>() {
     }
 }
 
+/// The phase and role a side's lifecycle record says, read off the server.
+fn phase_and_role(side: &Side) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+    let record = Keyspace::new(side.layout, side.prefix.as_str())
+        .unwrap()
+        .lifecycle();
+    let field = |name: &str| {
+        side.node
+            .call(&Cmd::new("HGET", record.as_bytes()).arg(name))
+            .as_bytes()
+            .map(<[u8]>::to_vec)
+    };
+    (field("phase"), field("role"))
+}
+
+/// Sequence 3: migrate into the cluster, the bots run there and delete, a rollback into a third
+/// keyspace is killed once it began on both sides, and days later the operator runs the first
+/// migration's command again (from the shell's history). Refused: the cluster side is where the
+/// bots' data is, and the legacy side the stale copy of it; nothing is written on either side.
+async fn a_migration_again_after_a_killed_rollback_elsewhere_is_refused<R: Runtime>() {
+    let (legacy, cluster) = forward_sides("into the cluster");
+    let back = Side {
+        node: Node::other_single(),
+        layout: Layout::Legacy,
+        prefix: unique_prefix("lc-seq-third"),
+    };
+    let mut model = Data::default();
+    let bots = legacy.start::<R>().await.unwrap();
+    write(&bots, &mut model, &first_writes()).await;
+    let (single, on_cluster, other) = (
+        legacy.client::<R>().await,
+        cluster.client::<R>().await,
+        back.client::<R>().await,
+    );
+    let forward = MigrateOptions::new(legacy.prefix.as_str());
+    migrate_to_cluster_layout(&single, &on_cluster, &forward, &mut |_| {})
+        .await
+        .unwrap();
+    let bots = cluster.start::<R>().await.unwrap();
+    write(&bots, &mut model, &deletes_and_changes()).await;
+
+    // The rollback is cut at its first batches until the cluster side's record says it is the
+    // source of a copy under way (a rerun resumes the same copy).
+    let mut rollback = RollbackOptions::new(cluster.prefix.as_str());
+    rollback.target_prefix = Some(back.prefix.clone());
+    let began = (Some(b"copying".to_vec()), Some(b"source".to_vec()));
+    for limit in 1.. {
+        let budget = Budget::new(limit, Cut::BeforeSend);
+        let (from, to) = (budget.wrap(on_cluster.clone()), budget.wrap(other.clone()));
+        match rollback_to_legacy_layout(&from, &to, &rollback, &mut |_| {}).await {
+            Err(Error::NotSent { .. }) if phase_and_role(&cluster) == began => break,
+            Err(Error::NotSent { .. }) => {}
+            other => panic!("the rollback, cut at batch {limit}: {other:?}"),
+        }
+    }
+
+    let (legacy_before, cluster_before) = (legacy.raw(), cluster.raw());
+    refused_as(
+        migrate_to_cluster_layout(&single, &on_cluster, &forward, &mut |_| {}).await,
+        Unsafe::SourceMayBeStale,
+    );
+    assert!(legacy.raw() == legacy_before, "the legacy side changed");
+    assert!(cluster.raw() == cluster_before, "the cluster side changed");
+    assert_holds::<R>("after the refusal", &cluster, &model).await;
+}
+
 both_drivers!(
     a_delete_source_after_the_bots_ran_brings_nothing_back,
     a_cleanup_after_a_rollback_keeps_what_the_legacy_bots_wrote,
-    a_mirror_rollback_removes_what_the_cluster_deleted
+    a_mirror_rollback_removes_what_the_cluster_deleted,
+    a_migration_again_after_a_killed_rollback_elsewhere_is_refused
 );
