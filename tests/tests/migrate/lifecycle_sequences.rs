@@ -10,7 +10,7 @@ use botmesh_redis_core::migrate::{
     MigrateOptions, MigrationReport, Refusal, RollbackOptions,
 };
 use botmesh_redis_core::{Error, Keyspace, Layout};
-use botmesh_redis_tests::conformance::Runtime;
+use botmesh_redis_tests::conformance::{Client, Runtime};
 use botmesh_redis_tests::keyspace::{Budget, Cmd, Cut, Node};
 use botmesh_redis_tests::lifecycle::{assert_holds, write, Data, Op, Side};
 use botmesh_redis_tests::{both_drivers, unique_prefix};
@@ -151,17 +151,26 @@ async fn a_delete_source_after_the_bots_ran_brings_nothing_back<R: Runtime>() {
     }
 }
 
-/// Sequence 2: migrate into the cluster, the bots run there, roll back into another node
-/// (mirror, keeping the cluster copy), the legacy bots run there for days, then the operator
-/// deletes the cluster-layout keys as the old docs advised ("roll back with delete_source"):
-/// refused, as is the copy-only variant; the cleanup step deletes the cluster side and keeps
-/// every write of the legacy bots.
-async fn a_cleanup_after_a_rollback_keeps_what_the_legacy_bots_wrote<R: Runtime>() {
+/// Where sequences 2 and 3 start: the legacy bots wrote, a migration copied their keyspace into
+/// the cluster, and the bots ran there, deleting and changing; a third keyspace on another node
+/// is ready for a rollback.
+struct Migrated<R: Runtime> {
+    legacy: Side,
+    cluster: Side,
+    back: Side,
+    model: Data,
+    single: Client<R>,
+    on_cluster: Client<R>,
+    other: Client<R>,
+    forward: MigrateOptions,
+}
+
+async fn migrated_and_used<R: Runtime>(back_prefix: &str) -> Migrated<R> {
     let (legacy, cluster) = forward_sides("into the cluster");
     let back = Side {
         node: Node::other_single(),
         layout: Layout::Legacy,
-        prefix: unique_prefix("lc-seq-back"),
+        prefix: unique_prefix(back_prefix),
     };
     let mut model = Data::default();
     let bots = legacy.start::<R>().await.unwrap();
@@ -177,6 +186,32 @@ async fn a_cleanup_after_a_rollback_keeps_what_the_legacy_bots_wrote<R: Runtime>
         .unwrap();
     let bots = cluster.start::<R>().await.unwrap();
     write(&bots, &mut model, &deletes_and_changes()).await;
+    Migrated {
+        legacy,
+        cluster,
+        back,
+        model,
+        single,
+        on_cluster,
+        other,
+        forward,
+    }
+}
+
+/// Sequence 2: migrate into the cluster, the bots run there, roll back into another node
+/// (mirror, keeping the cluster copy), the legacy bots run there for days, then the operator
+/// deletes the cluster-layout keys as the old docs advised ("roll back with delete_source"):
+/// refused, as is the copy-only variant; the cleanup step deletes the cluster side and keeps
+/// every write of the legacy bots.
+async fn a_cleanup_after_a_rollback_keeps_what_the_legacy_bots_wrote<R: Runtime>() {
+    let Migrated {
+        cluster,
+        back,
+        mut model,
+        on_cluster,
+        other,
+        ..
+    } = migrated_and_used::<R>("lc-seq-back").await;
 
     let mut rollback = RollbackOptions::new(cluster.prefix.as_str());
     rollback.target_prefix = Some(back.prefix.clone());
@@ -320,26 +355,16 @@ fn phase_and_role(side: &Side) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
 /// migration's command again (from the shell's history). Refused: the cluster side is where the
 /// bots' data is, and the legacy side the stale copy of it; nothing is written on either side.
 async fn a_migration_again_after_a_killed_rollback_elsewhere_is_refused<R: Runtime>() {
-    let (legacy, cluster) = forward_sides("into the cluster");
-    let back = Side {
-        node: Node::other_single(),
-        layout: Layout::Legacy,
-        prefix: unique_prefix("lc-seq-third"),
-    };
-    let mut model = Data::default();
-    let bots = legacy.start::<R>().await.unwrap();
-    write(&bots, &mut model, &first_writes()).await;
-    let (single, on_cluster, other) = (
-        legacy.client::<R>().await,
-        cluster.client::<R>().await,
-        back.client::<R>().await,
-    );
-    let forward = MigrateOptions::new(legacy.prefix.as_str());
-    migrate_to_cluster_layout(&single, &on_cluster, &forward, &mut |_| {})
-        .await
-        .unwrap();
-    let bots = cluster.start::<R>().await.unwrap();
-    write(&bots, &mut model, &deletes_and_changes()).await;
+    let Migrated {
+        legacy,
+        cluster,
+        back,
+        model,
+        single,
+        on_cluster,
+        other,
+        forward,
+    } = migrated_and_used::<R>("lc-seq-third").await;
 
     // The rollback is cut at its first batches until the cluster side's record says it is the
     // source of a copy under way (a rerun resumes the same copy).
