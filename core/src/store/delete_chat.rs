@@ -32,6 +32,8 @@
 //!                                   Done(DeletedChat)
 //! ```
 
+use bytes::Bytes;
+
 use crate::error::Error;
 use crate::keys::{Keyspace, RecordKind};
 use crate::plan::{misuse, Plan, Reply, Step};
@@ -81,7 +83,7 @@ enum State {
     Beginning,
     /// Waiting for a chunk call made with these ids.
     Chunk {
-        ids: Vec<String>,
+        ids: Vec<Bytes>,
     },
     /// Waiting for the record deletion.
     Record,
@@ -111,8 +113,10 @@ impl DeleteChat {
         Ok(Step::Send(request.into()))
     }
 
-    /// Deletes the chunk `ids`, or the record when there are none left.
-    fn next(&mut self, ids: Vec<String>) -> Result<Step<DeletedChat>, Error> {
+    /// Deletes the chunk `ids`, or the record when there are none left. The ids are the log's
+    /// bytes as they are: a log another program wrote (and a migration copied) may hold ids
+    /// that are not UTF-8, whose items must go as well.
+    fn next(&mut self, ids: Vec<Bytes>) -> Result<Step<DeletedChat>, Error> {
         if ids.is_empty() {
             let request = super::records::delete_request(&self.ks, RecordKind::Chat, &self.chat)?;
             self.state = State::Record;
@@ -122,9 +126,12 @@ impl DeleteChat {
             self.ks.message_drain(&self.chat),
             self.ks.message_log(&self.chat),
         ];
-        keys.extend(ids.iter().map(|id| self.ks.message_item(&self.chat, id)));
+        keys.extend(
+            ids.iter()
+                .map(|id| self.ks.message_item_raw(&self.chat, id)),
+        );
         let mut args = vec![self.chunk.into_arg()];
-        args.extend(ids.iter().map(|id| id.as_str().into_arg()));
+        args.extend(ids.iter().cloned());
         let request = Request::script_in(&self.ks, &DELETE_CHAT_CHUNK, Access::Write, keys, args)?;
         self.state = State::Chunk { ids };
         Ok(Step::Send(request.into()))
@@ -164,11 +171,8 @@ impl DeleteChat {
     }
 }
 
-fn ids(v: Value) -> Result<Vec<String>, Error> {
-    v.into_array()?
-        .into_iter()
-        .map(Value::into_string)
-        .collect()
+fn ids(v: Value) -> Result<Vec<Bytes>, Error> {
+    v.into_array()?.into_iter().map(Value::into_bytes).collect()
 }
 
 impl Plan for DeleteChat {

@@ -5,6 +5,8 @@
 use std::fmt::Debug;
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use botmesh_redis_core::driver::plan::scripted;
 use botmesh_redis_core::driver::store::{
     conv, cursor, delete_chat, guard, messages, records, user,
@@ -187,6 +189,31 @@ fn delete_chat_of_an_empty_chat() {
             _ => Ok(Value::Int(0)),
         });
         snap("delete_chat_empty", layout, out);
+    }
+}
+
+/// A log another program wrote (and a migration copied as it was) may hold an id that is not
+/// UTF-8: its item goes with it, under the name built from the id's bytes. Decoded as text, the
+/// id failed the chunk after the log had moved to the drain, on every call: the chat's
+/// history stayed in Redis, invisible, for good.
+#[test]
+fn delete_chat_deletes_an_id_that_is_not_utf8() {
+    let raw = Bytes::from_static(b"m\xff");
+    for (_, ks) in both() {
+        let mut chunks = Vec::new();
+        let run = scripted::run(delete_chat::delete_chat(&ks, "c"), 10, |req| {
+            match req.name().as_str() {
+                "delete_chat_begin" => Ok(arr(vec![Value::Bulk(raw.clone())])),
+                "delete_chat_chunk" => {
+                    chunks.push(req.keys()[2].clone());
+                    Ok(arr(vec![Value::Int(1), arr(vec![])]))
+                }
+                _ => Ok(Value::Int(1)),
+            }
+        });
+        let done = run.output.expect("the chat is deleted");
+        assert_eq!((done.messages, done.chunks, done.record), (1, 1, true));
+        assert_eq!(chunks, vec![ks.message_item_raw("c", &raw)]);
     }
 }
 

@@ -4,12 +4,14 @@
 //!   one old id again): exactly the messages saved after the delete began survive, item and log
 //!   entry, and no item is left without its entry;
 //! - a delete that stops between two steps (a crash) leaves every item with its log entry, the
-//!   chat record in place, and a second call finishes the job.
+//!   chat record in place, and a second call finishes the job;
+//! - a log that another program wrote, holding an id that is not UTF-8, is deleted whole, that
+//!   id's item with it.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use botmesh_redis_core::{Error, Executor};
+use botmesh_redis_core::{Access, Error, Executor, Request};
 use botmesh_redis_core::{Limit, Store, StoreOptions};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::{driver_name, Client, Runtime};
@@ -195,8 +197,48 @@ async fn interrupted_delete_finishes_on_the_second_call<R: Runtime>(setup: Setup
     assert_eq!((again.messages, again.record), (0, false));
 }
 
+/// Writes, as another program would (a migration copies such a log as it is), a message whose
+/// id is not UTF-8 beside an ordinary one, then deletes the chat.
+async fn an_id_that_is_not_utf8_goes_with_its_item<R: Runtime>(setup: Setup) {
+    let store = setup.store::<R>("st-del-raw").await;
+    let chat = "raw:{1}";
+    let raw: &[u8] = b"m\xff";
+    let ks = store.keyspace();
+    store
+        .save_message(chat, "m1", 1, "one".into())
+        .await
+        .unwrap();
+    let write = |request: Request| async { store.executor().call(request).await.unwrap() };
+    write(
+        Request::cmd(Access::Write, "ZADD")
+            .key(ks.message_log(chat))
+            .arg(2_i64)
+            .arg(raw)
+            .build()
+            .unwrap(),
+    )
+    .await;
+    let item = ks.message_item_raw(chat, raw);
+    write(
+        Request::cmd(Access::Write, "SET")
+            .key(item.clone())
+            .arg(&b"two"[..])
+            .build()
+            .unwrap(),
+    )
+    .await;
+    store.upsert_chat(chat, "record".into()).await.unwrap();
+
+    let deleted = store.delete_chat(chat).await.unwrap();
+    assert_eq!((deleted.messages, deleted.record), (2, true), "{deleted:?}");
+    assert!(!exists(store.executor(), &item).await);
+    assert!(assert_no_dangling(setup, &store, chat).await.is_empty());
+    assert!(item_keys(setup, ks, chat).is_empty());
+}
+
 async fn run_all<R: Runtime>(setup: Setup) {
     delete_with_concurrent_saves::<R>(setup).await;
+    an_id_that_is_not_utf8_goes_with_its_item::<R>(setup).await;
     for steps in [1, 2] {
         interrupted_delete_finishes_on_the_second_call::<R>(setup, steps).await;
     }
