@@ -249,7 +249,7 @@ pub enum Error {
         tried: Vec<SeedAnswer>,
     },
     /// A client of a Redis Sentinel deployment knows no master: no sentinel it asked named
-    /// one for `master` (`SENTINEL get-master-addr-by-name`) before the attempts ran out (see
+    /// one for `master` (`SENTINEL MASTER`) before the attempts ran out (see
     /// [`ClientOptions::cluster_retry`](crate::ClientOptions::cluster_retry)). `tried` says
     /// what each sentinel answered: a refused or timed-out connection, an error reply, no
     /// master of that name. Nothing was sent; the client keeps asking with backoff, so a

@@ -42,7 +42,7 @@ pub(super) enum Pending {
     /// `SUBSCRIBE +switch-master`, after the handshake of a sentinel's subscriber connection.
     Subscribe,
     Topology(u64),
-    /// `SENTINEL get-master-addr-by-name` of a round.
+    /// `SENTINEL MASTER` of a round.
     Sentinel(u64),
 }
 
@@ -103,8 +103,8 @@ pub(super) enum Loss {
     Lost(String),
 }
 
-/// Encodes a refresh round's question (`CLUSTER SLOTS`, or `SENTINEL get-master-addr-by-name`
-/// of a Sentinel deployment) and returns what awaits its answer; `None` when its round is no
+/// Encodes a refresh round's question (`CLUSTER SLOTS`, or `SENTINEL MASTER` of a Sentinel
+/// deployment) and returns what awaits its answer; `None` when its round is no
 /// longer `running_round` (the round ended while it waited and needs no answer).
 fn encode_question(
     question: Queued,
@@ -122,7 +122,7 @@ fn encode_question(
         (Queued::Sentinel(_), Endpoints::Sentinel(s)) => {
             let ask = vec![
                 Bytes::from_static(b"SENTINEL"),
-                Bytes::from_static(b"get-master-addr-by-name"),
+                Bytes::from_static(b"MASTER"),
                 Bytes::from(s.master_name.clone()),
             ];
             encode_args(ask, buf);
@@ -336,6 +336,11 @@ impl<W: Waiters> Session<W> {
         self.outputs.push_back(Output::Close { conn });
         self.nodes.unbind_conn(c.node, conn);
         self.sentinels.forget_conn(conn);
+        if c.subscriber {
+            let answered = c.state == ConnState::Ready;
+            let interval = self.config.refresh_interval;
+            self.sentinels.subscriber_lost(now, answered, interval);
+        }
         self.dirty.remove(&conn);
         if c.check_at.is_some() {
             self.timers.disarm(Timer::Conn(conn));
@@ -403,8 +408,12 @@ impl<W: Waiters> Session<W> {
                 }
             }
         }
-        // A node that went away may have been failed over: the map is suspect.
-        self.refresh_soon(now);
+        // A node that went away may have been failed over: the map is suspect. Not so a
+        // sentinel's subscription, which names no master: asked again at its loss, a sentinel
+        // that refuses `SUBSCRIBE` had a question and a new subscription ten times a second.
+        if !c.subscriber {
+            self.refresh_soon(now);
+        }
     }
 
     pub(super) fn check_conn(&mut self, now: Instant, conn: ConnId) {

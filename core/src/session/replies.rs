@@ -53,6 +53,12 @@ impl<W: Waiters> Session<W> {
             Pending::Subscribe => match frame {
                 Ok(_) => self.become_ready(conn),
                 Err(e) => {
+                    tracing::warn!(
+                        sentinel = %self.nodes[node],
+                        error = %e,
+                        "SUBSCRIBE +switch-master was refused; failovers are followed by asking \
+                         the sentinels, and the subscription tried again later"
+                    );
                     let reason = format!("SUBSCRIBE {SWITCH_MASTER} was refused: {e}");
                     self.drop_conn(now, conn, Loss::Refused(reason));
                 }
@@ -213,7 +219,11 @@ impl<W: Waiters> Session<W> {
             }
             Decision::Backoff { refresh } => {
                 if refresh {
-                    self.master_in_doubt(node);
+                    // Only a node that says it is a replica puts the master in use in doubt: a
+                    // `LOADING` master restarted, it was not replaced.
+                    if matches!(error.code(), "READONLY" | "MASTERDOWN") {
+                        self.master_in_doubt(node);
+                    }
                     self.refresh_soon(now);
                 }
                 self.retry_later(now, r, Error::Server(error));

@@ -5,12 +5,13 @@
 //!            round (start, READONLY, lost connection, +switch-master, every refresh_interval)
 //!                │
 //!                ▼
-//!   SENTINEL get-master-addr-by-name <name> ──► one sentinel, the next in turn
-//!                │ host port                          │ refused, nil, error
-//!                ▼                                    ▼
+//!   SENTINEL MASTER <name> ──► one sentinel, the next in turn
+//!                │ ip, port, config-epoch              │ refused, no such master, error
+//!                ▼                                     ▼
 //!   same master: nothing            round failed: back off, next sentinel next round;
-//!   another: switch ─────────┐      requests waiting for a first master count an attempt
-//!                            ▼      and end as SentinelDiscovery when they run out
+//!   another, older epoch: stale     requests waiting for a first master count an attempt
+//!   another: switch ─────────┐      and end as SentinelDiscovery when they run out
+//!                            ▼
 //!   old master's connection closed (its sent writes end as ReplyLost, never as success)
 //!   waiting requests go to the new master, whose connection opens with AUTH + ROLE:
 //!   ROLE says master ──► ready;   anything else ──► refused, retried, sentinels asked again
@@ -18,6 +19,12 @@
 //!
 //! A separate connection to a sentinel that answered is subscribed to `+switch-master`, so a
 //! failover the sentinels complete is followed at once rather than at the next question.
+//!
+//! Each answer's `config-epoch` orders the sentinels' configurations: a failover is voted at a
+//! higher epoch than the configuration it replaces. An answer naming another master at a lower
+//! epoch than the master in use comes from a sentinel that has not heard of the failover yet,
+//! or is cut off from the others, while the master it names may still take writes (it stays a
+//! master until the sentinels convert it, and then discards them): it is not followed.
 
 use std::time::{Duration, Instant};
 
@@ -37,16 +44,11 @@ use super::{after, Output, Session, Waiters};
 /// The channel on which sentinels announce a completed failover.
 pub(super) const SWITCH_MASTER: &str = "+switch-master";
 
-/// How long after a `+switch-master` an answer naming the master it replaced is taken for a
-/// sentinel that has not heard of the failover yet. The replaced master stays a master until
-/// the sentinels convert it, so a client that went back to it would have its writes
-/// acknowledged and then lost (likely the 99 lost in one CI run of the chaos suite; the
-/// session test `a_lagging_sentinel_does_not_take_the_client_back_to_the_replaced_master`
-/// shows the path). Sentinels learn a failover from the leader's hello messages, sent every
-/// 2 s; the window is several of them. Should the sentinels really fail back within it and
-/// the message be missed, the master in use says so (`READONLY`, or `ROLE` on a new
-/// connection) and the window ends ([`Session::master_in_doubt`]).
-const STALE_AFTER_SWITCH: Duration = Duration::from_secs(10);
+/// The longest pause between two subscriptions to `+switch-master` that failed one after the
+/// other, in refresh intervals: a sentinel that refuses `SUBSCRIBE` (an ACL without the
+/// channel, `maxclients`) is asked again at most this seldom, and failovers are followed by
+/// the questions meanwhile.
+const MOST_SUBSCRIBE_INTERVALS: u32 = 64;
 
 /// What the session knows of a Sentinel deployment.
 #[derive(Debug, Default)]
@@ -59,9 +61,22 @@ pub(super) struct Sentinels {
     turn: usize,
     /// The connection subscribed to `+switch-master`, while there is one.
     pub(super) subscriber: Option<ConnId>,
-    /// The master the last `+switch-master` replaced, and when: answers naming it are stale
-    /// until [`STALE_AFTER_SWITCH`] has passed.
-    replaced: Option<(NodeId, Instant)>,
+    /// Subscriptions that failed one after the other (refused, or lost before `SUBSCRIBE` was
+    /// answered), and when the next may open: a refused subscription opened again at each
+    /// answer made a connection and a question ten times a second, for good.
+    subscribe_failures: u32,
+    subscribe_after: Option<Instant>,
+    /// The configuration epoch the master in use was named in (`config-epoch` of `SENTINEL
+    /// MASTER`), or a floor under it after a `+switch-master` (the failover it announces has a
+    /// higher epoch than the configuration it replaced). An answer naming another master in
+    /// an older configuration is a sentinel that has not heard of a failover yet (it learns
+    /// one from the others' hello messages, every 2 s) or one cut off from the others: the
+    /// master it names may still take writes, and lose them when the sentinels convert it.
+    epoch: Option<u64>,
+    /// The master in use said it is no longer the master (`READONLY`, a `ROLE` of replica):
+    /// the next answer naming another is followed whatever its epoch, since the sentinels may
+    /// have been reset (a new `SENTINEL MONITOR` starts at epoch 0).
+    in_doubt: bool,
 }
 
 impl Sentinels {
@@ -85,6 +100,27 @@ impl Sentinels {
         if self.subscriber == Some(conn) {
             self.subscriber = None;
         }
+    }
+
+    /// The subscriber connection is gone, `answered` when its `SUBSCRIBE` had been answered (a
+    /// sentinel restarted: subscribe again at the next answer) or not (refused: wait a refresh
+    /// interval, twice as long after each failure in a row, up to
+    /// [`MOST_SUBSCRIBE_INTERVALS`]).
+    pub(super) fn subscriber_lost(&mut self, now: Instant, answered: bool, interval: Duration) {
+        if answered {
+            self.subscribe_failures = 0;
+            self.subscribe_after = None;
+            return;
+        }
+        self.subscribe_failures = self.subscribe_failures.saturating_add(1);
+        let doublings = (self.subscribe_failures - 1).min(MOST_SUBSCRIBE_INTERVALS.ilog2());
+        self.subscribe_after = after(now, interval.saturating_mul(1 << doublings));
+    }
+
+    /// Whether a subscriber may be opened now: none is open, and the pause after a failed one
+    /// has passed.
+    fn may_subscribe(&self, now: Instant) -> bool {
+        self.subscriber.is_none() && self.subscribe_after.is_none_or(|at| now >= at)
     }
 
     /// Whether `node` is one of the sentinels.
@@ -113,34 +149,55 @@ impl Sentinels {
     }
 }
 
-/// The address in a reply to `SENTINEL get-master-addr-by-name`: `[host, port]`, or nil when
-/// the sentinel monitors no master of that name.
-pub(super) fn parse_master_addr(frame: Frame, master: &str) -> Result<NodeAddr, Error> {
+/// What a sentinel's answer to `SENTINEL MASTER <name>` names: the master, and the
+/// configuration epoch of the failover that made it master (`None` from a sentinel that does
+/// not say).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Named {
+    pub(super) addr: NodeAddr,
+    pub(super) epoch: Option<u64>,
+}
+
+/// Reads a reply to `SENTINEL MASTER <name>`: a flat list of field names and values, of which
+/// `ip`, `port` and `config-epoch` are read; an error that says the sentinel monitors no master
+/// of that name reads as such.
+pub(super) fn parse_master(frame: Frame, master: &str) -> Result<Named, Error> {
     let unexpected = |detail: String| Error::UnexpectedReply { detail };
-    match frame {
-        Err(e) => Err(Error::Server(e)),
-        Ok(Value::Nil) => Err(unexpected(format!(
-            "the sentinel monitors no master named {master:?}"
-        ))),
-        Ok(Value::Array(items)) => match items.as_slice() {
-            [Value::Bulk(host), Value::Bulk(port)] => {
-                let host = std::str::from_utf8(host).ok().filter(|h| !h.is_empty());
-                let port = std::str::from_utf8(port).ok().and_then(|p| p.parse().ok());
-                match (host, port) {
-                    (Some(host), Some(port)) => Ok(NodeAddr::new(host, port)),
-                    _ => Err(unexpected(format!(
-                        "SENTINEL get-master-addr-by-name answered {items:?}, not a host and port"
-                    ))),
-                }
+    let items = match frame {
+        Err(e) if e.text().contains("No such master") => {
+            return Err(unexpected(format!(
+                "the sentinel monitors no master named {master:?}"
+            )));
+        }
+        Err(e) => return Err(Error::Server(e)),
+        Ok(Value::Array(items)) => items,
+        Ok(other) => {
+            return Err(unexpected(format!(
+                "SENTINEL MASTER answered {other:?}, not a list of fields"
+            )))
+        }
+    };
+    let field = |name: &str| {
+        items.chunks_exact(2).find_map(|pair| match pair {
+            [Value::Bulk(key), Value::Bulk(value)] if &key[..] == name.as_bytes() => {
+                std::str::from_utf8(value).ok()
             }
-            _ => Err(unexpected(format!(
-                "SENTINEL get-master-addr-by-name answered {items:?}, not a host and port"
-            ))),
-        },
-        Ok(other) => Err(unexpected(format!(
-            "SENTINEL get-master-addr-by-name answered {other:?}, not a host and port"
-        ))),
-    }
+            _ => None,
+        })
+    };
+    let host = field("ip").filter(|h| !h.is_empty());
+    let port = field("port")
+        .and_then(|p| p.parse::<u16>().ok())
+        .filter(|&p| p != 0);
+    let (Some(host), Some(port)) = (host, port) else {
+        return Err(unexpected(format!(
+            "SENTINEL MASTER answered {items:?}, without a host and port"
+        )));
+    };
+    Ok(Named {
+        addr: NodeAddr::new(host, port),
+        epoch: field("config-epoch").and_then(|e| e.parse().ok()),
+    })
 }
 
 /// What a node's reply to `ROLE` says about using it as the master.
@@ -173,10 +230,10 @@ pub(super) fn check_role(frame: &Frame) -> RoleCheck {
     }
 }
 
-/// The new master in a `+switch-master` message for `master`
+/// The replaced and the new master in a `+switch-master` message for `master`
 /// (`message +switch-master "<name> <old host> <old port> <new host> <new port>"`); `None`
 /// for anything else (another master's failover, the subscription's confirmation).
-pub(super) fn parse_switch_master(value: &Value, master: &str) -> Option<NodeAddr> {
+pub(super) fn parse_switch_master(value: &Value, master: &str) -> Option<(NodeAddr, NodeAddr)> {
     let Value::Array(items) = value else {
         return None;
     };
@@ -189,9 +246,10 @@ pub(super) fn parse_switch_master(value: &Value, master: &str) -> Option<NodeAdd
     let payload = std::str::from_utf8(payload).ok()?;
     let words: Vec<&str> = payload.split_whitespace().collect();
     match words.as_slice() {
-        [name, _, _, host, port] if *name == master => {
-            Some(NodeAddr::new(*host, port.parse().ok()?))
-        }
+        [name, old_host, old_port, host, port] if *name == master => Some((
+            NodeAddr::new(*old_host, old_port.parse().ok()?),
+            NodeAddr::new(*host, port.parse().ok()?),
+        )),
         _ => None,
     }
 }
@@ -253,21 +311,23 @@ impl<W: Waiters> Session<W> {
             .sentinel_endpoints()
             .map(|s| s.master_name.clone())
             .unwrap_or_default();
-        let named = answer.and_then(|frame| parse_master_addr(frame, &master_name));
+        let named = answer.and_then(|frame| parse_master(frame, &master_name));
         match named {
-            Ok(addr) => {
-                if self.stale(now, &addr) {
+            Ok(named) => {
+                if self.stale(&named) {
                     tracing::warn!(
                         sentinel = %self.nodes[sentinel],
-                        named = %addr,
-                        "a sentinel still names the master +switch-master replaced; kept the new one"
+                        named = %named.addr,
+                        epoch = named.epoch,
+                        known = self.sentinels.epoch,
+                        "a sentinel names a master of an older configuration; kept the master in use"
                     );
                 } else {
                     self.tally.count(super::Event::RefreshSucceeded);
                     self.refresh.failures = 0;
                     self.refresh.not_before = None;
-                    self.follow_master(now, addr);
-                    if self.sentinels.subscriber.is_none() {
+                    self.follow_named(now, named);
+                    if self.sentinels.may_subscribe(now) {
                         self.subscribe_switch_master(now, sentinel);
                     }
                 }
@@ -296,6 +356,19 @@ impl<W: Waiters> Session<W> {
                 .map(|s| s.master_name.clone())
                 .unwrap_or_default(),
             tried: self.refresh.answers.clone(),
+        }
+    }
+
+    /// A sentinel's answer, not stale: the master it names is followed, and its epoch kept
+    /// (the higher of the two when it names the master in use).
+    fn follow_named(&mut self, now: Instant, named: Named) {
+        let before = self.sentinels.master;
+        self.follow_master(now, named.addr);
+        if before == self.sentinels.master {
+            self.sentinels.epoch = self.sentinels.epoch.max(named.epoch);
+        } else {
+            self.sentinels.epoch = named.epoch;
+            self.sentinels.in_doubt = false;
         }
     }
 
@@ -369,39 +442,53 @@ impl<W: Waiters> Session<W> {
         }
     }
 
-    /// A message pushed on the `+switch-master` subscription.
+    /// A message pushed on the `+switch-master` subscription. One that replaces the master in
+    /// use is followed at once, with an epoch above the replaced configuration's. Any other
+    /// (about a master this client already left, or one it never used: a failover it missed)
+    /// makes it ask the sentinels, whose epochs decide: a sentinel that heard late could
+    /// otherwise take the client back to a master it had moved past.
     pub(super) fn on_sentinel_message(&mut self, now: Instant, value: &Value) {
         let Some(s) = self.sentinel_endpoints() else {
             return;
         };
-        if let Some(addr) = parse_switch_master(value, &s.master_name) {
-            tracing::info!(master = %addr, "+switch-master");
-            let before = self.sentinels.master;
-            self.follow_master(now, addr);
-            // A message naming the master in use again changes nothing, the stale window
-            // included.
-            if let Some(old) = before.filter(|&old| Some(old) != self.sentinels.master) {
-                self.sentinels.replaced = Some((old, now));
-            }
+        let Some((old, new)) = parse_switch_master(value, &s.master_name) else {
+            return;
+        };
+        tracing::info!(replaced = %old, master = %new, "+switch-master");
+        let in_use = self.sentinels.master.map(|m| self.nodes[m].clone());
+        if in_use.as_ref() == Some(&new) {
+            return;
+        }
+        if in_use.as_ref() == Some(&old) {
+            self.follow_master(now, new);
+            self.sentinels.epoch = self.sentinels.epoch.map(|e| e.saturating_add(1));
+            self.sentinels.in_doubt = false;
+        } else {
+            self.refresh_soon(now);
         }
     }
 
-    /// `node` refused a request in a way that calls for the map again (`READONLY`), or its
-    /// `ROLE` says replica. When it is the sentinels' master in use, they may have failed back
-    /// to the master the last `+switch-master` replaced: answers naming it are believed again.
+    /// `node` refused a request in a way that says it is no longer the master (`READONLY`),
+    /// or its `ROLE` says replica. When it is the sentinels' master in use, they may have
+    /// failed over without this client hearing, or been reset to a lower epoch: the next
+    /// answer naming another master is followed whatever its epoch.
     pub(super) fn master_in_doubt(&mut self, node: NodeId) {
         if self.sentinels.master == Some(node) {
-            self.sentinels.replaced = None;
+            self.sentinels.in_doubt = true;
         }
     }
 
-    /// Whether `addr` is the master the last `+switch-master` replaced, named within
-    /// [`STALE_AFTER_SWITCH`] of it: the answer of a sentinel that has not heard yet.
-    fn stale(&self, now: Instant, addr: &NodeAddr) -> bool {
-        self.sentinels.replaced.is_some_and(|(old, at)| {
-            self.nodes[old] == *addr
-                && after(at, STALE_AFTER_SWITCH).is_none_or(|until| now < until)
-        })
+    /// Whether `named` is a sentinel's answer from an older configuration than the master in
+    /// use was named in: another master, at a lower epoch, while the master in use says
+    /// nothing against itself.
+    fn stale(&self, named: &Named) -> bool {
+        let Some(master) = self.sentinels.master else {
+            return false;
+        };
+        if self.sentinels.in_doubt || self.nodes[master] == named.addr {
+            return false;
+        }
+        matches!((named.epoch, self.sentinels.epoch), (Some(e), Some(known)) if e < known)
     }
 
     /// The words a sentinel connection's handshake adds after `AUTH`: `SUBSCRIBE` on the
@@ -428,13 +515,43 @@ mod tests {
         Value::Bulk(Bytes::copy_from_slice(s.as_bytes()))
     }
 
+    /// A `SENTINEL MASTER` reply's fields, as a sentinel sends them (a few of its 40).
+    fn master_reply(fields: &[(&str, &str)]) -> Frame {
+        let items = fields
+            .iter()
+            .flat_map(|(k, v)| [bulk(k), bulk(v)])
+            .collect();
+        Ok(Value::Array(items))
+    }
+
     #[test]
-    fn master_addresses_and_what_is_not_one() {
-        let addr = parse_master_addr(Ok(Value::Array(vec![bulk("10.0.0.2"), bulk("6380")])), "m");
-        assert_eq!(addr.unwrap(), NodeAddr::new("10.0.0.2", 6380));
+    fn master_answers_and_what_is_not_one() {
+        let named = parse_master(
+            master_reply(&[
+                ("name", "m"),
+                ("ip", "10.0.0.2"),
+                ("port", "6380"),
+                ("flags", "master"),
+                ("config-epoch", "7"),
+            ]),
+            "m",
+        );
+        assert_eq!(
+            named.unwrap(),
+            Named {
+                addr: NodeAddr::new("10.0.0.2", 6380),
+                epoch: Some(7)
+            }
+        );
+        let without_epoch = parse_master(master_reply(&[("ip", "h"), ("port", "1")]), "m");
+        assert_eq!(without_epoch.unwrap().epoch, None);
         type Row = (&'static str, Frame, &'static str);
         let rows: Vec<Row> = vec![
-            ("unknown name", Ok(Value::Nil), "no master named \"m\""),
+            (
+                "unknown name",
+                Err(ServerError::new("ERR No such master with that name")),
+                "no master named \"m\"",
+            ),
             (
                 "an error reply",
                 Err(ServerError::new("ERR unknown command")),
@@ -442,23 +559,34 @@ mod tests {
             ),
             (
                 "a bad port",
-                Ok(Value::Array(vec![bulk("h"), bulk("port")])),
-                "not a host and port",
+                master_reply(&[("ip", "h"), ("port", "port")]),
+                "without a host and port",
+            ),
+            (
+                "port 0",
+                master_reply(&[("ip", "h"), ("port", "0")]),
+                "without a host and port",
             ),
             (
                 "an empty host",
-                Ok(Value::Array(vec![bulk(""), bulk("1")])),
-                "not a host and port",
+                master_reply(&[("ip", ""), ("port", "1")]),
+                "without a host and port",
             ),
             (
-                "one item",
-                Ok(Value::Array(vec![bulk("h")])),
-                "not a host and port",
+                "no port",
+                master_reply(&[("ip", "h")]),
+                "without a host and port",
             ),
-            ("an integer", Ok(Value::Int(3)), "not a host and port"),
+            (
+                "an odd list",
+                Ok(Value::Array(vec![bulk("ip")])),
+                "without a host and port",
+            ),
+            ("nil", Ok(Value::Nil), "not a list of fields"),
+            ("an integer", Ok(Value::Int(3)), "not a list of fields"),
         ];
         for (what, frame, says) in rows {
-            let e = parse_master_addr(frame, "m").unwrap_err().to_string();
+            let e = parse_master(frame, "m").unwrap_err().to_string();
             assert!(e.contains(says), "{what}: {e}");
         }
     }
@@ -495,7 +623,10 @@ mod tests {
         let ours = message(SWITCH_MASTER, "m 127.0.0.1 7000 127.0.0.1 7001");
         assert_eq!(
             parse_switch_master(&ours, "m"),
-            Some(NodeAddr::new("127.0.0.1", 7001))
+            Some((
+                NodeAddr::new("127.0.0.1", 7000),
+                NodeAddr::new("127.0.0.1", 7001)
+            ))
         );
         assert_eq!(parse_switch_master(&ours, "other"), None);
         let confirmation =
@@ -511,6 +642,10 @@ mod tests {
         );
         assert_eq!(
             parse_switch_master(&message(SWITCH_MASTER, "m h 1"), "m"),
+            None
+        );
+        assert_eq!(
+            parse_switch_master(&message(SWITCH_MASTER, "m h x h 1"), "m"),
             None
         );
     }
@@ -529,5 +664,27 @@ mod tests {
         // Every one in backoff: the next in turn all the same.
         assert_eq!(s.next_to_ask(|_| true), Some(5));
         assert_eq!(Sentinels::default().next_to_ask(|_| false), None);
+    }
+
+    #[test]
+    fn a_refused_subscription_waits_longer_each_time_up_to_a_bound() {
+        let now = crate::testing::start();
+        let interval = Duration::from_secs(5);
+        let mut s = Sentinels::default();
+        assert!(s.may_subscribe(now));
+        let mut waits = Vec::new();
+        for _ in 0..9 {
+            s.subscriber_lost(now, false, interval);
+            waits.push(s.subscribe_after.unwrap() - now);
+        }
+        let secs: Vec<u64> = waits.iter().map(Duration::as_secs).collect();
+        assert_eq!(secs, [5, 10, 20, 40, 80, 160, 320, 320, 320]);
+        assert!(!s.may_subscribe(now + Duration::from_secs(319)));
+        assert!(s.may_subscribe(now + Duration::from_secs(320)));
+        // A subscription that had been answered (a sentinel restarted) is opened again at once.
+        s.subscriber_lost(now, true, interval);
+        assert!(s.may_subscribe(now));
+        s.subscriber_lost(now, false, interval);
+        assert_eq!(s.subscribe_after, Some(now + interval));
     }
 }

@@ -1,6 +1,7 @@
 //! A Redis Sentinel deployment, scripted: the session asks a sentinel for the master, checks
 //! it with `ROLE`, and follows a failover announced by `+switch-master`, shown by `READONLY`,
-//! or found when the master's connection is lost. Every command each node receives is logged,
+//! or found when the master's connection is lost; a sentinel naming a master of an older
+//! configuration (a lower `config-epoch`) is not followed. Every command each node receives is logged,
 //! so each test says exactly what went where.
 
 use std::collections::BTreeMap;
@@ -18,8 +19,11 @@ use bytes::{Bytes, BytesMut};
 /// What a scripted node is and does.
 #[derive(Clone, Debug, PartialEq)]
 enum Node {
-    /// A sentinel naming this master (nil: it monitors no master of that name).
-    Sentinel(Option<NodeAddr>),
+    /// A sentinel naming this master in the configuration of this epoch (none: it monitors no
+    /// master of that name).
+    Sentinel(Option<(NodeAddr, u64)>),
+    /// A sentinel whose ACL refuses `SUBSCRIBE`, naming this master.
+    Unsubscribable((NodeAddr, u64)),
     Master,
     /// A replica: `ROLE` says `slave`, writes are refused with `READONLY`.
     Replica,
@@ -39,6 +43,8 @@ struct Net {
     /// `host:port COMMAND args...`, in the order received.
     log: Vec<String>,
     tokens: u64,
+    /// The epoch of the sentinels' configuration: each failover (`sentinels_name`) raises it.
+    epoch: u64,
 }
 
 fn addr(name: &str) -> NodeAddr {
@@ -83,7 +89,7 @@ impl Net {
         configure(&mut config);
         let mut nodes: BTreeMap<_, _> = sentinels
             .into_iter()
-            .map(|s| (s, Node::Sentinel(Some(addr("a")))))
+            .map(|s| (s, Node::Sentinel(Some((addr("a"), 1)))))
             .collect();
         nodes.insert(addr("a"), Node::Master);
         nodes.insert(addr("b"), Node::Replica);
@@ -95,6 +101,7 @@ impl Net {
             subscribers: Vec::new(),
             log: Vec::new(),
             tokens: 0,
+            epoch: 1,
         }
     }
 
@@ -105,11 +112,26 @@ impl Net {
         Some(match (&kind, words.as_slice()) {
             (_, ["AUTH", ..]) => Ok(Value::Status(Bytes::from_static(b"OK"))),
             (_, ["PING"]) => Ok(Value::Status(Bytes::from_static(b"PONG"))),
-            (Node::Sentinel(named), ["SENTINEL", "get-master-addr-by-name", "m"]) => {
-                Ok(match named {
-                    Some(a) => Value::Array(vec![bulk(&a.host), bulk(&a.port.to_string())]),
-                    None => Value::Nil,
-                })
+            (
+                Node::Sentinel(Some((a, epoch))) | Node::Unsubscribable((a, epoch)),
+                ["SENTINEL", "MASTER", "m"],
+            ) => Ok(Value::Array(
+                [
+                    ("name", "m".to_owned()),
+                    ("ip", a.host.clone()),
+                    ("port", a.port.to_string()),
+                    ("flags", "master".to_owned()),
+                    ("config-epoch", epoch.to_string()),
+                ]
+                .iter()
+                .flat_map(|(k, v)| [bulk(k), bulk(v)])
+                .collect(),
+            )),
+            (Node::Sentinel(None), ["SENTINEL", "MASTER", "m"]) => {
+                err("ERR No such master with that name")
+            }
+            (Node::Unsubscribable(_), ["SUBSCRIBE", _]) => {
+                err("NOPERM User default has no permissions to access the '+switch-master' channel")
             }
             (Node::Sentinel(_), ["SUBSCRIBE", channel]) => {
                 self.subscribers.push(conn);
@@ -233,15 +255,18 @@ impl Net {
     fn questions(&self) -> usize {
         self.log
             .iter()
-            .filter(|l| l.contains("get-master-addr-by-name"))
+            .filter(|l| l.contains("SENTINEL MASTER"))
             .count()
     }
 
-    /// The sentinels now name `master`; the other data node is a replica.
+    /// The sentinels fail over to `master`, at the next epoch; the other data node is a
+    /// replica.
     fn sentinels_name(&mut self, master: &str) {
+        self.epoch += 1;
+        let named = (addr(master), self.epoch);
         for node in self.nodes.values_mut() {
-            if let Node::Sentinel(named) = node {
-                *named = Some(addr(master));
+            if let Node::Sentinel(conf) = node {
+                *conf = Some(named.clone());
             }
         }
         for host in ["a", "b"] {
@@ -299,7 +324,7 @@ fn discovery_asks_one_sentinel_checks_the_role_and_subscribes() {
         net.received("s1"),
         [
             "PING",
-            "SENTINEL get-master-addr-by-name m",
+            "SENTINEL MASTER m",
             "PING",
             "SUBSCRIBE +switch-master"
         ]
@@ -334,7 +359,7 @@ fn a_sentinel_down_is_passed_over() {
     let mut net = Net::new();
     net.nodes.insert(addr("s1"), Node::Down);
     assert_eq!(net.run_set("k"), OK);
-    assert_eq!(net.received("s2")[1], "SENTINEL get-master-addr-by-name m");
+    assert_eq!(net.received("s2")[1], "SENTINEL MASTER m");
     assert_eq!(net.received("a"), ["PING", "ROLE", "SET k v"]);
 }
 
@@ -344,7 +369,7 @@ fn a_sentinel_that_knows_no_such_master_is_passed_over() {
     net.nodes.insert(addr("s1"), Node::Sentinel(None));
     assert_eq!(net.run_set("k"), OK);
     assert_eq!(net.questions(), 2);
-    assert_eq!(net.received("s2")[1], "SENTINEL get-master-addr-by-name m");
+    assert_eq!(net.received("s2")[1], "SENTINEL MASTER m");
     // Each question is a topology round for the metrics: one failed, one named the master.
     let tally = net.session.tally();
     assert_eq!(
@@ -385,7 +410,7 @@ fn every_sentinel_down_is_a_clear_error_and_the_session_keeps_asking() {
     assert!(net.received("a").is_empty());
     // A sentinel back: the next call finds the master.
     net.nodes
-        .insert(addr("s2"), Node::Sentinel(Some(addr("a"))));
+        .insert(addr("s2"), Node::Sentinel(Some((addr("a"), 1))));
     assert_eq!(net.run_set("k"), OK);
     assert_eq!(net.received("a"), ["PING", "ROLE", "SET k v"]);
 }
@@ -524,13 +549,13 @@ fn a_lagging_sentinel_does_not_take_the_client_back_to_the_replaced_master() {
     // The leader announces b; the other two sentinels still name a, which stays a master
     // until the sentinels convert it (Sentinel's own window): a write there would be lost.
     net.nodes
-        .insert(addr("s1"), Node::Sentinel(Some(addr("b"))));
+        .insert(addr("s1"), Node::Sentinel(Some((addr("b"), 2))));
     net.nodes.insert(addr("b"), Node::Master);
     net.switch_master("a", "b");
     assert_eq!(net.run_set("k2"), OK);
-    // A round asks a lagging sentinel (the refresh interval passes): its answer is stale.
+    // Rounds ask the lagging sentinels (the refresh interval passes): their answers are stale.
     let asked = net.questions();
-    net.advance_until(|net| net.questions() > asked);
+    net.advance_until(|net| net.questions() > asked + 3);
     for key in ["k3", "k4"] {
         assert_eq!(net.run_set(key), OK);
     }
@@ -541,9 +566,62 @@ fn a_lagging_sentinel_does_not_take_the_client_back_to_the_replaced_master() {
     );
 }
 
+/// The failover is first heard from a question, not from the subscription: the leader names b,
+/// and the next round asks a sentinel that has not heard yet and names a, still a master. The
+/// client stays on b (it went back to a, whose writes the sentinels would discard, when only a
+/// `+switch-master` marked a as replaced). The subscriber's late message changes nothing.
+#[test]
+fn a_failover_heard_from_a_question_is_not_undone_by_a_sentinel_that_lags() {
+    let mut net = Net::with(|c| c.refresh_interval = Duration::from_millis(200));
+    assert_eq!(net.run_set("k1"), OK);
+    assert_eq!(
+        net.received("s1").last().unwrap(),
+        "SUBSCRIBE +switch-master"
+    );
+    // s2, the leader, switched to b; s1 and s3 lag; a still takes writes.
+    net.nodes.insert(addr("b"), Node::Master);
+    net.nodes
+        .insert(addr("s2"), Node::Sentinel(Some((addr("b"), 2))));
+    net.advance_until(|net| net.received("s2").contains(&"SENTINEL MASTER m".to_owned()));
+    assert_eq!(net.session.slot_owner(0), Some(&addr("b")));
+    // s3 and s1 are asked next, both naming a at epoch 1, for several rounds.
+    let asked = net.questions();
+    net.advance_until(|net| net.questions() >= asked + 4);
+    assert_eq!(net.session.slot_owner(0), Some(&addr("b")));
+    assert_eq!(net.run_set("k2"), OK);
+    net.switch_master("a", "b");
+    assert_eq!(net.run_set("k3"), OK);
+    assert_eq!(net.received("a"), ["PING", "ROLE", "SET k1 v"]);
+    assert_eq!(net.received("b"), ["PING", "ROLE", "SET k2 v", "SET k3 v"]);
+}
+
+/// A failover this client missed, then one it hears of: the message names a master replaced
+/// before the one in use, so the client asks, and the answer's epoch decides.
+#[test]
+fn a_switch_message_about_another_master_makes_the_client_ask() {
+    let mut net = Net::new();
+    assert_eq!(net.run_set("k1"), OK);
+    // The sentinels failed over to b and then, at a higher epoch, back to a; the first
+    // message was missed and a late one about the first failover arrives.
+    net.sentinels_name("b");
+    net.sentinels_name("a");
+    let (asked, at) = (net.questions(), net.now);
+    net.switch_master("x", "b");
+    net.advance_until(|net| net.questions() > asked);
+    // Asked within the refresh's rate limit, well before the next refresh interval.
+    assert!(
+        net.now - at <= Duration::from_millis(100),
+        "{:?}",
+        net.now - at
+    );
+    assert_eq!(net.session.slot_owner(0), Some(&addr("a")));
+    assert_eq!(net.run_set("k2"), OK);
+    assert!(net.received("b").is_empty(), "{:?}", net.received("b"));
+}
+
 /// A client that followed the sentinels from a to b, after the sentinels failed back to a
-/// without the `+switch-master` reaching it: they name a, the master the switch replaced, which
-/// the client does not believe until something of b's says b is no longer the master.
+/// without the `+switch-master` reaching it: a failback is a failover, voted at a higher epoch,
+/// so the next answer is believed.
 fn failed_back_unheard() -> Net {
     let mut net = Net::new();
     assert_eq!(net.run_set("k1"), OK);
@@ -557,7 +635,7 @@ fn failed_back_unheard() -> Net {
 #[test]
 fn a_failback_the_subscription_missed_is_followed_when_the_new_master_refuses() {
     let mut net = failed_back_unheard();
-    // b answers `READONLY`, which makes answers naming a believed again.
+    // b answers `READONLY`; the sentinels are asked and name a.
     assert_eq!(net.run_set("k3"), OK);
     assert_eq!(net.received("a").last().unwrap(), "SET k3 v");
     assert!(net.received("b").contains(&"SET k3 v".to_owned()));
@@ -566,10 +644,71 @@ fn a_failback_the_subscription_missed_is_followed_when_the_new_master_refuses() 
 #[test]
 fn a_failback_the_subscription_missed_is_followed_when_the_new_master_says_replica() {
     let mut net = failed_back_unheard();
-    // b's connection drops, and on the new one b's `ROLE` says replica, which makes answers
-    // naming a believed again.
+    // b's connection drops, and on the new one b's `ROLE` says replica.
     net.cut("b", "cut");
     assert_eq!(net.run_set("k3"), OK);
     assert_eq!(net.received("a").last().unwrap(), "SET k3 v");
     assert!(!net.received("b").contains(&"SET k3 v".to_owned()));
+}
+
+/// Sentinels set up again (`SENTINEL MONITOR` anew) start at epoch 0: their answer naming
+/// another master is not followed while the master in use takes writes, and is once it says
+/// it is a replica.
+#[test]
+fn sentinels_reset_to_a_lower_epoch_are_followed_once_the_master_in_use_says_replica() {
+    let mut net = Net::new();
+    net.sentinels_name("a");
+    net.sentinels_name("a");
+    assert_eq!(net.run_set("k1"), OK);
+    for s in ["s1", "s2", "s3"] {
+        net.nodes
+            .insert(addr(s), Node::Sentinel(Some((addr("b"), 0))));
+    }
+    net.nodes.insert(addr("b"), Node::Master);
+    net.cut("a", "restarted");
+    assert_eq!(net.run_set("k2"), OK);
+    assert_eq!(net.received("a").last().unwrap(), "SET k2 v");
+    // a is made a replica of b: its `READONLY` lets the reset sentinels' answer in.
+    net.nodes.insert(addr("a"), Node::Replica);
+    assert_eq!(net.run_set("k3"), OK);
+    assert_eq!(net.received("b"), ["PING", "ROLE", "SET k3 v"]);
+}
+
+/// A sentinel whose ACL refuses `SUBSCRIBE`: the client keeps following the master by asking,
+/// and tries the subscription again at most once a refresh interval, then less and less often
+/// (once, asked again at each answer and at each loss of the subscription, it made a question and
+/// a connection ten times a second).
+#[test]
+fn a_refused_subscription_is_tried_again_seldom_and_the_master_still_followed() {
+    let mut net = Net::with(|c| c.refresh_interval = Duration::from_secs(1));
+    for s in ["s1", "s2", "s3"] {
+        net.nodes
+            .insert(addr(s), Node::Unsubscribable((addr("a"), 1)));
+    }
+    let started = net.now;
+    assert_eq!(net.run_set("k1"), OK);
+    net.advance_until(|net| net.now >= started + Duration::from_secs(20));
+    let subscribes = net
+        .log
+        .iter()
+        .filter(|l| l.ends_with("SUBSCRIBE +switch-master"))
+        .count();
+    // At 0 s, then after 1, 2, 4 and 8 more seconds: 0, 1, 3, 7, 15.
+    assert_eq!(subscribes, 5, "{:?}", net.log);
+    // A question each refresh interval, and none more.
+    assert!(
+        (20..=22).contains(&net.questions()),
+        "{} questions",
+        net.questions()
+    );
+    // A failover is followed at the next question.
+    net.nodes.insert(addr("b"), Node::Master);
+    for s in ["s1", "s2", "s3"] {
+        net.nodes
+            .insert(addr(s), Node::Unsubscribable((addr("b"), 2)));
+    }
+    let asked = net.questions();
+    net.advance_until(|net| net.questions() > asked);
+    assert_eq!(net.run_set("k2"), OK);
+    assert_eq!(net.received("b"), ["PING", "ROLE", "SET k2 v"]);
 }
