@@ -4,7 +4,7 @@
 
 use percent_encoding::percent_decode_str;
 
-use super::url::{parse_url, redact_url, ParsedUrl};
+use super::url::{parse_url_with_port, redact_url, ParsedUrl};
 use super::ClientOptions;
 use crate::addr::{DialTarget, NodeAddr};
 use crate::error::{ConfigError, Error};
@@ -45,6 +45,11 @@ pub fn parse_sentinel_url(url: &str) -> Option<Result<ParsedSentinelUrl, Error>>
         let (authority, name) = rest
             .split_once('/')
             .ok_or_else(|| bad("no master name: add /<master name> after the sentinels"))?;
+        if name.contains(['?', '#']) {
+            return Err(bad(
+                "a query or fragment after the master name (percent-encode a `?` or `#` of the name)",
+            ));
+        }
         let master_name = percent_decode_str(name)
             .decode_utf8()
             .map_err(|_| bad("the master name is not UTF-8"))?
@@ -62,12 +67,12 @@ pub fn parse_sentinel_url(url: &str) -> Option<Result<ParsedSentinelUrl, Error>>
         let mut auth = None;
         let mut sentinels = Vec::new();
         for (i, host) in hosts.split(',').enumerate() {
-            let host = with_sentinel_port(host);
             let one = match (i, userinfo) {
                 (0, Some(u)) => format!("redis://{u}@{host}"),
                 _ => format!("redis://{host}"),
             };
-            let parsed = parse_url(&one).map_err(|_| bad("a sentinel is not host:port"))?;
+            let parsed = parse_url_with_port(&one, SENTINEL_PORT)
+                .map_err(|_| bad("a sentinel is not host:port"))?;
             if i == 0 {
                 auth = parsed.auth;
             }
@@ -84,19 +89,6 @@ pub fn parse_sentinel_url(url: &str) -> Option<Result<ParsedSentinelUrl, Error>>
         })
     };
     Some(parse())
-}
-
-/// `host` with the sentinel port when it names none (a bracketed IPv6 host has colons of its
-/// own); an empty one stays empty, to be refused.
-fn with_sentinel_port(host: &str) -> String {
-    let has_port = match host.strip_prefix('[') {
-        Some(v6) => v6.contains("]:"),
-        None => host.contains(':'),
-    };
-    match has_port || host.is_empty() {
-        true => host.to_owned(),
-        false => format!("{host}:{SENTINEL_PORT}"),
-    }
 }
 
 impl ClientOptions {
@@ -116,11 +108,7 @@ impl ClientOptions {
         let (mut auth, mut url_tls, mut invalid) = (None, None::<Option<bool>>, None);
         for sentinel in sentinels {
             let text: String = sentinel.into();
-            let text = match text.split_once("://") {
-                Some((scheme, rest)) => format!("{scheme}://{}", with_sentinel_port(rest)),
-                None => with_sentinel_port(&text),
-            };
-            match parse_url(&text) {
+            match parse_url_with_port(&text, SENTINEL_PORT) {
                 Ok(ParsedUrl {
                     target: DialTarget::Tcp(addr),
                     auth: url_auth,
@@ -314,5 +302,73 @@ mod tests {
             ClientOptions::sentinel(["redis://a:1", "rediss://b:1"], "m").tls_settings(),
             Err(Error::Config(ConfigError::MixedTlsSchemes))
         ));
+    }
+
+    /// A sentinel address without a port means 26379 in every form: a URL's credentials and
+    /// path are not a port (`redis://:spw@s2` dialled 6379, a data node's port, and
+    /// `redis://s3/` was refused as a database number).
+    #[test]
+    fn a_sentinel_without_a_port_is_26379_in_every_form() {
+        let options = ClientOptions::sentinel(
+            [
+                "redis://:spw@s1",
+                "redis://s2/",
+                "redis://w:p@s3/0",
+                "[::1]",
+                "s4",
+            ],
+            "m",
+        );
+        let s = endpoints(&options);
+        assert_eq!(
+            s.sentinels,
+            [
+                NodeAddr::new("s1", SENTINEL_PORT),
+                NodeAddr::new("s2", SENTINEL_PORT),
+                NodeAddr::new("s3", SENTINEL_PORT),
+                NodeAddr::new("::1", SENTINEL_PORT),
+                NodeAddr::new("s4", SENTINEL_PORT),
+            ]
+        );
+        assert_eq!(s.auth.unwrap().password, "spw");
+        let url = parse_sentinel_url("redis+sentinel://:pw@h1,h2:5/m")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            url.sentinels,
+            [NodeAddr::new("h1", SENTINEL_PORT), NodeAddr::new("h2", 5)]
+        );
+    }
+
+    /// An IPv6 address goes in brackets; unbracketed, its last group was read as a port.
+    #[test]
+    fn an_unbracketed_ipv6_sentinel_and_a_query_after_the_name_are_refused() {
+        for text in ["fe80::1", "::1", "redis://fe80::1:26379"] {
+            let e = ClientOptions::sentinel([text], "m")
+                .to_config(0)
+                .unwrap_err();
+            assert!(
+                matches!(e, Error::Config(ConfigError::BadUrl { .. })),
+                "{text}: {e}"
+            );
+        }
+        for url in [
+            "redis+sentinel://fe80::1/m",
+            "redis+sentinel://h/m?x=1",
+            "redis+sentinel://h/m#f",
+        ] {
+            let e = parse_sentinel_url(url).unwrap().unwrap_err();
+            assert!(
+                matches!(e, Error::Config(ConfigError::BadUrl { .. })),
+                "{url}: {e}"
+            );
+        }
+        assert_eq!(
+            parse_sentinel_url("redis+sentinel://h/m%3Fx")
+                .unwrap()
+                .unwrap()
+                .master_name,
+            "m?x"
+        );
     }
 }

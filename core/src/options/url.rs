@@ -27,6 +27,11 @@ pub struct ParsedUrl {
 /// (`redis+unix://` alike). User and password are percent-decoded. A database number other
 /// than 0 is refused: Redis Cluster has only 0, and the layouts are the same on one node.
 pub fn parse_url(url: &str) -> Result<ParsedUrl, Error> {
+    parse_url_with_port(url, 6379)
+}
+
+/// [`parse_url`], with `default_port` for a host that names none (a sentinel's is 26379).
+pub(crate) fn parse_url_with_port(url: &str, default_port: u16) -> Result<ParsedUrl, Error> {
     let bad = |why: &str| {
         Error::Config(ConfigError::BadUrl {
             url: redact_url(url),
@@ -55,22 +60,48 @@ pub fn parse_url(url: &str) -> Result<ParsedUrl, Error> {
         .map(user_info)
         .transpose()
         .map_err(|why| bad(&why))?;
-    // The port is optional; a bracketed IPv6 host has colons of its own.
-    let has_port = match hostport.strip_prefix('[') {
-        Some(v6) => v6.contains("]:"),
-        None => hostport.contains(':'),
-    };
-    let hostport = if has_port {
-        hostport.to_owned()
-    } else {
-        format!("{hostport}:6379")
-    };
-    let addr = NodeAddr::parse(&hostport, "").ok_or_else(|| bad("no usable host:port"))?;
+    let addr = host_port(hostport, default_port).map_err(|why| bad(&why))?;
     Ok(ParsedUrl {
         target: DialTarget::Tcp(addr),
         auth,
         tls,
     })
+}
+
+/// `host[:port]` or `[v6][:port]`, the port `default_port` when left out. An IPv6 host goes in
+/// brackets: unbracketed, its last group read as a port (`fe80::1` as host `fe80:`, port 1).
+fn host_port(text: &str, default_port: u16) -> Result<NodeAddr, String> {
+    let (host, port) = match text.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((host, "")) => (host, None),
+            Some((host, port)) => match port.strip_prefix(':') {
+                Some(port) => (host, Some(port)),
+                None => return Err(format!("{text:?} is not [v6 host]:port")),
+            },
+            None => return Err(format!("{text:?} opens a bracket it does not close")),
+        },
+        None => match text.split_once(':') {
+            Some((_, port)) if port.contains(':') => {
+                return Err(format!(
+                    "{text:?}: an IPv6 host goes in brackets, as [{text}] or [host]:port"
+                ))
+            }
+            Some((host, port)) => (host, Some(port)),
+            None => (text, None),
+        },
+    };
+    if host.is_empty() {
+        return Err("no host".to_owned());
+    }
+    let port = match port {
+        None => default_port,
+        Some(port) => port
+            .parse()
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| format!("{port:?} is not a port (1-65535)"))?,
+    };
+    Ok(NodeAddr::new(host, port))
 }
 
 /// What follows `unix://`: `[user[:password]@][localhost]/path[?query]`, where the query may
@@ -242,6 +273,23 @@ mod tests {
         assert!(parse_url("http://h:1").is_err());
         assert!(parse_url("redis://h:1/3").is_err());
         assert!(parse_url("redis://h:notaport").is_err());
+        // An IPv6 host goes in brackets: unbracketed, `::1` was host `:`, port 1.
+        for bad in [
+            "redis://::1",
+            "redis://fe80::1:6379",
+            "::1",
+            "redis://[::1",
+            "redis://[::1]x",
+            "redis://h:0",
+            "redis://:1",
+        ] {
+            let e = parse_url(bad).unwrap_err();
+            assert!(
+                matches!(e, Error::Config(ConfigError::BadUrl { .. })),
+                "{bad}: {e}"
+            );
+        }
+        assert_eq!(parse_url("[::1]").unwrap().target, tcp("::1", 6379));
     }
 
     #[test]

@@ -348,6 +348,17 @@ impl<W: Waiters> Session<W> {
         }
     }
 
+    /// Whether the last answer of every sentinel was a refused password.
+    pub(super) fn every_sentinel_refused_the_password(&self) -> bool {
+        self.sentinels.nodes.iter().all(|&node| {
+            let addr = &self.nodes[node];
+            self.refresh
+                .answers
+                .iter()
+                .any(|a| &a.seed == addr && matches!(a.answer, Error::Auth { .. }))
+        })
+    }
+
     /// Why requests waiting for a first master fail: what each sentinel answered.
     pub(super) fn sentinel_discovery_failure(&self) -> Error {
         Error::SentinelDiscovery {

@@ -45,6 +45,8 @@ struct Net {
     tokens: u64,
     /// The epoch of the sentinels' configuration: each failover (`sentinels_name`) raises it.
     epoch: u64,
+    /// Hosts that refuse the password.
+    refuse_auth: Vec<&'static str>,
 }
 
 fn addr(name: &str) -> NodeAddr {
@@ -102,6 +104,7 @@ impl Net {
             log: Vec::new(),
             tokens: 0,
             epoch: 1,
+            refuse_auth: Vec::new(),
         }
     }
 
@@ -110,6 +113,9 @@ impl Net {
         let words: Vec<&str> = args.iter().map(String::as_str).collect();
         let err = |text: &str| Err(Error::Server(botmesh_redis_core::ServerError::new(text)));
         Some(match (&kind, words.as_slice()) {
+            (_, ["AUTH", ..]) if self.refuse_auth.contains(&node.host.as_str()) => {
+                err("WRONGPASS invalid username-password pair or user is disabled.")
+            }
             (_, ["AUTH", ..]) => Ok(Value::Status(Bytes::from_static(b"OK"))),
             (_, ["PING"]) => Ok(Value::Status(Bytes::from_static(b"PONG"))),
             (
@@ -352,6 +358,33 @@ fn sentinels_and_data_nodes_get_their_own_credentials() {
     assert_eq!(net.run_set("k"), OK);
     assert_eq!(net.received("s1")[0], "AUTH watch");
     assert_eq!(net.received("a")[..2], ["AUTH bot data", "ROLE"]);
+}
+
+/// One sentinel refusing the password (restarted without its ACL file, a password being
+/// changed one sentinel after the other) is passed over; the call fails with `Auth` only when
+/// every sentinel refuses it.
+#[test]
+fn a_sentinel_refusing_the_password_is_passed_over_and_all_refusing_is_auth() {
+    let with_password = |config: &mut Config| {
+        if let Endpoints::Sentinel(s) = &mut config.endpoints {
+            s.auth = Some(Auth {
+                username: None,
+                password: "watch".into(),
+            });
+        }
+    };
+    let mut net = Net::with(with_password);
+    net.refuse_auth = vec!["s1"];
+    assert_eq!(net.run_set("k"), OK);
+    assert_eq!(net.received("s2")[..2], ["AUTH watch", "SENTINEL MASTER m"]);
+
+    let mut net = Net::with(with_password);
+    net.refuse_auth = vec!["s1", "s2", "s3"];
+    let error = net.run_set("k").unwrap_err();
+    assert!(matches!(error, Error::Auth { .. }), "{error:?}");
+    for s in ["s1", "s2", "s3"] {
+        assert_eq!(net.received(s), ["AUTH watch"], "{s}");
+    }
 }
 
 #[test]
