@@ -18,13 +18,14 @@
 -- ARGV[2] the inbound id (begin, forget), outbox key (enqueue, ack) or instance id (claim,
 --         recover)
 -- ARGV[3] dedup window in ms (begin, enqueue), visibility timeout in ms (claim), or instance
---         id (ack)
+--         id (forget, ack)
 -- ARGV[4] instance id (begin), payload (enqueue) or how many to claim at most (claim)
 -- Returns, by operation:
 --   begin: 1 when the id is new in the window (process it), 2 when this instance began it
 --          within the window (a retried begin: still this instance's), 0 when another
 --          instance began it (a duplicate delivery);
---   forget: 1 when the id was removed (processing failed; it may be processed again);
+--   forget: 1 when the id was removed (processing failed; it may be processed again), 0
+--           when it is not there or another instance began it;
 --   enqueue: 1 when queued, 0 when the key is queued, claimed or acked within the window;
 --   claim: a flat array key1, payload1, key2, payload2, ... of the claimed sends;
 --   ack: 1 when acked, 2 when this instance already acked it (a retried ack; kept for the
@@ -86,6 +87,12 @@ if op == 'begin' then
 end
 
 if op == 'forget' then
+  -- Only for the instance that began it: a forget retried after its reply was lost, or sent
+  -- by an instance slower than the window, would otherwise remove the begin of the instance
+  -- the id was redelivered to since, and a third delivery be processed again.
+  if redis.call('HGET', KEYS[8], ARGV[2]) ~= ARGV[3] then
+    return 0
+  end
   redis.call('HDEL', KEYS[8], ARGV[2])
   return redis.call('ZREM', KEYS[1], ARGV[2])
 end

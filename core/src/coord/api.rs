@@ -533,10 +533,13 @@ impl<E: Executor> Durability<E> {
             .await
     }
 
-    /// Forgets inbound `id` after its processing failed.
-    pub async fn forget(&self, id: &str) -> Result<bool, Error> {
+    /// Forgets inbound `id` after `instance`'s processing of it failed, so a redelivery is
+    /// processed: `true` when forgotten, `false` when the id is not in the journal or another
+    /// instance began it (a forget retried after [`Error::ReplyLost`] whose first try went
+    /// through, once the id was redelivered and begun elsewhere, leaves that begin alone).
+    pub async fn forget(&self, id: &str, instance: &str) -> Result<bool, Error> {
         self.exec
-            .run(coord::journal_forget(&self.ks, &self.table, id)?)
+            .run(coord::journal_forget(&self.ks, &self.table, id, instance)?)
             .await
     }
 

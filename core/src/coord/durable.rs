@@ -78,9 +78,16 @@ pub fn journal_begin(
     ))
 }
 
-/// Forgets inbound message `id` after its processing failed, so a redelivery is processed.
-pub fn journal_forget(ks: &Keyspace, table: &str, id: &str) -> Result<Single<bool>, Error> {
-    let args = vec!["forget".into_arg(), id.into_arg()];
+/// Forgets inbound message `id` after `instance`'s processing of it failed, so a redelivery
+/// is processed; yields `false` (and forgets nothing) when the id is not in the journal or
+/// another instance began it.
+pub fn journal_forget(
+    ks: &Keyspace,
+    table: &str,
+    id: &str,
+    instance: &str,
+) -> Result<Single<bool>, Error> {
+    let args = vec!["forget".into_arg(), id.into_arg(), instance.into_arg()];
     Ok(single(
         "journal_forget",
         durable_request(ks, table, args)?,

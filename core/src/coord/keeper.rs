@@ -112,14 +112,18 @@ impl Keep {
     }
 
     fn renew(&mut self) -> Step<()> {
-        if self.state.stop.load(Ordering::Acquire) {
+        // Out first, then the stop looked at, both sequentially consistent, as `stop` stores
+        // the stop and then looks at this: one of the two sees the other. Looked at first,
+        // a stop could come and `stop` return between the look and the renewal, which then
+        // went out after what the caller sent next (a heartbeat renewed after its removal).
+        self.state.renewing.store(true, Ordering::SeqCst);
+        if self.state.stop.load(Ordering::SeqCst) {
             return self.end(Ok(()));
         }
         let mut plan = match (self.renewal)() {
             Ok(plan) => plan,
             Err(e) => return self.end(Err(e)),
         };
-        self.state.set_renewing(true);
         let step = plan.start();
         self.current = Some(plan);
         self.after(step)
@@ -227,7 +231,7 @@ impl Keeper {
     /// Stops renewing and waits until no renewal is out, so that whatever the caller sends
     /// next (a release, a heartbeat's removal) cannot be overtaken by one.
     pub async fn stop(&self) {
-        self.state.stop.store(true, Ordering::Release);
+        self.state.stop.store(true, Ordering::SeqCst);
         Quiet(&self.state).await;
     }
 }
@@ -278,7 +282,7 @@ impl Keepers {
                 // Stopped by its owner, who sent the farewell.
                 continue;
             }
-            state.stop.store(true, Ordering::Release);
+            state.stop.store(true, Ordering::SeqCst);
             Quiet(&state).await;
             if let Ok(plan) = farewell() {
                 if let Err(e) = exec.run(plan).await {
@@ -306,7 +310,7 @@ impl Future for Quiet<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let state = self.0;
-        if !state.renewing.load(Ordering::Acquire) {
+        if !state.renewing.load(Ordering::SeqCst) {
             return Poll::Ready(());
         }
         *state.waiting.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());

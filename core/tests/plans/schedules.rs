@@ -218,7 +218,9 @@ fn durable_journal_and_outbox() {
         );
         assert_eq!(got.unwrap(), botmesh_redis_core::Begun::Duplicate);
         out += &t;
-        let (got, t) = run(coord::journal_forget(ks, "in", "m:1").unwrap(), |_| int(1));
+        let (got, t) = run(coord::journal_forget(ks, "in", "m:1", "a").unwrap(), |_| {
+            int(1)
+        });
         assert!(got.unwrap());
         out += &t;
         let plan =

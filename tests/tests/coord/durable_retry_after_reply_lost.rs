@@ -103,7 +103,7 @@ async fn node_and_client<R: Runtime>() -> (SingleNode, Client<R>, Durability<Cli
         client.call(big_reply("3")).await.unwrap(),
         botmesh_redis_core::Value::from("xxx")
     );
-    assert!(table.forget("warm-up").await.is_ok());
+    assert!(table.forget("warm-up", "a").await.is_ok());
     (node, client, table, ks)
 }
 
@@ -184,10 +184,17 @@ async fn retries_on_every_target<R: Runtime>(target: Target) {
         Begun::Duplicate
     );
     // A forgotten id is anyone's again, and the earlier instance is forgotten with it.
-    assert!(table.forget("m").await.unwrap());
+    assert!(table.forget("m", "a").await.unwrap());
     assert_eq!(table.begin("m", "b", WINDOW).await.unwrap(), Begun::First);
     assert_eq!(
         table.begin("m", "a", WINDOW).await.unwrap(),
+        Begun::Duplicate
+    );
+    // a's forget again (its first reply lost, say) leaves b's begin: a third delivery is a
+    // duplicate, not processed a third time.
+    assert!(!table.forget("m", "a").await.unwrap());
+    assert_eq!(
+        table.begin("m", "c", WINDOW).await.unwrap(),
         Begun::Duplicate
     );
     // A zero window is refused before anything is sent: it would expire the begin at once.
