@@ -246,12 +246,12 @@ pub mod driver {
 
         pub use crate::coord::{
             acquire_turn, heartbeat, heartbeat_stop, journal_begin, journal_forget,
-            leader_campaign, leader_campaign_replicated, leader_renew, leader_resign,
-            lease_acquire, lease_acquire_replicated, lease_release, lease_renew, live_replicas,
-            lock_acquire, lock_acquire_replicated, lock_extend, lock_release, outbox_ack,
-            outbox_claim, outbox_enqueue, outbox_recover, replica_alive, schedule_delete,
-            schedule_get, schedule_list, schedule_put, turn_extend, turn_release, AcquireTurn,
-            ListSchedules, LiveReplicas, Replicated, DURABLE_PARTS,
+            leader_campaign, leader_campaign_replicated, leader_renew, leader_renew_in_term,
+            leader_resign, leader_resign_in_term, lease_acquire, lease_acquire_replicated,
+            lease_release, lease_renew, live_replicas, lock_acquire, lock_acquire_replicated,
+            lock_extend, lock_release, outbox_ack, outbox_claim, outbox_enqueue, outbox_recover,
+            replica_alive, schedule_delete, schedule_get, schedule_list, schedule_put, turn_extend,
+            turn_release, AcquireTurn, ListSchedules, LiveReplicas, Replicated, DURABLE_PARTS,
         };
     }
 

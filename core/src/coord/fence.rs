@@ -57,20 +57,23 @@ impl Fenced {
         )
     }
 
+    /// Renews the hold of `owner`, and with `term` only in that term (the counter's key
+    /// joins the script's).
     fn extend(
         self,
         operation: &'static str,
         ks: &Keyspace,
         owner: &str,
+        term: Option<u64>,
         ttl: Duration,
     ) -> Result<Single<()>, Error> {
-        let request = Request::script_in(
-            ks,
-            &EXTEND_IF_HOLDER,
-            Access::Write,
-            vec![self.holder],
-            vec![owner.into_arg(), ttl_ms(ttl, "ttl")?.into_arg()],
-        )?;
+        let mut keys = vec![self.holder];
+        let mut args = vec![owner.into_arg(), ttl_ms(ttl, "ttl")?.into_arg()];
+        if let Some(term) = term {
+            keys.push(self.counter);
+            args.push(term.into_arg());
+        }
+        let request = Request::script_in(ks, &EXTEND_IF_HOLDER, Access::Write, keys, args)?;
         let what = self.what;
         Ok(single(operation, request, move |v| require(held(v)?, what)))
     }
@@ -86,7 +89,7 @@ impl Fenced {
         timeout: Duration,
     ) -> Result<Replicated, Error> {
         let grant = self.grant(ks, owner, ttl)?;
-        let give_back = self.release(ks, owner)?;
+        let give_back = self.release(ks, owner, None)?;
         Replicated::new(
             operation,
             grant,
@@ -97,14 +100,15 @@ impl Fenced {
         )
     }
 
-    fn release(&self, ks: &Keyspace, owner: &str) -> Result<Request, Error> {
-        Request::script_in(
-            ks,
-            &RELEASE_IF_HOLDER,
-            Access::Write,
-            vec![self.holder.clone()],
-            vec![owner.into_arg()],
-        )
+    /// Releases the hold of `owner`, and with `term` only in that term.
+    fn release(&self, ks: &Keyspace, owner: &str, term: Option<u64>) -> Result<Request, Error> {
+        let mut keys = vec![self.holder.clone()];
+        let mut args = vec![owner.into_arg()];
+        if let Some(term) = term {
+            keys.push(self.counter.clone());
+            args.push(term.into_arg());
+        }
+        Request::script_in(ks, &RELEASE_IF_HOLDER, Access::Write, keys, args)
     }
 }
 
@@ -134,14 +138,14 @@ pub fn lock_extend(
     owner: &str,
     ttl: Duration,
 ) -> Result<Single<()>, Error> {
-    Fenced::lock(ks, key).extend("lock_extend", ks, owner, ttl)
+    Fenced::lock(ks, key).extend("lock_extend", ks, owner, None, ttl)
 }
 
 /// Releases the lock; yields whether `owner` still held it.
 pub fn lock_release(ks: &Keyspace, key: &str, owner: &str) -> Result<Single<bool>, Error> {
     Ok(single(
         "lock_release",
-        Fenced::lock(ks, key).release(ks, owner)?,
+        Fenced::lock(ks, key).release(ks, owner, None)?,
         held,
     ))
 }
@@ -165,14 +169,43 @@ pub fn leader_renew(
     candidate: &str,
     ttl: Duration,
 ) -> Result<Single<()>, Error> {
-    Fenced::leadership(ks, name).extend("leader_renew", ks, candidate, ttl)
+    Fenced::leadership(ks, name).extend("leader_renew", ks, candidate, None, ttl)
+}
+
+/// Renews the leadership for `candidate` in `term` only: what a [`Leadership`] guard renews
+/// with, so that a guard of an earlier term (lost, then won again by the same replica) is told
+/// [`Error::NotHolder`] rather than renewing the later term's hold.
+///
+/// [`Leadership`]: crate::Leadership
+pub fn leader_renew_in_term(
+    ks: &Keyspace,
+    name: &str,
+    candidate: &str,
+    term: u64,
+    ttl: Duration,
+) -> Result<Single<()>, Error> {
+    Fenced::leadership(ks, name).extend("leader_renew", ks, candidate, Some(term), ttl)
+}
+
+/// Resigns the leadership of `candidate` in `term` only (see [`leader_renew_in_term`]).
+pub fn leader_resign_in_term(
+    ks: &Keyspace,
+    name: &str,
+    candidate: &str,
+    term: u64,
+) -> Result<Single<bool>, Error> {
+    Ok(single(
+        "leader_resign",
+        Fenced::leadership(ks, name).release(ks, candidate, Some(term))?,
+        held,
+    ))
 }
 
 /// Resigns the leadership; yields whether `candidate` still led.
 pub fn leader_resign(ks: &Keyspace, name: &str, candidate: &str) -> Result<Single<bool>, Error> {
     Ok(single(
         "leader_resign",
-        Fenced::leadership(ks, name).release(ks, candidate)?,
+        Fenced::leadership(ks, name).release(ks, candidate, None)?,
         held,
     ))
 }

@@ -7,8 +7,9 @@
 //! error (there is nothing left to give back), while a renewal that finds it gone is
 //! [`Error::NotHolder`], since the caller must stop acting on it.
 
+use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::error::Error;
@@ -41,6 +42,46 @@ impl Released {
 type MakeRelease = Box<dyn Fn() -> Result<Single<bool>, Error> + Send + Sync>;
 type MakeRenewal = Arc<dyn Fn() -> Result<Single<()>, Error> + Send + Sync>;
 
+/// The guards alive in this process for each hold that more than one guard can stand for: a
+/// leadership campaigned for again by the replica that leads (the same term) and a lease
+/// taken again by its holder (the same token) give a second guard of the same hold. Dropping
+/// either used to give the hold back under the other: `self.leader = coord.lead(..)` in a
+/// loop resigned, as the old guard dropped, the leadership the new one stood for. The hold is
+/// given back on drop by the last of its guards (an explicit `release` gives it back at once).
+///
+/// Process-wide rather than per coordinator: two coordinators built for one replica id
+/// campaign as one.
+fn shares() -> &'static Mutex<BTreeMap<String, usize>> {
+    static SHARES: OnceLock<Mutex<BTreeMap<String, usize>>> = OnceLock::new();
+    SHARES.get_or_init(Mutex::default)
+}
+
+/// A guard's place among the guards of its hold (see [`shares`]).
+struct Share(String);
+
+impl Share {
+    fn join(hold: String) -> Share {
+        let mut shares = shares().lock().unwrap_or_else(|e| e.into_inner());
+        *shares.entry(hold.clone()).or_default() += 1;
+        Share(hold)
+    }
+
+    /// Leaves the hold's guards; whether this was the last of them.
+    fn leave(self) -> bool {
+        let mut shares = shares().lock().unwrap_or_else(|e| e.into_inner());
+        match shares.get_mut(&self.0) {
+            Some(count) if *count > 1 => {
+                *count -= 1;
+                false
+            }
+            _ => {
+                shares.remove(&self.0);
+                true
+            }
+        }
+    }
+}
+
 /// What every held thing does the same way: renew, keep renewed, release, give back on drop.
 struct Hold<E: Executor> {
     exec: E,
@@ -50,6 +91,8 @@ struct Hold<E: Executor> {
     keeper: Option<Keeper>,
     /// Still to be given back: cleared by an explicit release.
     armed: bool,
+    /// Among the other guards of the same hold, for one that can have others.
+    share: Option<Share>,
 }
 
 impl<E: Executor> Hold<E> {
@@ -66,7 +109,14 @@ impl<E: Executor> Hold<E> {
             period: ttl / 3,
             keeper: None,
             armed: true,
+            share: None,
         }
+    }
+
+    /// Counts this guard among the guards of the hold named `hold` (see [`shares`]).
+    fn shared(mut self, hold: String) -> Self {
+        self.share = Some(Share::join(hold));
+        self
     }
 
     async fn renew(&self) -> Result<(), Error> {
@@ -83,6 +133,9 @@ impl<E: Executor> Hold<E> {
 
     async fn release(mut self) -> Result<Released, Error> {
         self.armed = false;
+        if let Some(share) = self.share.take() {
+            share.leave();
+        }
         if let Some(keeper) = self.keeper.take() {
             keeper.stop().await;
         }
@@ -94,6 +147,10 @@ impl<E: Executor> Hold<E> {
 impl<E: Executor> Drop for Hold<E> {
     fn drop(&mut self) {
         if !self.armed {
+            return;
+        }
+        // Another guard of the same hold still stands for it.
+        if self.share.take().is_some_and(|share| !share.leave()) {
             return;
         }
         // The keeper (dropped with the hold) stops at its next step; a renewal still out is
@@ -250,15 +307,19 @@ impl<E: Executor> Leadership<E> {
     ) -> Self {
         let (n1, r1, ks1) = (name.to_owned(), replica.to_owned(), ks.clone());
         let (n2, r2, ks2) = (name.to_owned(), replica.to_owned(), ks.clone());
+        // Renewed and resigned in its own term only: a guard of a term the replica lost and
+        // then won again is told it lost, and cannot resign the later term.
+        let hold = Hold::new(
+            exec,
+            ttl,
+            move || super::leader_renew_in_term(&ks1, &n1, &r1, term, ttl),
+            move || super::leader_resign_in_term(&ks2, &n2, &r2, term),
+        )
+        .shared(format!("leader {} {replica} {term}", ks.leader(name)));
         Leadership {
             name: name.to_owned(),
             term,
-            hold: Hold::new(
-                exec,
-                ttl,
-                move || super::leader_renew(&ks1, &n1, &r1, ttl),
-                move || super::leader_resign(&ks2, &n2, &r2),
-            ),
+            hold,
         }
     }
 
@@ -295,16 +356,18 @@ impl<E: Executor> Lease<E> {
     ) -> Self {
         let (n1, h1, ks1) = (name.to_owned(), holder.to_owned(), ks.clone());
         let (n2, h2, ks2) = (name.to_owned(), holder.to_owned(), ks.clone());
+        let hold = Hold::new(
+            exec,
+            ttl,
+            move || super::lease_renew(&ks1, &n1, &h1, token, ttl),
+            move || super::lease_release(&ks2, &n2, &h2, token),
+        )
+        .shared(format!("lease {} {holder} {token}", ks.lease(name)));
         Lease {
             name: name.to_owned(),
             holder: holder.to_owned(),
             token,
-            hold: Hold::new(
-                exec,
-                ttl,
-                move || super::lease_renew(&ks1, &n1, &h1, token, ttl),
-                move || super::lease_release(&ks2, &n2, &h2, token),
-            ),
+            hold,
         }
     }
 

@@ -110,6 +110,76 @@ async fn every_release_says_whether_it_was_still_held<R: Runtime>(target: Target
     store.close().await;
 }
 
+/// A store whose client has one lane: a guard's release, detached as it drops, goes out before
+/// the calls the task makes after the drop, so that a release that should not be sent would be
+/// seen by the next call.
+async fn one_lane_store<R: Runtime>(target: Target, name: &str) -> Store<Client<R>> {
+    let client = Client::<R>::connect(target.options().lanes(1))
+        .await
+        .unwrap();
+    let options = StoreOptions::new(unique_prefix(name)).layout(target.layout());
+    Store::open(client, options).await.unwrap()
+}
+
+/// A leader that campaigns again (as a loop keeping its leadership does:
+/// `self.leader = coord.lead(..)`) gets a second guard of the same term; a lease taken again by
+/// its holder a second guard of the same token. The first one dropped leaves the hold to the
+/// second (it resigned it before). A guard of a term the replica lost and then won again renews
+/// and resigns nothing of the later term (it renewed it, and resigned it when dropped, before).
+async fn guards_of_one_hold_and_of_an_earlier_term<R: Runtime>(target: Target) {
+    let store = one_lane_store::<R>(target, "guard-shared").await;
+    let coord = store.coordinator("r").unwrap();
+    let other = store.coordinator("o").unwrap();
+
+    let first = coord.lead("scheduler", LONG).await.unwrap().unwrap();
+    let second = coord.lead("scheduler", LONG).await.unwrap().unwrap();
+    assert_eq!(second.term(), first.term());
+    drop(first);
+    second.renew().await.unwrap();
+    assert_eq!(other.campaign("scheduler", LONG).await.unwrap(), None);
+    drop(second);
+    eventually(Duration::from_secs(5), "the last guard's resign", || {
+        let other = other.clone();
+        async move { other.campaign("scheduler", LONG).await.unwrap() }
+    })
+    .await;
+
+    let leases = store.leases().unwrap();
+    let first = leases.hold("tick", "h", LONG).await.unwrap().unwrap();
+    let second = leases.hold("tick", "h", LONG).await.unwrap().unwrap();
+    assert_eq!(second.token(), first.token());
+    drop(first);
+    second.renew().await.unwrap();
+    assert_eq!(second.release().await.unwrap(), Released::Held);
+
+    // The term lost: its holder key expires.
+    let old = coord
+        .lead("jobs", Duration::from_millis(100))
+        .await
+        .unwrap()
+        .unwrap();
+    let holder = store.keyspace().leader("jobs");
+    eventually(Duration::from_secs(5), "the short term to expire", || {
+        let (exec, holder) = (store.executor().clone(), holder.clone());
+        async move {
+            let exists = Request::cmd(Access::Read, "EXISTS")
+                .key(holder)
+                .build()
+                .unwrap();
+            (exec.call(exists).await.unwrap() == Value::Int(0)).then_some(())
+        }
+    })
+    .await;
+    let new = coord.lead("jobs", LONG).await.unwrap().unwrap();
+    assert_eq!(new.term(), old.term() + 1);
+    assert!(matches!(old.renew().await, Err(Error::NotHolder { .. })));
+    drop(old);
+    new.renew().await.unwrap();
+    assert_eq!(other.campaign("jobs", LONG).await.unwrap(), None);
+    assert_eq!(new.release().await.unwrap(), Released::Held);
+    store.close().await;
+}
+
 async fn a_kept_lock_outlives_its_ttl<R: Runtime>(target: Target) {
     let store = store::<R>(target, "guard-kept").await;
     let coord = store.coordinator("a").unwrap();
@@ -235,6 +305,11 @@ both_drivers!(a_turn_dropped_by_a_panic_serves_the_next_waiter {
 both_drivers!(every_release_says_whether_it_was_still_held {
     releases_single_node_legacy => Target::SingleLegacy,
     releases_cluster => Target::Cluster,
+});
+
+both_drivers!(guards_of_one_hold_and_of_an_earlier_term {
+    shared_holds_single_node_legacy => Target::SingleLegacy,
+    shared_holds_cluster => Target::Cluster,
 });
 
 both_drivers!(a_kept_lock_outlives_its_ttl {
