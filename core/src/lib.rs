@@ -251,7 +251,8 @@ pub mod driver {
             lease_release, lease_renew, live_replicas, lock_acquire, lock_acquire_replicated,
             lock_extend, lock_release, outbox_ack, outbox_claim, outbox_enqueue, outbox_recover,
             replica_alive, schedule_delete, schedule_get, schedule_list, schedule_put, turn_extend,
-            turn_release, AcquireTurn, ListSchedules, LiveReplicas, Replicated, DURABLE_PARTS,
+            turn_release, AcquireTurn, ListSchedules, LiveReplicas, LockAcquire, Replicated,
+            DURABLE_PARTS,
         };
     }
 

@@ -98,6 +98,7 @@ impl Fenced {
             timeout,
             self.what,
         )
+        .map(Replicated::blind)
     }
 
     /// Releases the hold of `owner`, and with `term` only in that term.
@@ -118,17 +119,84 @@ impl Fenced {
 /// `owner` names the holder for extend and release: make it unique per acquisition (replica id
 /// and a counter), so that a holder that lost the lock and took it again is not confused with
 /// its earlier self.
+///
+/// A grant whose outcome is unknown (its reply lost, its deadline passed) is given back before
+/// the error is reported (see [`LockAcquire`]).
 pub fn lock_acquire(
     ks: &Keyspace,
     key: &str,
     owner: &str,
     ttl: Duration,
-) -> Result<Single<Option<u64>>, Error> {
-    Ok(single(
-        "lock_acquire",
-        Fenced::lock(ks, key).grant(ks, owner, ttl)?,
-        grant,
-    ))
+) -> Result<LockAcquire, Error> {
+    let fenced = Fenced::lock(ks, key);
+    Ok(LockAcquire {
+        grant: Some(fenced.grant(ks, owner, ttl)?),
+        give_back: Some(fenced.release(ks, owner, None)?),
+        giving_back: None,
+    })
+}
+
+/// The plan of [`lock_acquire`]. A grant whose outcome is unknown gives itself back before the
+/// error is reported: the lock may stand on the server for its owner, unique to this
+/// acquisition, with nobody told its fence and no guard to release it, so it blocked its key
+/// for its whole TTL. The give-back (`release_if_holder` of the owner) finds the lock held by
+/// another owner, or by nobody, when the grant did not go through, and leaves it.
+///
+/// ```text
+/// grant ──fence or nil──► Done
+///   │ outcome unknown (ReplyLost, a timeout)
+///   ▼
+/// release of the owner ──any reply──► Done(Err(the grant's error))
+/// ```
+#[derive(Debug)]
+pub struct LockAcquire {
+    grant: Option<Request>,
+    give_back: Option<Request>,
+    /// The grant's error, while its give-back is out.
+    giving_back: Option<Error>,
+}
+
+impl Plan for LockAcquire {
+    type Output = Option<u64>;
+
+    fn operation(&self) -> &'static str {
+        "lock_acquire"
+    }
+
+    fn first_slot(&self) -> Option<u16> {
+        self.grant.as_ref().and_then(Request::slot)
+    }
+
+    fn start(&mut self) -> Step<Option<u64>> {
+        match self.grant.take() {
+            Some(grant) => Step::Send(grant.into()),
+            None => Step::Done(Err(misuse("LockAcquire started twice"))),
+        }
+    }
+
+    fn resume(&mut self, replies: Vec<Reply>) -> Step<Option<u64>> {
+        match replies.into_iter().next() {
+            Some(reply) => self.resume_one(reply),
+            None => Step::Done(Err(misuse("LockAcquire resumed without a reply"))),
+        }
+    }
+
+    fn resume_one(&mut self, reply: Reply) -> Step<Option<u64>> {
+        if let Some(error) = self.giving_back.take() {
+            if let Err(e) = reply {
+                tracing::warn!(error = %e, "a lock grant of unknown outcome could not be given back");
+            }
+            return Step::Done(Err(error));
+        }
+        match (reply, self.give_back.take()) {
+            (Ok(value), _) => Step::Done(grant(value)),
+            (Err(error), Some(give_back)) if error.outcome_unknown() => {
+                self.giving_back = Some(error);
+                Step::Send(give_back.into())
+            }
+            (Err(error), _) => Step::Done(Err(error)),
+        }
+    }
 }
 
 /// Renews the lock for its holder; [`Error::NotHolder`] when `owner` lost it.
@@ -230,6 +298,9 @@ pub(super) type GiveBack = Box<dyn FnOnce(u64) -> Result<Request, Error> + Send>
 pub struct Replicated {
     grant: Option<Request>,
     give_back: Option<GiveBack>,
+    /// Whether the give-back is made without the grant's number (a lock's or a leadership's
+    /// release names its owner): then a grant whose own reply was lost is given back too.
+    blind: bool,
     wanted: u32,
     what: String,
     operation: &'static str,
@@ -267,11 +338,19 @@ impl Replicated {
         Ok(Replicated {
             grant: Some(grant),
             give_back: Some(give_back),
+            blind: false,
             wanted: replicas,
             what,
             operation,
             state: ReplicatedState::Granting,
         })
+    }
+
+    /// Gives the grant back even when its own reply was lost (its number unknown): for a give-
+    /// back that names the owner only.
+    pub(super) fn blind(mut self) -> Self {
+        self.blind = true;
+        self
     }
 
     fn give_back(&mut self, fence: u64, error: Error) -> Step<Option<u64>> {
@@ -360,6 +439,9 @@ impl Plan for Replicated {
                             detail: format!("a grant and its WAIT, got {other:?}"),
                         }))
                     }
+                    // The grant may stand on the server with nobody told: given back when
+                    // that can be done without its number (see `LockAcquire`).
+                    Err(e) if e.outcome_unknown() && self.blind => return self.give_back(0, e),
                     Err(e) => return Step::Done(Err(e)),
                 };
                 let fence = match grant(granted) {

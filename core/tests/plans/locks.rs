@@ -129,6 +129,59 @@ fn lock_acquire_replicated() {
     });
 }
 
+/// A grant whose outcome is unknown may stand on the server for an owner nobody will release:
+/// it is given back (the owner's release) before the error is reported; a grant refused is not.
+#[test]
+fn a_lock_grant_of_unknown_outcome_is_given_back() {
+    let ks = keyspace(Layout::Cluster);
+    let ttl = Duration::from_secs(2);
+    let lost = || {
+        Err(Error::ReplyLost {
+            addr: botmesh_redis_core::NodeAddr::new("127.0.0.1", 7000),
+            reason: "the connection closed".into(),
+        })
+    };
+    for plain in [true, false] {
+        let mut sent = Vec::new();
+        let mut answer = |req: &botmesh_redis_core::Request| {
+            sent.push((req.name(), req.arguments()));
+            match req.name().as_str() {
+                "acquire_fenced" => lost(),
+                "release_if_holder" => int(0),
+                other => panic!("unexpected {other}"),
+            }
+        };
+        let got = if plain {
+            run(
+                coord::lock_acquire(&ks, "orders", "r1#9", ttl).unwrap(),
+                &mut answer,
+            )
+            .0
+        } else {
+            let wait = Duration::from_millis(100);
+            let plan = coord::lock_acquire_replicated(&ks, "orders", "r1#9", ttl, 1, wait).unwrap();
+            run(plan, &mut answer).0
+        };
+        assert!(matches!(got, Err(Error::ReplyLost { .. })), "{got:?}");
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert_eq!(sent[1].0, "release_if_holder");
+        assert_eq!(sent[1].1, ["r1#9"]);
+    }
+    // An error that says the grant did not run is the answer as it is.
+    let mut sent = 0;
+    let (got, _) = run(
+        coord::lock_acquire(&ks, "orders", "r1#9", ttl).unwrap(),
+        |_| {
+            sent += 1;
+            Err(Error::NotSent {
+                reason: "the node is down".into(),
+            })
+        },
+    );
+    assert!(matches!(got, Err(Error::NotSent { .. })), "{got:?}");
+    assert_eq!(sent, 1);
+}
+
 // --- leaderships --------------------------------------------------------------------------------
 
 #[test]

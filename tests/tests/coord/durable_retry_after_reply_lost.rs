@@ -1,6 +1,7 @@
 //! Durable `begin` and `ack` are safe to call again after `Error::ReplyLost`: the retry of a
 //! `begin` that ran tells its instance the id is still its own (not a duplicate delivery), and
 //! the retry of an `ack` that ran says the send was already acked (not that the claim was lost).
+//! A lock's grant whose reply was lost is given back before the error is reported.
 //!
 //! The lost reply is real: on a node with `client-output-buffer-limit normal 64kb 0 0`, the
 //! `begin` (or `ack`) goes out in one write with a script that returns 200 kB on the same
@@ -168,6 +169,66 @@ async fn ack_retried_after_reply_lost_says_already_acked<R: Runtime>() {
     client.close().await;
 }
 
+/// Runs `plan`'s first request in one write with `extra` (whose reply is dropped), then the
+/// rest of `plan` alone.
+struct WithFirst<P> {
+    plan: P,
+    extra: Option<Request>,
+    first: bool,
+}
+
+impl<P: Plan> Plan for WithFirst<P> {
+    type Output = P::Output;
+
+    fn operation(&self) -> &'static str {
+        self.plan.operation()
+    }
+
+    fn start(&mut self) -> Step<P::Output> {
+        match self.plan.start() {
+            Step::Send(requests) => {
+                let mut requests = requests.into_vec();
+                requests.extend(self.extra.take());
+                self.first = true;
+                Step::Send(requests.into())
+            }
+            other => other,
+        }
+    }
+
+    fn resume(&mut self, mut replies: Vec<Reply>) -> Step<P::Output> {
+        if std::mem::take(&mut self.first) {
+            replies.pop();
+        }
+        self.plan.resume(replies)
+    }
+}
+
+/// The grant runs and its reply is lost with the connection: the plan gives it back (the
+/// owner's release, on a new connection) and reports `ReplyLost`, so the lock is free at once
+/// for the next owner, with the next fence. Before, it stayed held for its TTL by an owner
+/// nobody would release.
+async fn a_lock_grant_whose_reply_was_lost_is_given_back<R: Runtime>() {
+    let (_node, client, _table, ks) = node_and_client::<R>().await;
+    let ttl = Duration::from_secs(60);
+    // Loads the grant's script, so that the grant runs in the write that loses its reply.
+    let warm_up = coord::lock_acquire(&ks, "warm-up", "r0#1", ttl).unwrap();
+    assert_eq!(client.run(warm_up).await.unwrap(), Some(1));
+    let grant = coord::lock_acquire(&ks, "orders", "r1#1", ttl).unwrap();
+    let error = client
+        .run(WithFirst {
+            plan: grant,
+            extra: Some(big_reply("200000")),
+            first: false,
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::ReplyLost { .. }), "{error:?}");
+    let next = coord::lock_acquire(&ks, "orders", "r2#1", ttl).unwrap();
+    assert_eq!(client.run(next).await.unwrap(), Some(2));
+    client.close().await;
+}
+
 /// The same retries on every target, as calls made twice (what a retry after a lost reply is,
 /// seen from the server), with the window's pruning: once the window passed, the id is new.
 async fn retries_on_every_target<R: Runtime>(target: Target) {
@@ -268,6 +329,7 @@ async fn retries_on_every_target<R: Runtime>(target: Target) {
 both_drivers!(
     begin_retried_after_reply_lost_is_still_mine,
     ack_retried_after_reply_lost_says_already_acked,
+    a_lock_grant_whose_reply_was_lost_is_given_back,
 );
 
 both_drivers!(retries_on_every_target {
