@@ -283,7 +283,9 @@ impl<E: Executor> Store<E> {
     // --- messages ----------------------------------------------------------------------------
 
     /// Saves a message (its item and its log entry, atomically). Saving an existing id replaces
-    /// its payload and time. Yields `true` when the message is new.
+    /// its payload and time. Yields `true` when the message is new. `time_ms` (milliseconds
+    /// since the epoch, by convention) must be within ±2^53, where a score keeps it exactly
+    /// ([`ConfigError::MessageTimeOutOfRange`](crate::ConfigError::MessageTimeOutOfRange)).
     pub async fn save_message(
         &self,
         chat: &str,

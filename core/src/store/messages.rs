@@ -12,7 +12,7 @@ use std::ops::{Bound, RangeBounds};
 
 use bytes::Bytes;
 
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::keys::Keyspace;
 use crate::plan::{misuse, single, Plan, Reply, Single, Step};
 use crate::request::{Access, Arg, Request};
@@ -50,8 +50,12 @@ pub struct MessageCursor {
 /// (the next call's `after`), `None` when the range holds nothing after this page.
 pub type MessagePage = crate::page::Page<Message, MessageCursor>;
 
+/// The largest message time kept exactly (2^53 ms): a score is a double.
+const MOST_EXACT_TIME_MS: i64 = 1 << 53;
+
 /// Saves a message: item and log entry in one script call, in the chat's slot. Saving an
-/// existing id replaces its payload and time. Yields `true` when the message is new.
+/// existing id replaces its payload and time. Yields `true` when the message is new. A time
+/// outside ±2^53 ms is refused ([`ConfigError::MessageTimeOutOfRange`]).
 pub fn save_message(
     ks: &Keyspace,
     chat: &str,
@@ -59,6 +63,9 @@ pub fn save_message(
     time_ms: i64,
     payload: Bytes,
 ) -> Result<Single<bool>, Error> {
+    if !(-MOST_EXACT_TIME_MS..=MOST_EXACT_TIME_MS).contains(&time_ms) {
+        return Err(ConfigError::MessageTimeOutOfRange { time_ms }.into());
+    }
     let request = Request::script_in(
         ks,
         &SAVE_MESSAGE,

@@ -393,7 +393,7 @@ pub fn clear_user_data(ks: &Keyspace, user: &str, ns: Option<&str>) -> ClearUser
 /// The plan of [`clear_user_data`]: the members of the user's index (cluster) or a scan
 /// (legacy), then one batch of deletions: `delete_indexed_chunk` calls of up to 1000 entries,
 /// each removing entries and members together (cluster), or one `DEL` per key (legacy). Entries
-/// written after the members were read are kept.
+/// created after the members were read are kept; one written again meanwhile may go.
 #[derive(Debug)]
 pub struct ClearUserData {
     ks: Keyspace,

@@ -192,6 +192,24 @@ fn delete_chat_of_an_empty_chat() {
     }
 }
 
+/// A time is a score, which Redis keeps as a double: outside ±2^53 ms it would be rounded, and
+/// near the ends of `i64` read back as another number (a listing's cursor then looped). Such a
+/// time is refused before anything is built; the ends of the exact range are taken.
+#[test]
+fn save_message_refuses_a_time_a_score_cannot_keep() {
+    let ks = keyspace(Layout::Cluster);
+    for time_ms in [(1 << 53) + 1, -(1 << 53) - 1, i64::MAX, i64::MIN] {
+        let err = messages::save_message(&ks, "c", "m", time_ms, Bytes::new()).unwrap_err();
+        assert_eq!(
+            err,
+            Error::Config(botmesh_redis_core::ConfigError::MessageTimeOutOfRange { time_ms })
+        );
+    }
+    for time_ms in [1 << 53, -(1 << 53), 0] {
+        assert!(messages::save_message(&ks, "c", "m", time_ms, Bytes::new()).is_ok());
+    }
+}
+
 /// A log another program wrote (and a migration copied as it was) may hold an id that is not
 /// UTF-8: its item goes with it, under the name built from the id's bytes. Decoded as text, the
 /// id failed the chunk after the log had moved to the drain, on every call: the chat's
