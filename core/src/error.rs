@@ -338,13 +338,8 @@ pub enum ConfigError {
         /// The duration given.
         given: std::time::Duration,
     },
-    /// A message time outside ±2^53 ms: a chat's log keeps times as scores, which Redis
-    /// stores as doubles, so such a time would be rounded (distinct times made equal) and, near
-    /// the ends of `i64`, read back as another number, and a listing's cursor then loops.
-    #[error(
-        "a message time of {time_ms} ms: times are kept exactly within ±2^53 ms (about \
-         ±285,000 years around 1970); give milliseconds since the epoch"
-    )]
+    /// A message time outside ±2^53 ms, which a score (a double) cannot keep exactly.
+    #[error("a message time of {time_ms} ms: times are kept exactly within ±2^53 ms")]
     MessageTimeOutOfRange {
         /// The time given.
         time_ms: i64,

@@ -411,7 +411,7 @@ impl AcquireTurn {
     fn timed_out(&mut self, now: i64) -> Option<u64> {
         let started = *self.started_ms.get_or_insert(now);
         let waited = u64::try_from(now.saturating_sub(started)).unwrap_or(0);
-        (u128::from(waited) > self.options.wait_timeout.as_millis()).then_some(waited)
+        (u128::from(waited) >= self.options.wait_timeout.as_millis()).then_some(waited)
     }
 
     fn on_poll(&mut self, value: Value) -> Step<TurnGrant> {

@@ -335,7 +335,6 @@ impl<W: Waiters> Session<W> {
         // and its socket would otherwise outlive it.
         self.outputs.push_back(Output::Close { conn });
         self.nodes.unbind_conn(c.node, conn);
-        self.sentinels.forget_conn(conn);
         if c.subscriber {
             let answered = c.state == ConnState::Ready;
             let interval = self.config.refresh_interval;
@@ -359,21 +358,7 @@ impl<W: Waiters> Session<W> {
                 self.nodes.mark_down(c.node, Down { failures, until });
             }
         }
-        let not_sent = if fatal {
-            Error::Auth {
-                addr: self.dial_addr(c.node),
-                reason: reason.clone(),
-            }
-        } else if connected {
-            Error::NotSent {
-                reason: format!("the connection to {addr} was lost: {reason}"),
-            }
-        } else {
-            Error::Connect {
-                addr: self.dial_addr(c.node),
-                reason: reason.clone(),
-            }
-        };
+        let not_sent = self.unsent(c.node, fatal, connected, &reason);
         let lost = Error::ReplyLost { addr, reason };
         let give_up = fatal || (!self.follows_failovers() && !connected && !passing);
         for (pending, _) in c.in_flight {
@@ -413,6 +398,27 @@ impl<W: Waiters> Session<W> {
         // that refuses `SUBSCRIBE` had a question and a new subscription ten times a second.
         if !c.subscriber {
             self.refresh_soon(now);
+        }
+    }
+
+    /// What a request never written on a connection to `node` ends with, or retries on: a
+    /// refused password (`fatal`), a lost connection, or one that never opened.
+    fn unsent(&self, node: NodeId, fatal: bool, connected: bool, reason: &str) -> Error {
+        if fatal {
+            Error::Auth {
+                addr: self.dial_addr(node),
+                reason: reason.to_owned(),
+            }
+        } else if connected {
+            let addr = &self.nodes[node];
+            Error::NotSent {
+                reason: format!("the connection to {addr} was lost: {reason}"),
+            }
+        } else {
+            Error::Connect {
+                addr: self.dial_addr(node),
+                reason: reason.to_owned(),
+            }
         }
     }
 

@@ -95,18 +95,12 @@ impl Sentinels {
         }
     }
 
-    /// `conn` is gone: if it was the subscriber, there is none now.
-    pub(super) fn forget_conn(&mut self, conn: ConnId) {
-        if self.subscriber == Some(conn) {
-            self.subscriber = None;
-        }
-    }
-
     /// The subscriber connection is gone, `answered` when its `SUBSCRIBE` had been answered (a
     /// sentinel restarted: subscribe again at the next answer) or not (refused: wait a refresh
     /// interval, twice as long after each failure in a row, up to
     /// [`MOST_SUBSCRIBE_INTERVALS`]).
     pub(super) fn subscriber_lost(&mut self, now: Instant, answered: bool, interval: Duration) {
+        self.subscriber = None;
         if answered {
             self.subscribe_failures = 0;
             self.subscribe_after = None;
