@@ -199,9 +199,14 @@ async fn killed_master<R: Runtime>(replication: Replication) {
         let k = kill_of(o);
         let fine = match (o.kind, replication, k) {
             (Kind::Ok, _, _) => true,
-            // In flight on the killed master: outcome unknown, and only until the promotion.
+            // In flight on the killed master: outcome unknown, and only until the promotion; a
+            // lock's grant is given back first (once the promoted master took the release), so
+            // its call may end after the promotion.
             (Kind::ReplyLost, _, Some(k)) => {
-                o.write && o.ended <= k.promoted_at && o.detail.starts_with(&k.victim.to_string())
+                let given_back = o.op == "lock" && o.sent <= k.promoted_at;
+                o.write
+                    && (o.ended <= k.promoted_at || given_back)
+                    && o.detail.starts_with(&k.victim.to_string())
             }
             (Kind::TimeoutUnknown, _, Some(k)) => o.write && o.sent <= k.promoted_at,
             // A turn whose wait spanned the kill of its chat's master: the queue stalled until
