@@ -11,6 +11,11 @@
 //! that answered the plan's previous request, which is the node that answered `CLUSTER SLOTS`
 //! (or the previous page of the scan, on the same host). Skipping such a master instead would
 //! let the start guard miss every legacy key on it.
+//!
+//! Slots may move while the masters are scanned one after the other (a reshard, a master
+//! added, a failover): a key moved from a master not yet scanned to one already scanned would
+//! be missed. So once every master is scanned the plan reads `CLUSTER SLOTS` again, and scans
+//! again each master that gained a slot since the last reading, up to [`MOST_PASSES`] passes.
 
 use bytes::Bytes;
 
@@ -19,6 +24,11 @@ use crate::plan::{Plan, Reply, Step};
 use crate::request::{Access, Request};
 use crate::topology::{parse_cluster_slots_with, UnknownEndpoint};
 use crate::value::Value;
+
+/// How many passes over the masters a scan makes at most while slots keep moving (the first
+/// and the rescans of masters that gained slots); then it fails rather than answer a listing
+/// that may miss keys.
+pub(crate) const MOST_PASSES: u32 = 4;
 
 /// Collects the keys matching a `SCAN MATCH` pattern, up to a limit.
 #[derive(Debug)]
@@ -29,7 +39,22 @@ pub struct Scan {
     nodes: Vec<Option<String>>,
     cursor: Bytes,
     keys: Vec<Bytes>,
-    started: bool,
+    state: State,
+    /// The slots' masters at the last reading of `CLUSTER SLOTS` (empty on a single node).
+    owners: Owners,
+    passes: u32,
+}
+
+/// Slot ranges and their masters, as `:port` or `host:port`.
+pub(crate) type Owners = Vec<(u16, u16, String)>;
+
+#[derive(Debug, PartialEq, Eq)]
+enum State {
+    /// Waiting for the masters.
+    Masters,
+    Scanning,
+    /// Every master scanned; waiting for the masters again.
+    Checking,
 }
 
 /// Scans every master for keys matching `pattern` (already glob-escaped where needed), stopping
@@ -41,7 +66,9 @@ pub fn scan(pattern: impl Into<String>, limit: usize) -> Scan {
         nodes: Vec::new(),
         cursor: Bytes::from_static(b"0"),
         keys: Vec::new(),
-        started: false,
+        state: State::Masters,
+        owners: Vec::new(),
+        passes: 0,
     }
 }
 
@@ -93,16 +120,22 @@ impl Plan for Scan {
         let Some(reply) = replies.into_iter().next() else {
             return Step::Done(Err(crate::plan::misuse("Scan resumed without a reply")));
         };
-        if !self.started {
-            self.started = true;
-            self.nodes = match masters_of(reply) {
-                Ok(nodes) => nodes,
-                Err(e) => return Step::Done(Err(e)),
-            };
-            if self.nodes.is_empty() {
-                return self.finish();
+        match self.state {
+            State::Masters => {
+                let (nodes, owners) = match layout_of(reply) {
+                    Ok(layout) => layout,
+                    Err(e) => return Step::Done(Err(e)),
+                };
+                (self.nodes, self.owners) = (nodes, owners);
+                self.passes = 1;
+                self.state = State::Scanning;
+                if self.nodes.is_empty() {
+                    return self.finish();
+                }
+                return self.send_next();
             }
-            return self.send_next();
+            State::Checking => return self.checked(reply),
+            State::Scanning => {}
         }
         let page = match reply.and_then(parse_page) {
             Ok(page) => page,
@@ -116,11 +149,98 @@ impl Plan for Scan {
         if self.cursor.as_ref() == b"0" {
             self.nodes.pop();
             if self.nodes.is_empty() {
-                return self.finish();
+                return self.check();
             }
         }
         self.send_next()
     }
+}
+
+impl Scan {
+    /// Every master is scanned: on a cluster, the masters are read again.
+    fn check(&mut self) -> Step<Vec<Bytes>> {
+        if self.owners.is_empty() {
+            return self.finish();
+        }
+        self.state = State::Checking;
+        match masters_request() {
+            Ok(request) => Step::Send(request.into()),
+            Err(e) => Step::Done(Err(e)),
+        }
+    }
+
+    /// The masters read again: each that gained a slot since the last reading is scanned
+    /// again, or the listing is complete.
+    fn checked(&mut self, reply: Reply) -> Step<Vec<Bytes>> {
+        let (_, owners) = match layout_of(reply) {
+            Ok(layout) => layout,
+            Err(e) => return Step::Done(Err(e)),
+        };
+        let gained = gained_slots(&self.owners, &owners);
+        self.owners = owners;
+        if gained.is_empty() {
+            return self.finish();
+        }
+        if self.passes >= MOST_PASSES {
+            return Step::Done(Err(Error::SlotsMoved { side: "cluster" }));
+        }
+        self.passes += 1;
+        self.nodes = gained.into_iter().map(Some).collect();
+        self.cursor = Bytes::from_static(b"0");
+        self.state = State::Scanning;
+        self.send_next()
+    }
+}
+
+/// The masters (sorted) and the slots' owners a reply to [`masters_request`] names; `[None]`
+/// and no owners for a node that is not a cluster.
+pub(crate) fn layout_of(reply: Reply) -> Result<(Vec<Option<String>>, Owners), Error> {
+    let Ok(value) = reply else {
+        return masters_of(reply).map(|nodes| (nodes, Vec::new()));
+    };
+    let topo = parse_cluster_slots_with(&value, "", UnknownEndpoint::AskedHost).map_err(|e| {
+        Error::UnexpectedReply {
+            detail: e.to_string(),
+        }
+    })?;
+    let owners: Owners = topo
+        .shards
+        .iter()
+        .flat_map(|s| {
+            let master = s.master.to_string();
+            s.ranges.iter().map(move |&(a, b)| (a, b, master.clone()))
+        })
+        .collect();
+    let mut nodes: Vec<Option<String>> = topo
+        .shards
+        .iter()
+        .map(|s| Some(s.master.to_string()))
+        .collect();
+    nodes.sort();
+    nodes.dedup();
+    Ok((nodes, owners))
+}
+
+/// The masters (sorted) that own a slot in `now` that another master, or none, owned in
+/// `before`: the masters a key may have moved to since they were scanned.
+pub(crate) fn gained_slots(
+    before: &[(u16, u16, String)],
+    now: &[(u16, u16, String)],
+) -> Vec<String> {
+    let owner_before = |slot: u16| {
+        before
+            .iter()
+            .find(|(a, b, _)| (*a..=*b).contains(&slot))
+            .map(|(_, _, m)| m.as_str())
+    };
+    let mut gained: Vec<String> = now
+        .iter()
+        .filter(|(a, b, master)| (*a..=*b).any(|slot| owner_before(slot) != Some(master)))
+        .map(|(_, _, master)| master.clone())
+        .collect();
+    gained.sort();
+    gained.dedup();
+    gained
 }
 
 /// The request that lists the masters: `CLUSTER SLOTS`, answered by [`masters_of`].
@@ -233,6 +353,70 @@ mod tests {
             vec![Bytes::from("x"), Bytes::from("y")]
         );
         assert!(run.transcript.contains("node=h:1"));
+    }
+
+    fn two_masters(split: i64) -> Value {
+        Value::Array(vec![
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(split - 1),
+                Value::Array(vec![Value::from("h"), Value::Int(1)]),
+            ]),
+            Value::Array(vec![
+                Value::Int(split),
+                Value::Int(16383),
+                Value::Array(vec![Value::from("h"), Value::Int(2)]),
+            ]),
+        ])
+    }
+
+    /// A key moves from h:1, not yet scanned, to h:2, already scanned (h:2 takes slot 8000
+    /// meanwhile): the masters read again show h:2 gained a slot, so h:2 is scanned again and
+    /// the key is listed. Before, the listing missed it.
+    #[test]
+    fn a_master_that_gained_slots_during_the_scan_is_scanned_again() {
+        let mut readings = 0;
+        let mut scans_of_h2 = 0;
+        let run = scripted::run(scan("p:*", 100), 20, |req| {
+            let text = req.to_string();
+            if text.starts_with("CLUSTER") {
+                readings += 1;
+                return Ok(two_masters(if readings == 1 { 8001 } else { 8000 }));
+            }
+            if text.contains("node=h:2") {
+                scans_of_h2 += 1;
+                match scans_of_h2 {
+                    1 => page("0", &["y"]),
+                    _ => page("0", &["moved", "y"]),
+                }
+            } else {
+                page("0", &["x"])
+            }
+        });
+        assert_eq!(
+            run.output.unwrap(),
+            vec![Bytes::from("moved"), Bytes::from("x"), Bytes::from("y")]
+        );
+        assert_eq!((readings, scans_of_h2), (3, 2));
+    }
+
+    /// Slots that move at every reading: the scan gives up after its passes rather than
+    /// answer a listing that may miss keys.
+    #[test]
+    fn slots_moving_at_every_pass_fail_the_scan() {
+        let mut readings = 0;
+        let run = scripted::run(scan("p:*", 100), 40, |req| {
+            if req.to_string().starts_with("CLUSTER") {
+                readings += 1;
+                return Ok(two_masters(8000 + readings));
+            }
+            page("0", &["k"])
+        });
+        assert_eq!(
+            run.output.unwrap_err(),
+            Error::SlotsMoved { side: "cluster" }
+        );
+        assert_eq!(readings, 1 + i64::from(MOST_PASSES));
     }
 
     /// `CLUSTER SLOTS` of a cluster that names no host for some masters (`NULL`, empty, `?`):

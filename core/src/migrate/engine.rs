@@ -59,6 +59,14 @@ pub(super) async fn masters<E: Executor>(e: &E) -> Result<Vec<Option<String>>, E
     masters_of(reply.ok_or_else(|| misuse("no reply to CLUSTER SLOTS"))?)
 }
 
+/// The slots' masters of a cluster (none on a single node), to see whether slots moved while
+/// a pass scanned the masters one after the other.
+pub(super) async fn owners<E: Executor>(e: &E) -> Result<crate::scan::Owners, Error> {
+    let reply = send(e, vec![masters_request()?]).await?.pop();
+    crate::scan::layout_of(reply.ok_or_else(|| misuse("no reply to CLUSTER SLOTS"))?)
+        .map(|(_, owners)| owners)
+}
+
 /// The server's clock in ms (`TIME`): the run's elapsed time is measured on the source's
 /// clock, since the core has none of its own.
 pub(super) async fn server_ms<E: Executor>(e: &E, node: &Option<String>) -> Result<i64, Error> {

@@ -424,8 +424,9 @@ impl MigrationReport {
     }
 
     /// Whether every key of the source reached the target: none it could not represent, none
-    /// unreadable (a payload the target refused, a source key that could not be read).
-    fn is_exact(&self) -> bool {
+    /// unreadable (a payload the target refused, a source key that could not be read). A run
+    /// that is not exact keeps its source, whatever `delete_source` asked.
+    pub fn is_exact(&self) -> bool {
         self.unrepresentable == 0 && self.unreadable == 0
     }
 

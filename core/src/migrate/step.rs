@@ -23,10 +23,11 @@ use crate::error::Error;
 use crate::executor::Executor;
 use crate::keys::{Keyspace, Layout, CLUSTER_V1};
 use crate::request::{Access, Request};
+use crate::scan::gained_slots;
 
 use super::cleanup::{self, Side};
 use super::copy::Copier;
-use super::engine::{elapsed, send_ok, server_ms};
+use super::engine::{elapsed, owners, send_ok, server_ms};
 use super::lifecycle::{self, CopyId, Phase, Record, Role, StepKind, Unsafe, View};
 use super::pair::{Pair, Settings};
 use super::sides::{
@@ -283,6 +284,10 @@ impl<'a, S: Executor, T: Executor> Sides<'a, S, T> {
             own_other: Keyspace::new(self.tgt.layout(), step.prefix.clone()).ok(),
             report,
         };
+        // Slots that move while a pass scans the masters one after the other (a reshard)
+        // leave keys unvisited: uncopied, or stale copies unpruned. Both sides' slots are read
+        // before and after; a move between stops the step as a cut one, for its rerun.
+        let watched = (owners(self.source).await?, owners(self.target).await?);
         let (tgt_nodes, count) = (&self.tgt_server.nodes, step.scan_count);
         let stale = match step.mirror {
             true => run.prune(tgt_nodes, count, progress).await?,
@@ -296,6 +301,14 @@ impl<'a, S: Executor, T: Executor> Sides<'a, S, T> {
             // stale copy behind. A second pass, after the copy, compares again. (An empty
             // target, the usual first migration, holds nothing stale and is not scanned twice.)
             run.prune(tgt_nodes, count, progress).await?;
+        }
+        for (side, before, now) in [
+            ("source", &watched.0, owners(self.source).await?),
+            ("target", &watched.1, owners(self.target).await?),
+        ] {
+            if !gained_slots(before, &now).is_empty() {
+                return Err(Error::SlotsMoved { side });
+            }
         }
         Ok(run.report)
     }

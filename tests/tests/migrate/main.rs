@@ -23,6 +23,7 @@ mod other_server_is_found;
 mod partial_rollback;
 mod refusals;
 mod refused_payload_is_unreadable;
+mod reshard_during_the_copy;
 mod roundtrip;
 mod shared_items;
 mod store_view;
