@@ -164,16 +164,15 @@ impl Connection {
     pub(crate) fn describe(&self) -> String {
         match &self.url {
             Some(url) => describe_url(url),
-            None => format!(
-                "cluster {}",
-                self.cluster
-                    .iter()
-                    .map(|seed| describe_url(seed))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            ),
+            None => describe_cluster(&self.cluster),
         }
     }
+}
+
+/// `cluster` and the seeds' addresses, never their credentials.
+pub(crate) fn describe_cluster(seeds: &[String]) -> String {
+    let seeds: Vec<String> = seeds.iter().map(|seed| describe_url(seed)).collect();
+    format!("cluster {}", seeds.join(" "))
 }
 
 /// The `host:port` of a URL (a Unix socket's path); a URL that does not parse is shown as `<bad url>`, since it may
@@ -283,6 +282,12 @@ mod tests {
         };
         assert_eq!(c.describe(), "cluster h:1 h:2");
         assert_eq!(describe_url("redis://u:p@h:1/5"), "<bad url>");
+        // The other side of a cleanup, named by seeds with credentials, was printed as given.
+        let seeds = [
+            "redis://:s3cret@10.0.0.5:7000".to_owned(),
+            "h:7001".to_owned(),
+        ];
+        assert_eq!(describe_cluster(&seeds), "cluster 10.0.0.5:7000 h:7001");
     }
 
     #[test]

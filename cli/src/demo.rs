@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use botmesh_redis_harness::{ClusterOptions, RedisCluster};
 use botmesh_redis_tokio::driver::scan;
+use botmesh_redis_tokio::keys::glob_escape;
 use botmesh_redis_tokio::{
-    Access, Client, ClientOptions, Error, Executor, Keyspace, Layout, Request, Value,
+    Access, Client, ClientOptions, Error, Executor, Key, Keyspace, Layout, Request, Value,
 };
 use botmesh_redis_tokio::{Coordinator, Durability, Schedules};
 use botmesh_redis_tokio::{Limit, RecordCursor, RecordPage, Store, StoreOptions};
@@ -45,11 +46,11 @@ pub(crate) async fn run(args: &DemoArgs, quiet: bool) -> Result<(), Failure> {
             (options, Some(cluster), place)
         }
         Some(options) => {
-            // The URL as given, unless it carries credentials.
-            let place = match &args.connection.url {
-                Some(url) if !url.contains('@') => url.clone(),
-                _ => args.connection.describe(),
-            };
+            // Addresses only: a URL's credentials may be in its user-info or its query.
+            let place = args.connection.describe();
+            if !args.force {
+                refuse_a_prefix_in_use(&options, &args.prefix).await?;
+            }
             (options, None, place)
         }
     };
@@ -59,6 +60,35 @@ pub(crate) async fn run(args: &DemoArgs, quiet: bool) -> Result<(), Failure> {
             "demo: some check failed (see the report above)".into(),
         )),
         Err(e) => Err(Failure::Failed(format!("demo failed: {e}"))),
+    }
+}
+
+/// The key a demo writes under its prefix once started, beside the layout marker, so that a
+/// later demo knows the prefix for a demo's own.
+const DEMO_MARK: &str = "{meta}:demo";
+
+/// Refuses to run the demo on a prefix that holds keys a demo did not write: the demo starts
+/// the prefix (its lifecycle's record), drains the outbox without sending, campaigns for the
+/// scheduler and deletes a chat, which on a bot's own prefix would take over its data.
+async fn refuse_a_prefix_in_use(options: &ClientOptions, prefix: &str) -> Result<(), Failure> {
+    let client = Client::connect(options.clone()).await?;
+    let pattern = format!("{}:*", glob_escape(prefix));
+    let found = client.run(scan::scan(pattern, 1)).await;
+    let marked = client
+        .call(
+            Request::cmd(Access::Read, "EXISTS")
+                .key(Key::new(format!("{prefix}:{DEMO_MARK}")))
+                .build()?,
+        )
+        .await;
+    client.close().await;
+    match (found?.is_empty(), marked?) {
+        (true, _) | (false, Value::Int(1)) => Ok(()),
+        _ => Err(Failure::Refused(format!(
+            "prefix {prefix:?} holds keys a demo did not write (a bot's data?): the demo writes, \
+             deletes and drains an outbox there. Give it a prefix of its own (--prefix \
+             botmesh-demo-2), or --force to run it there anyway"
+        ))),
     }
 }
 
@@ -148,6 +178,11 @@ async fn demo(
         first.store.layout()
     );
     println!("start(): {:?}", first.store.start().await?);
+    let mark = Request::cmd(Access::Write, "SET")
+        .key(Key::new(format!("{prefix}:{DEMO_MARK}")))
+        .arg("botmesh-redis demo")
+        .build()?;
+    first.client.call(mark).await?;
 
     let tally = Arc::new(Tally::default());
     let holders: Arc<Vec<AtomicU32>> = Arc::new((0..CHATS).map(|_| AtomicU32::new(0)).collect());

@@ -34,12 +34,15 @@ const EXIT_OK: u8 = 0;
 const EXIT_ERROR: u8 = 1;
 /// Refused: live bots, a wrong layout, a braced prefix; `check`: start would be refused.
 const EXIT_REFUSED: u8 = 3;
+/// A migration or a rollback completed without copying every key: the source is kept.
+const EXIT_INCOMPLETE: u8 = 4;
 
 /// The exit codes, as every `--help` ends.
 macro_rules! exit_codes {
     () => {
         "Exit codes: 0 success, 1 error, 2 usage (bad flags), 3 refused (live bots, wrong \
-         layout, braced prefix; for check: start() would be refused)."
+         layout, braced prefix, a demo on a prefix in use; for check: start() would be \
+         refused), 4 incomplete (migrate, rollback: keys not copied, the source kept)."
     };
 }
 
@@ -375,7 +378,7 @@ pub(crate) struct CheckArgs {
      # a throwaway local 3-master cluster (needs redis-server on PATH)\n  \
      botmesh-redis demo\n  \
      # an existing server\n  \
-     botmesh-redis demo --url redis://127.0.0.1:6379 --prefix mybot\n  \
+     botmesh-redis demo --url redis://127.0.0.1:6379 --prefix botmesh-demo\n  \
      botmesh-redis demo --cluster 127.0.0.1:7000\n\n",
     exit_codes!()
 ))]
@@ -384,9 +387,15 @@ pub(crate) struct DemoArgs {
     #[command(flatten)]
     pub(crate) connection: Connection,
 
-    /// The key prefix.
+    /// The key prefix: one of the demo's own. On an existing server, a prefix that holds keys
+    /// a demo did not write is refused (exit 3).
     #[arg(long, default_value = "botmesh-demo")]
     pub(crate) prefix: String,
+
+    /// Runs on a prefix that holds other keys all the same (the demo writes, deletes and
+    /// drains an outbox there).
+    #[arg(long)]
+    pub(crate) force: bool,
 }
 
 /// Parses a namespace that a migration copies (`Namespace::from_str` also knows the ones it
@@ -412,6 +421,8 @@ pub(crate) enum Failure {
     Refused(String),
     /// Anything else that failed, with its message (exit 1).
     Failed(String),
+    /// A migration or a rollback completed but left keys of the source out (exit 4).
+    Incomplete(String),
 }
 
 impl From<Error> for Failure {
@@ -469,6 +480,10 @@ async fn main() -> ExitCode {
         Err(Failure::Failed(message)) => {
             eprintln!("{message}");
             ExitCode::from(EXIT_ERROR)
+        }
+        Err(Failure::Incomplete(message)) => {
+            eprintln!("incomplete: {message}");
+            ExitCode::from(EXIT_INCOMPLETE)
         }
     }
 }

@@ -11,7 +11,7 @@ use botmesh_redis_tokio::migrate::{
 use botmesh_redis_tokio::{Client, ClientOptions, Layout};
 use indicatif::ProgressBar;
 
-use crate::connection::describe_url;
+use crate::connection::{describe_cluster, describe_url};
 use crate::output::{progress, seconds, set_total, Fields, Table};
 use crate::{connect, connect_with, CleanupArgs, Failure, MigrateArgs, RollbackArgs};
 
@@ -87,7 +87,28 @@ pub(crate) async fn run_migrate(args: &MigrateArgs, quiet: bool) -> Result<(), F
     // The core measures on the source server's clock; the operator reads this process's.
     report.elapsed = elapsed;
     print!("{}", render(&report));
-    Ok(())
+    complete(&report, options.delete_source)
+}
+
+/// A run that left keys of the source out (`unreadable`, `unrepresentable`) completed (the
+/// bots may start on the target) but is not a success for a script: the target lacks those
+/// keys, and the source was kept whatever `--delete-source` asked (exit 4).
+fn complete(report: &MigrationReport, delete_source: bool) -> Result<(), Failure> {
+    if report.is_exact() {
+        return Ok(());
+    }
+    let kept = if delete_source {
+        "; --delete-source was not carried out: the source is kept"
+    } else {
+        ""
+    };
+    Err(Failure::Incomplete(format!(
+        "{} keys were not copied ({} unreadable, {} unrepresentable; examples above): the \
+         target lacks them{kept}",
+        report.unreadable + report.unrepresentable,
+        report.unreadable,
+        report.unrepresentable,
+    )))
 }
 
 /// Runs `rollback` and prints its report.
@@ -146,7 +167,7 @@ pub(crate) async fn run_rollback(args: &RollbackArgs, quiet: bool) -> Result<(),
     let mut report = result?;
     report.elapsed = elapsed;
     print!("{}", render(&report));
-    Ok(())
+    complete(&report, options.delete_source)
 }
 
 /// Runs `cleanup` and prints its report.
@@ -179,7 +200,7 @@ pub(crate) async fn run_cleanup(args: &CleanupArgs, quiet: bool) -> Result<(), F
     };
     let other_place = match (&args.other_url, args.other_cluster.is_empty()) {
         (Some(url), _) => describe_url(url),
-        (None, false) => format!("cluster {}", args.other_cluster.join(" ")),
+        (None, false) => describe_cluster(&args.other_cluster),
         (None, true) => "in place".to_owned(),
     };
     println!(

@@ -211,7 +211,7 @@ fn help_of_each_subcommand_shows_its_examples() {
         ),
         (
             "demo",
-            "  botmesh-redis demo --url redis://127.0.0.1:6379 --prefix mybot\n",
+            "  botmesh-redis demo --url redis://127.0.0.1:6379 --prefix botmesh-demo\n",
         ),
     ];
     let exit_codes = "Exit codes: 0 success, 1 error, 2 usage (bad flags), 3 refused";
@@ -886,6 +886,67 @@ fn a_braced_prefix_cannot_migrate_in_place() {
     );
 }
 
+/// A migration that completes without copying every key (here a chat record of the wrong
+/// type, unreadable as a record) exits 4, says what is missing, and keeps the source although
+/// `--delete-source` was given: a script's `migrate && start-bots` stops there. It exited 0
+/// before, printing `source keys deleted 0` and nothing else.
+#[test]
+fn a_migration_that_leaves_keys_out_exits_4_and_keeps_its_source() {
+    let prefix = unique_prefix("cli-incomplete");
+    admin_set(&format!("{prefix}:chat:c1"), None);
+    let mut conn = shared_single().conn().unwrap();
+    let wrong = format!("{prefix}:chat:c2");
+    let hset = conn.cmd(&["HSET", wrong.as_str(), "f", "v"]).unwrap();
+    assert_eq!(hset.as_int(), Some(1), "{hset:?}");
+    let url = shared_single().url();
+    let r = run_expect(
+        4,
+        &[
+            "migrate",
+            "--url",
+            &url,
+            "--prefix",
+            &prefix,
+            "--target-prefix",
+            &format!("{prefix}-new"),
+            "--delete-source",
+        ],
+    );
+    assert_eq!(
+        r.stderr,
+        "incomplete: 1 keys were not copied (1 unreadable, 0 unrepresentable; examples above): \
+         the target lacks them; --delete-source was not carried out: the source is kept\n"
+    );
+    assert!(r.stdout.contains(&wrong), "{}", r.stdout);
+    let kept = conn
+        .cmd(&["EXISTS", format!("{prefix}:chat:c1").as_str()])
+        .unwrap();
+    assert_eq!(kept.as_int(), Some(1), "{kept:?}");
+}
+
+/// The demo on an existing server refuses a prefix that holds keys a demo did not write (a
+/// bot's), and writes nothing there: it drained an outbox, campaigned for the scheduler and
+/// deleted a chat wherever it was pointed before.
+#[test]
+fn the_demo_refuses_a_prefix_in_use() {
+    let prefix = unique_prefix("cli-demo-in-use");
+    let record = format!("{prefix}:chat:c1");
+    admin_set(&record, None);
+    let url = shared_single().url();
+    let r = run_expect(3, &["demo", "--url", &url, "--prefix", &prefix]);
+    assert!(
+        r.stderr.starts_with(&format!(
+            "refused: prefix {prefix:?} holds keys a demo did not write (a bot's data?)"
+        )),
+        "{}",
+        r.stderr
+    );
+    let mut conn = shared_single().conn().unwrap();
+    let pattern = format!("{prefix}:*");
+    let keys = conn.cmd(&["KEYS", pattern.as_str()]).unwrap();
+    assert_eq!(keys.as_array().map(|k| k.len()), Some(1), "{keys:?}");
+}
+
 #[test]
 fn an_unreachable_server_is_an_error() {
     // Port 1 on loopback: nothing listens there.
@@ -1068,6 +1129,9 @@ fn demo_runs_against_an_existing_cluster() {
         r.stdout
     );
     assert_eq!(r.stderr, "");
+    // The prefix is the demo's own (its mark): a second run is not refused.
+    let again = run_expect(0, &["demo", "-q", "--cluster", &seed, "--prefix", &prefix]);
+    assert_eq!(again.stderr, "");
 }
 
 #[test]
