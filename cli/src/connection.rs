@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use botmesh_redis_tokio::driver::options::{parse_sentinel_url, parse_url};
+use botmesh_redis_tokio::driver::session::Auth;
 use botmesh_redis_tokio::{ClientOptions, NodeAddr};
 use clap::Args;
 
@@ -115,8 +116,19 @@ impl Connection {
         base: ClientOptions,
         target: &TargetCredentials,
     ) -> ClientOptions {
+        let url_user = url_credentials(&base).and_then(|auth| auth.username);
         let (user, password) = match &target.target_password {
-            Some(password) => (target.target_user.as_deref(), Some(password.as_str())),
+            // The user: --target-user, else the target URL's, else --user (as the help says).
+            Some(password) => (
+                target
+                    .target_user
+                    .as_deref()
+                    .or(url_user.as_deref())
+                    .or(self.user.as_deref()),
+                Some(password.as_str()),
+            ),
+            // Credentials written in the target's own URL win over the source's.
+            None if url_credentials(&base).is_some() => (None, None),
             None => (
                 target.target_user.as_deref().or(self.user.as_deref()),
                 self.password.as_deref(),
@@ -138,7 +150,13 @@ impl Connection {
         map: &[(NodeAddr, NodeAddr)],
     ) -> ClientOptions {
         if let Some(password) = password {
-            options = options.credentials(user, password);
+            // A password alone (--password, its environment variable) keeps the user the URL
+            // names: `redis://bot@host` with the password from the environment is user `bot`.
+            let url_user = match user {
+                Some(_) => None,
+                None => url_credentials(&options).and_then(|auth| auth.username),
+            };
+            options = options.credentials(user.or(url_user.as_deref()), password);
         }
         if !map.is_empty() {
             let map: BTreeMap<NodeAddr, NodeAddr> = map.iter().cloned().collect();
@@ -167,6 +185,11 @@ impl Connection {
             None => describe_cluster(&self.cluster),
         }
     }
+}
+
+/// The credentials the options' URL (or first seed) carries.
+fn url_credentials(options: &ClientOptions) -> Option<Auth> {
+    options.to_config(0).ok().and_then(|config| config.auth)
 }
 
 /// `cluster` and the seeds' addresses, never their credentials.
@@ -237,7 +260,6 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use botmesh_redis_tokio::driver::session::Auth;
 
     #[test]
     fn durations() {
@@ -314,5 +336,39 @@ mod tests {
             },
         );
         assert_eq!(auth(own), Some(expected("t", "q")));
+        // A target password alone takes --user; a target URL's own credentials win over the
+        // source's password.
+        let password_only = TargetCredentials {
+            target_password: Some("q".into()),
+            ..TargetCredentials::default()
+        };
+        let with_user = source.target_options(ClientOptions::url("h:1"), &password_only);
+        assert_eq!(auth(with_user), Some(expected("u", "q")));
+        let url_user =
+            source.target_options(ClientOptions::url("redis://admin:old@h:1"), &password_only);
+        assert_eq!(auth(url_user), Some(expected("admin", "q")));
+        let in_url = source.target_options(
+            ClientOptions::url("redis://admin:newpw@h:1"),
+            &TargetCredentials::default(),
+        );
+        assert_eq!(auth(in_url), Some(expected("admin", "newpw")));
+    }
+
+    /// A password alone (the flag or its environment variable) keeps the URL's user.
+    #[test]
+    fn a_password_alone_keeps_the_user_the_url_names() {
+        let auth = |o: ClientOptions| o.to_config(1).ok().and_then(|c| c.auth);
+        let connection = Connection {
+            url: Some("redis://bot:old@h:1".into()),
+            password: Some("p".into()),
+            ..Connection::default()
+        };
+        assert_eq!(
+            connection.options().and_then(auth),
+            Some(Auth {
+                username: Some("bot".into()),
+                password: "p".into()
+            })
+        );
     }
 }
