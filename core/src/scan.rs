@@ -195,8 +195,12 @@ impl Scan {
 /// The masters (sorted) and the slots' owners a reply to [`masters_request`] names; `[None]`
 /// and no owners for a node that is not a cluster.
 pub(crate) fn layout_of(reply: Reply) -> Result<(Vec<Option<String>>, Owners), Error> {
-    let Ok(value) = reply else {
-        return masters_of(reply).map(|nodes| (nodes, Vec::new()));
+    let value = match reply {
+        Ok(value) => value,
+        Err(Error::Server(e)) if e.text().contains("cluster support disabled") => {
+            return Ok((vec![None], Vec::new()))
+        }
+        Err(e) => return Err(e),
     };
     let topo = parse_cluster_slots_with(&value, "", UnknownEndpoint::AskedHost).map_err(|e| {
         Error::UnexpectedReply {
@@ -253,26 +257,7 @@ pub fn masters_request() -> Result<Request, Error> {
 /// holds every key, and any route reaches it). A master with an unknown endpoint (`NULL`, empty
 /// or `?`) is `:port`: the host of the node that answered (see the module docs).
 pub fn masters_of(reply: crate::plan::Reply) -> Result<Vec<Option<String>>, Error> {
-    match reply {
-        Ok(value) => {
-            let topo =
-                parse_cluster_slots_with(&value, "", UnknownEndpoint::AskedHost).map_err(|e| {
-                    Error::UnexpectedReply {
-                        detail: e.to_string(),
-                    }
-                })?;
-            let mut nodes: Vec<Option<String>> = topo
-                .shards
-                .iter()
-                .map(|s| Some(s.master.to_string()))
-                .collect();
-            nodes.sort();
-            nodes.dedup();
-            Ok(nodes)
-        }
-        Err(Error::Server(e)) if e.text().contains("cluster support disabled") => Ok(vec![None]),
-        Err(e) => Err(e),
-    }
+    layout_of(reply).map(|(nodes, _)| nodes)
 }
 
 pub(crate) fn parse_page(value: Value) -> Result<(Bytes, Vec<Bytes>), Error> {

@@ -272,10 +272,10 @@ impl<W: Waiters> Session<W> {
                 // One sentinel refusing the password (restarted without its ACL file, a
                 // rolling password change) is not the end while another may take it: final
                 // only once every sentinel refused it.
-                (auth @ Error::Auth { .. }, _) if self.sentinel_endpoints().is_some() => {
+                (Error::Auth { .. }, _) if self.sentinel_endpoints().is_some() => {
                     match self.every_sentinel_refused_the_password() {
-                        true => (auth, true),
-                        false => (self.sentinel_discovery_failure(), false),
+                        Some(first) => (first, true),
+                        None => (self.sentinel_discovery_failure(), false),
                     }
                 }
                 failure => failure,

@@ -342,15 +342,24 @@ impl<W: Waiters> Session<W> {
         }
     }
 
-    /// Whether the last answer of every sentinel was a refused password.
-    pub(super) fn every_sentinel_refused_the_password(&self) -> bool {
-        self.sentinels.nodes.iter().all(|&node| {
-            let addr = &self.nodes[node];
+    /// The first sentinel's refusal (in the order first asked), when the last answer of every
+    /// sentinel was a refused password.
+    pub(super) fn every_sentinel_refused_the_password(&self) -> Option<Error> {
+        let refused = |addr: &NodeAddr| {
             self.refresh
                 .answers
                 .iter()
                 .any(|a| &a.seed == addr && matches!(a.answer, Error::Auth { .. }))
-        })
+        };
+        if !self
+            .sentinels
+            .nodes
+            .iter()
+            .all(|&n| refused(&self.nodes[n]))
+        {
+            return None;
+        }
+        self.refresh.answers.first().map(|a| a.answer.clone())
     }
 
     /// Why requests waiting for a first master fail: what each sentinel answered.
