@@ -11,7 +11,7 @@ use crate::executor::Executor;
 use crate::keys::Key;
 use crate::plan::{misuse, Reply};
 use crate::request::{Access, Arg, Request};
-use crate::scan::{masters_of, masters_request, parse_page};
+use crate::scan::{layout_of, masters_request, parse_page, Owners};
 use crate::script::Script;
 use crate::value::Value;
 
@@ -53,18 +53,12 @@ pub(super) async fn send_ok<E: Executor>(e: &E, batch: Vec<Request>) -> Result<V
     send(e, batch).await?.into_iter().collect()
 }
 
-/// The masters to scan: `[None]` for a single node, else every master's address.
-pub(super) async fn masters<E: Executor>(e: &E) -> Result<Vec<Option<String>>, Error> {
+/// The masters to scan (`[None]` for a single node, else every master's address) and the
+/// slots' owners (none on a single node), from one `CLUSTER SLOTS`: a pass scans the first,
+/// and compares the second with a later reading to see whether slots moved meanwhile.
+pub(super) async fn layout<E: Executor>(e: &E) -> Result<(Vec<Option<String>>, Owners), Error> {
     let reply = send(e, vec![masters_request()?]).await?.pop();
-    masters_of(reply.ok_or_else(|| misuse("no reply to CLUSTER SLOTS"))?)
-}
-
-/// The slots' masters of a cluster (none on a single node), to see whether slots moved while
-/// a pass scanned the masters one after the other.
-pub(super) async fn owners<E: Executor>(e: &E) -> Result<crate::scan::Owners, Error> {
-    let reply = send(e, vec![masters_request()?]).await?.pop();
-    crate::scan::layout_of(reply.ok_or_else(|| misuse("no reply to CLUSTER SLOTS"))?)
-        .map(|(_, owners)| owners)
+    layout_of(reply.ok_or_else(|| misuse("no reply to CLUSTER SLOTS"))?)
 }
 
 /// The server's clock in ms (`TIME`): the run's elapsed time is measured on the source's

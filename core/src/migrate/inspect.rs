@@ -12,7 +12,7 @@ use crate::keys::{Keyspace, Layout};
 use crate::request::{Access, Request};
 use crate::store::guard::is_legacy_layout_key;
 
-use super::engine::{dbsize, masters, scan_page, send};
+use super::engine::{dbsize, layout, scan_page, send};
 use super::names::{self, Name};
 use super::sides::{server, view};
 use super::{KeyspaceReport, Namespace, Progress, EXAMPLES};
@@ -36,7 +36,7 @@ pub async fn inspect_keyspace<E: Executor>(
     let legacy = Keyspace::new(Layout::Legacy, prefix)?;
     // The cluster reading needs a brace-free prefix; with braces nothing can be cluster-layout.
     let cluster = Keyspace::new(Layout::Cluster, prefix).ok();
-    let nodes = masters(client).await?;
+    let (nodes, _) = layout(client).await?;
     let total = dbsize(client, &nodes).await?;
     let mut report = KeyspaceReport {
         prefix: prefix.to_owned(),

@@ -7,10 +7,11 @@ use crate::error::Error;
 use crate::executor::Executor;
 use crate::keys::{Keyspace, Layout, CLUSTER_V1};
 use crate::request::{Access, Request};
+use crate::scan::Owners;
 use crate::scripts::LIFECYCLE;
 use crate::value::Value;
 
-use super::engine::{masters, scan_page, send, send_ok};
+use super::engine::{layout, scan_page, send, send_ok};
 use super::lifecycle::{Phase, Record, View};
 use super::{Progress, Refusal};
 
@@ -19,6 +20,9 @@ use super::{Progress, Refusal};
 pub(super) struct Server {
     /// The masters to scan: `[None]` for a single node, else each master's address.
     pub nodes: Vec<Option<String>>,
+    /// The slots' owners when `nodes` was read (none on a single node): slots that moved
+    /// since, while a pass scanned `nodes` one after the other, may have left keys unvisited.
+    pub owners: Owners,
     /// A single node's `run_id` (`INFO server`), when it answered one.
     pub run_id: Option<String>,
     /// How the server is named in the other side's record.
@@ -34,12 +38,13 @@ impl Server {
 
 /// Asks the server what it is: its masters, and a single node's `run_id`.
 pub(super) async fn server<E: Executor>(e: &E) -> Result<Server, Error> {
-    let nodes = masters(e).await?;
+    let (nodes, owners) = layout(e).await?;
     if nodes != [None] {
         let first = nodes.first().cloned().flatten().unwrap_or_default();
         return Ok(Server {
             described: format!("a cluster of {} masters ({first}, ...)", nodes.len()),
             nodes,
+            owners,
             run_id: None,
         });
     }
@@ -64,6 +69,7 @@ pub(super) async fn server<E: Executor>(e: &E) -> Result<Server, Error> {
     };
     Ok(Server {
         nodes,
+        owners,
         run_id,
         described,
     })
@@ -370,6 +376,7 @@ mod tests {
     fn node(run_id: Option<&str>) -> Server {
         Server {
             nodes: vec![None],
+            owners: Vec::new(),
             run_id: run_id.map(str::to_owned),
             described: format!("node {run_id:?}"),
         }
@@ -378,6 +385,7 @@ mod tests {
     fn cluster() -> Server {
         Server {
             nodes: vec![Some("10.0.0.1:7000".into())],
+            owners: vec![(0, 16383, "10.0.0.1:7000".into())],
             run_id: None,
             described: "a cluster".into(),
         }

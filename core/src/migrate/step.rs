@@ -27,7 +27,7 @@ use crate::scan::gained_slots;
 
 use super::cleanup::{self, Side};
 use super::copy::Copier;
-use super::engine::{elapsed, owners, send_ok, server_ms};
+use super::engine::{elapsed, layout, send_ok, server_ms};
 use super::lifecycle::{self, CopyId, Phase, Record, Role, StepKind, Unsafe, View};
 use super::pair::{Pair, Settings};
 use super::sides::{
@@ -284,10 +284,6 @@ impl<'a, S: Executor, T: Executor> Sides<'a, S, T> {
             own_other: Keyspace::new(self.tgt.layout(), step.prefix.clone()).ok(),
             report,
         };
-        // Slots that move while a pass scans the masters one after the other (a reshard)
-        // leave keys unvisited: uncopied, or stale copies unpruned. Both sides' slots are read
-        // before and after; a move between stops the step as a cut one, for its rerun.
-        let watched = (owners(self.source).await?, owners(self.target).await?);
         let (tgt_nodes, count) = (&self.tgt_server.nodes, step.scan_count);
         let stale = match step.mirror {
             true => run.prune(tgt_nodes, count, progress).await?,
@@ -302,11 +298,14 @@ impl<'a, S: Executor, T: Executor> Sides<'a, S, T> {
             // target, the usual first migration, holds nothing stale and is not scanned twice.)
             run.prune(tgt_nodes, count, progress).await?;
         }
-        for (side, before, now) in [
-            ("source", &watched.0, owners(self.source).await?),
-            ("target", &watched.1, owners(self.target).await?),
+        // Slots that moved since the masters were listed at the step's start (a reshard, a
+        // master added) may have left keys unvisited by the passes: uncopied, or stale copies
+        // unpruned. Then the step stops as a cut one does, for its rerun.
+        for (side, server, now) in [
+            ("source", &self.src_server, layout(self.source).await?),
+            ("target", &self.tgt_server, layout(self.target).await?),
         ] {
-            if !gained_slots(before, &now).is_empty() {
+            if !gained_slots(&server.owners, &now.1).is_empty() {
                 return Err(Error::SlotsMoved { side });
             }
         }
