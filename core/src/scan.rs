@@ -227,24 +227,30 @@ pub(crate) fn layout_of(reply: Reply) -> Result<(Vec<Option<String>>, Owners), E
 
 /// The masters (sorted) that own a slot in `now` that another master, or none, owned in
 /// `before`: the masters a key may have moved to since they were scanned.
-pub(crate) fn gained_slots(
-    before: &[(u16, u16, String)],
-    now: &[(u16, u16, String)],
-) -> Vec<String> {
-    let owner_before = |slot: u16| {
-        before
-            .iter()
-            .find(|(a, b, _)| (*a..=*b).contains(&slot))
-            .map(|(_, _, m)| m.as_str())
-    };
-    let mut gained: Vec<String> = now
-        .iter()
-        .filter(|(a, b, master)| (*a..=*b).any(|slot| owner_before(slot) != Some(master)))
-        .map(|(_, _, master)| master.clone())
+pub(crate) fn gained_slots(before: &Owners, now: &Owners) -> Vec<String> {
+    let before = owner_of_each_slot(before);
+    let mut gained: Vec<String> = owner_of_each_slot(now)
+        .into_iter()
+        .zip(before)
+        .filter_map(|(now, before)| now.filter(|&master| before != Some(master)))
+        .map(str::to_owned)
         .collect();
     gained.sort();
     gained.dedup();
     gained
+}
+
+/// Each slot's master in `owners` (`None` for a slot no range names).
+fn owner_of_each_slot(owners: &Owners) -> Vec<Option<&str>> {
+    let mut slots = vec![None; usize::from(crate::keys::SLOT_COUNT)];
+    for (first, last, master) in owners {
+        for slot in *first..=*last {
+            if let Some(owner) = slots.get_mut(usize::from(slot)) {
+                *owner = Some(master.as_str());
+            }
+        }
+    }
+    slots
 }
 
 /// The request that lists the masters: `CLUSTER SLOTS`, answered by [`masters_of`].
