@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use botmesh_redis_harness::{ClusterOptions, RedisCluster};
 use botmesh_redis_tokio::driver::scan;
-use botmesh_redis_tokio::keys::glob_escape;
 use botmesh_redis_tokio::{
     Access, Client, ClientOptions, Error, Executor, Key, Keyspace, Layout, Request, Value,
 };
@@ -65,19 +64,23 @@ pub(crate) async fn run(args: &DemoArgs, quiet: bool) -> Result<(), Failure> {
 
 /// The key a demo writes under its prefix once started, beside the layout marker, so that a
 /// later demo knows the prefix for a demo's own.
-const DEMO_MARK: &str = "{meta}:demo";
+fn demo_mark(prefix: &str) -> Key {
+    Key::new(format!("{prefix}:{{meta}}:demo"))
+}
 
 /// Refuses to run the demo on a prefix that holds keys a demo did not write: the demo starts
 /// the prefix (its lifecycle's record), drains the outbox without sending, campaigns for the
 /// scheduler and deletes a chat, which on a bot's own prefix would take over its data.
 async fn refuse_a_prefix_in_use(options: &ClientOptions, prefix: &str) -> Result<(), Failure> {
+    let pattern = Keyspace::new(Layout::Legacy, prefix)
+        .map_err(Error::from)?
+        .prefix_pattern();
     let client = Client::connect(options.clone()).await?;
-    let pattern = format!("{}:*", glob_escape(prefix));
     let found = client.run(scan::scan(pattern, 1)).await;
     let marked = client
         .call(
             Request::cmd(Access::Read, "EXISTS")
-                .key(Key::new(format!("{prefix}:{DEMO_MARK}")))
+                .key(demo_mark(prefix))
                 .build()?,
         )
         .await;
@@ -179,7 +182,7 @@ async fn demo(
     );
     println!("start(): {:?}", first.store.start().await?);
     let mark = Request::cmd(Access::Write, "SET")
-        .key(Key::new(format!("{prefix}:{DEMO_MARK}")))
+        .key(demo_mark(prefix))
         .arg("botmesh-redis demo")
         .build()?;
     first.client.call(mark).await?;
