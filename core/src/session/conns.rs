@@ -335,17 +335,16 @@ impl<W: Waiters> Session<W> {
         // and its socket would otherwise outlive it.
         self.outputs.push_back(Output::Close { conn });
         self.nodes.unbind_conn(c.node, conn);
-        if c.subscriber {
-            let answered = c.state == ConnState::Ready;
-            let interval = self.config.refresh_interval;
-            self.sentinels.subscriber_lost(now, answered, interval);
-        }
         self.dirty.remove(&conn);
         if c.check_at.is_some() {
             self.timers.disarm(Timer::Conn(conn));
         }
         let addr = self.nodes[c.node].clone();
         let connected = c.state == ConnState::Ready;
+        if c.subscriber {
+            let interval = self.config.refresh_interval;
+            self.sentinels.subscriber_lost(now, connected, interval);
+        }
         let (reason, fatal, passing) = match loss {
             Loss::Connect(reason) | Loss::Lost(reason) => (reason, false, false),
             Loss::Auth(reason) => (reason, true, false),
