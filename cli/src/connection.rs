@@ -116,7 +116,8 @@ impl Connection {
         base: ClientOptions,
         target: &TargetCredentials,
     ) -> ClientOptions {
-        let url_user = url_credentials(&base).and_then(|auth| auth.username);
+        let url_auth = url_credentials(&base);
+        let url_user = url_auth.as_ref().and_then(|auth| auth.username.clone());
         let (user, password) = match &target.target_password {
             // The user: --target-user, else the target URL's, else --user (as the help says).
             Some(password) => (
@@ -128,7 +129,7 @@ impl Connection {
                 Some(password.as_str()),
             ),
             // Credentials written in the target's own URL win over the source's.
-            None if url_credentials(&base).is_some() => (None, None),
+            None if url_auth.is_some() => (None, None),
             None => (
                 target.target_user.as_deref().or(self.user.as_deref()),
                 self.password.as_deref(),
