@@ -1,11 +1,12 @@
 //! The connection flags every subcommand shares, and the target side's credentials.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use botmesh_redis_tokio::driver::options::{parse_sentinel_url, parse_url};
 use botmesh_redis_tokio::driver::session::Auth;
-use botmesh_redis_tokio::{ClientOptions, NodeAddr};
+use botmesh_redis_tokio::{ClientOptions, NodeAddr, TlsOptions};
 use clap::Args;
 
 /// Where to connect and how: one node (`--url`) or a cluster (`--cluster`), credentials, the
@@ -64,6 +65,79 @@ pub(crate) struct Connection {
     /// Deadline of one batch of requests, for example 10s (default 10s).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) request_timeout: Option<Duration>,
+
+    #[command(flatten)]
+    pub(crate) tls: TlsFlags,
+}
+
+/// TLS, with the flags redis-cli names the same way. Without any, TLS follows the URLs'
+/// scheme (`rediss://`), trusting the public roots.
+#[derive(Args, Clone, Debug, Default)]
+pub(crate) struct TlsFlags {
+    /// TLS to every node, trusting the public (Mozilla) roots, whatever the URLs' scheme; a
+    /// rediss:// URL and each flag below turn it on too.
+    #[arg(long)]
+    pub(crate) tls: bool,
+
+    /// Also trust the CA certificates of this PEM file: a private CA.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) cacert: Option<PathBuf>,
+
+    /// Trust only --cacert, not the public roots.
+    #[arg(long, requires = "cacert")]
+    pub(crate) cacert_only: bool,
+
+    /// The client certificate chain (PEM) for servers that require one (mutual TLS, Redis's
+    /// tls-auth-clients); needs --key.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub(crate) cert: Option<PathBuf>,
+
+    /// The client certificate's private key (PEM); needs --cert.
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub(crate) key: Option<PathBuf>,
+
+    /// The name the servers' certificates must carry, when it is not the host dialled (an IP
+    /// address, a --map entry).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) sni: Option<String>,
+}
+
+impl TlsFlags {
+    /// The TLS settings the flags ask for, or `None` when none was given.
+    fn options(&self) -> Option<TlsOptions> {
+        let given = self.tls
+            || self.cacert.is_some()
+            || self.cert.is_some()
+            || self.key.is_some()
+            || self.sni.is_some();
+        if !given {
+            return None;
+        }
+        let mut tls = TlsOptions::new();
+        if let Some(path) = &self.cacert {
+            tls = tls.root_certificates_file(path);
+        }
+        if self.cacert_only {
+            tls = tls.only_these_roots();
+        }
+        // clap makes --cert and --key come together.
+        if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
+            tls = tls.client_certificate_files(cert, key);
+        }
+        if let Some(name) = &self.sni {
+            tls = tls.server_name(name.clone());
+        }
+        Some(tls)
+    }
+
+    /// What a target without TLS flags of its own takes over: what to trust and the client
+    /// certificate, not the server name (the source's host).
+    fn for_another_server(&self) -> TlsFlags {
+        TlsFlags {
+            sni: None,
+            ..self.clone()
+        }
+    }
 }
 
 /// The target side's credentials and address map; each defaults to the source's. The commands
@@ -91,6 +165,52 @@ pub(crate) struct TargetCredentials {
         requires = "target_server"
     )]
     pub(crate) target_map: Vec<(NodeAddr, NodeAddr)>,
+
+    /// TLS to the target with the public roots (default: the target URL's scheme; a
+    /// rediss:// target takes the source's --cacert, --cacert-only, --cert and --key unless
+    /// a --target-* TLS flag is given).
+    #[arg(long, requires = "target_server")]
+    pub(crate) target_tls: bool,
+
+    /// The target's private CA (PEM), instead of --cacert.
+    #[arg(long, value_name = "FILE", requires = "target_server")]
+    pub(crate) target_cacert: Option<PathBuf>,
+
+    /// Trust only --target-cacert on the target.
+    #[arg(long, requires = "target_cacert")]
+    pub(crate) target_cacert_only: bool,
+
+    /// The client certificate (PEM) the target requires, instead of --cert; needs
+    /// --target-key.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "target_key",
+        requires = "target_server"
+    )]
+    pub(crate) target_cert: Option<PathBuf>,
+
+    /// Its private key (PEM); needs --target-cert.
+    #[arg(long, value_name = "FILE", requires = "target_cert")]
+    pub(crate) target_key: Option<PathBuf>,
+
+    /// The name the target's certificates must carry, when it is not the host dialled.
+    #[arg(long, value_name = "NAME", requires = "target_server")]
+    pub(crate) target_sni: Option<String>,
+}
+
+impl TargetCredentials {
+    /// The target's own TLS flags.
+    fn tls(&self) -> TlsFlags {
+        TlsFlags {
+            tls: self.target_tls,
+            cacert: self.target_cacert.clone(),
+            cacert_only: self.target_cacert_only,
+            cert: self.target_cert.clone(),
+            key: self.target_key.clone(),
+            sni: self.target_sni.clone(),
+        }
+    }
 }
 
 impl Connection {
@@ -101,12 +221,16 @@ impl Connection {
             (None, false) => ClientOptions::cluster(self.cluster.clone()),
             (None, true) => return None,
         };
-        Some(self.tune(
+        let options = self.tune(
             base,
             self.user.as_deref(),
             self.password.as_deref(),
             &self.map,
-        ))
+        );
+        Some(match self.tls.options() {
+            Some(tls) => options.tls(tls),
+            None => options,
+        })
     }
 
     /// The options of another server, with the target's credentials and map where given and
@@ -140,7 +264,20 @@ impl Connection {
         } else {
             &target.target_map
         };
-        self.tune(base, user, password, map)
+        let options = self.tune(base, user, password, map);
+        // A target of its own TLS flags takes them; a rediss:// target the source's trust, so
+        // that a move between two servers of one private CA needs --cacert once.
+        let tls = match target.tls().options() {
+            Some(own) => Some(own),
+            None if matches!(options.tls_settings(), Ok(Some(_))) => {
+                self.tls.for_another_server().options()
+            }
+            None => None,
+        };
+        match tls {
+            Some(tls) => options.tls(tls),
+            None => options,
+        }
     }
 
     fn tune(
@@ -333,7 +470,7 @@ mod tests {
             &TargetCredentials {
                 target_user: Some("t".into()),
                 target_password: Some("q".into()),
-                target_map: Vec::new(),
+                ..TargetCredentials::default()
             },
         );
         assert_eq!(auth(own), Some(expected("t", "q")));
@@ -371,5 +508,65 @@ mod tests {
                 password: "p".into()
             })
         );
+    }
+
+    /// The TLS flags of each side, and what a target without its own takes from the source.
+    #[test]
+    fn tls_follows_the_flags_and_a_tls_target_takes_the_source_trust() {
+        let tls = |o: &ClientOptions| o.tls_settings().map_err(|e| e.to_string());
+        let ca = TlsOptions::new().root_certificates_file("ca.pem");
+        let source = Connection {
+            url: Some("redis://h:1".into()),
+            tls: TlsFlags {
+                cacert: Some("ca.pem".into()),
+                sni: Some("db.internal".into()),
+                ..TlsFlags::default()
+            },
+            ..Connection::default()
+        };
+        // A flag turns TLS on whatever the scheme.
+        assert_eq!(
+            source.options().as_ref().map(tls),
+            Some(Ok(Some(ca.clone().server_name("db.internal"))))
+        );
+        let plain = Connection {
+            url: Some("redis://h:1".into()),
+            ..Connection::default()
+        };
+        assert_eq!(plain.options().as_ref().map(tls), Some(Ok(None)));
+        let defaults = TargetCredentials::default();
+        // A plain target stays plain; a rediss:// one trusts the source's CA, without its
+        // server name.
+        let target = source.target_options(ClientOptions::url("redis://t:1"), &defaults);
+        assert_eq!(tls(&target), Ok(None));
+        let target = source.target_options(ClientOptions::url("rediss://t:1"), &defaults);
+        assert_eq!(tls(&target), Ok(Some(ca)));
+        // The target's own flags replace the source's, and turn TLS on.
+        let own = TargetCredentials {
+            target_cacert: Some("other.pem".into()),
+            target_cacert_only: true,
+            target_cert: Some("c.pem".into()),
+            target_key: Some("k.pem".into()),
+            ..TargetCredentials::default()
+        };
+        let target = source.target_options(ClientOptions::url("redis://t:1"), &own);
+        assert_eq!(
+            tls(&target),
+            Ok(Some(
+                TlsOptions::new()
+                    .root_certificates_file("other.pem")
+                    .only_these_roots()
+                    .client_certificate_files("c.pem", "k.pem")
+            ))
+        );
+        let public = TargetCredentials {
+            target_tls: true,
+            ..TargetCredentials::default()
+        };
+        let target = source.target_options(ClientOptions::url("rediss://t:1"), &public);
+        assert_eq!(tls(&target), Ok(Some(TlsOptions::new())));
+        // A plain source's target follows its own URL.
+        let target = plain.target_options(ClientOptions::url("rediss://t:1"), &defaults);
+        assert_eq!(tls(&target), Ok(Some(TlsOptions::new())));
     }
 }

@@ -99,7 +99,8 @@ enum Command {
         "Examples:\n  \
          botmesh-redis inspect --url redis://127.0.0.1:6379 --prefix mybot\n  \
          botmesh-redis inspect --cluster 10.0.0.5:7000 --map 10.0.0.5:7000=127.0.0.1:7000 --prefix mybot\n  \
-         botmesh-redis inspect --url redis://bot:secret@db:6379 --prefix mybot --quiet\n\n",
+         botmesh-redis inspect --url redis://bot:secret@db:6379 --prefix mybot --quiet\n  \
+         botmesh-redis inspect --url rediss://db:6380 --cacert /etc/redis/ca.crt --prefix mybot\n\n",
         exit_codes!()
     )
 )]
@@ -436,9 +437,30 @@ impl From<Error> for Failure {
             Error::Refused(refusal) => Failure::Refused(refusal.to_string()),
             // A braced prefix for the cluster layout is refused before anything is sent.
             Error::Key(KeyError::BraceInClusterPrefix { .. }) => Failure::Refused(e.to_string()),
+            Error::Connect { ref reason, .. } => match tls_hint(reason) {
+                Some(hint) => Failure::Failed(format!("error: {e}\n(on the command line: {hint})")),
+                None => Failure::Error(e),
+            },
             other => Failure::Error(other),
         }
     }
+}
+
+/// The flags that mend a failed TLS handshake, from the client's reason for it.
+fn tls_hint(reason: &str) -> Option<&'static str> {
+    if !reason.starts_with("TLS handshake failed") {
+        return None;
+    }
+    Some(if reason.contains("not trusted") {
+        "--cacert FILE trusts a private CA, --target-cacert FILE a migration's target"
+    } else if reason.contains("does not name the host") {
+        "--sni NAME (--target-sni) names the host the certificate must carry"
+    } else if reason.contains("client certificate") {
+        "--cert FILE --key FILE (--target-cert, --target-key) present a client certificate"
+    } else {
+        "--cacert, --cert and --key (with --target-* for a migration's target) set what TLS \
+         trusts and presents"
+    })
 }
 
 /// Connects to the source that `--url` or `--cluster` names (clap requires one of them).

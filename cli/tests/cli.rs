@@ -6,13 +6,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Duration;
 
 use botmesh_redis_harness::{
     shared_cluster, shared_single, unique_prefix, SentinelDeployment, SentinelOptions,
-    ServerOptions, SingleNode,
+    ServerOptions, SingleNode, TlsFiles,
 };
-use botmesh_redis_tokio::{Client, ClientOptions, Layout};
+use botmesh_redis_tokio::{Client, ClientOptions, Layout, TlsOptions};
 use botmesh_redis_tokio::{Coordinator, Schedules};
 use botmesh_redis_tokio::{Store, StoreOptions};
 
@@ -1089,6 +1090,153 @@ fn a_unix_socket_url_reaches_the_node_and_never_shows_its_password() {
         assert!(!r.stderr.contains("secret"), "{}", r.stderr);
         assert!(!r.stdout.contains("secret"), "{}", r.stdout);
     }
+}
+
+/// TLS nodes of a private CA, one of them requiring client certificates: reached with the TLS
+/// flags, refused without them with the flag to give, and a migration between them given the
+/// files once.
+#[test]
+fn tls_flags_reach_nodes_of_a_private_ca() {
+    let files = Arc::new(TlsFiles::generate().unwrap());
+    let optional =
+        SingleNode::try_start(ServerOptions::new().tls(files.clone(), "optional")).unwrap();
+    let mutual = SingleNode::try_start(ServerOptions::new().tls(files.clone(), "yes")).unwrap();
+    let path = |name: &str| files.path(name).display().to_string();
+    let (ca, cert, key) = (path("ca.crt"), path("client.crt"), path("client.key"));
+    let tls_url = optional.tls_url().unwrap();
+    let port = optional.server().tls_port().unwrap();
+    let prefix = unique_prefix("cli-tls");
+    seed_legacy_at(
+        ClientOptions::url(tls_url.clone())
+            .tls(TlsOptions::new().root_certificates_pem(files.ca_pem())),
+        &prefix,
+    );
+    let inspect = |url: &str, extra: &[&str]| -> Vec<String> {
+        ["inspect", "-q", "--url", url, "--prefix", &prefix]
+            .iter()
+            .chain(extra)
+            .map(|s| (*s).to_owned())
+            .collect()
+    };
+    let seeded = |r: &Run| {
+        assert!(
+            has_row(&r.stdout, &["items", "3", "0", "0"]),
+            "{}",
+            r.stdout
+        )
+    };
+
+    // The public roots do not know the CA: an error that names the flag.
+    let untrusted = run_expect(1, &inspect(&tls_url, &[]));
+    assert!(
+        untrusted.stderr.starts_with("error: "),
+        "{}",
+        untrusted.stderr
+    );
+    assert!(
+        untrusted.stderr.contains("not trusted"),
+        "{}",
+        untrusted.stderr
+    );
+    assert!(
+        untrusted
+            .stderr
+            .contains("(on the command line: --cacert FILE trusts a private CA"),
+        "{}",
+        untrusted.stderr
+    );
+    seeded(&run_expect(0, &inspect(&tls_url, &["--cacert", &ca])));
+    seeded(&run_expect(
+        0,
+        &inspect(&tls_url, &["--cacert", &ca, "--cacert-only"]),
+    ));
+    // A flag turns TLS on for a redis:// URL; --tls alone trusts the public roots only.
+    let plain_scheme = format!("redis://127.0.0.1:{port}");
+    seeded(&run_expect(0, &inspect(&plain_scheme, &["--cacert", &ca])));
+    let public = run_expect(1, &inspect(&plain_scheme, &["--tls"]));
+    assert!(public.stderr.contains("not trusted"), "{}", public.stderr);
+    // The certificate names 127.0.0.1 and localhost, not another name.
+    let named = ["--cacert", ca.as_str(), "--sni", "localhost"];
+    seeded(&run_expect(0, &inspect(&tls_url, &named)));
+    let misnamed = run_expect(
+        1,
+        &inspect(&tls_url, &["--cacert", &ca, "--sni", "db.invalid"]),
+    );
+    assert!(
+        misnamed.stderr.contains("--sni NAME"),
+        "{}",
+        misnamed.stderr
+    );
+    // Usage: --cacert-only needs --cacert, --cert needs --key.
+    run_expect(2, &inspect(&tls_url, &["--cacert-only"]));
+    run_expect(2, &inspect(&tls_url, &["--cacert", &ca, "--cert", &cert]));
+
+    // A node requiring client certificates.
+    let mutual_url = mutual.tls_url().unwrap();
+    let target = unique_prefix("cli-tls-target");
+    let inspect_mutual = |extra: &[&str]| -> Vec<String> {
+        [
+            "inspect",
+            "-q",
+            "--url",
+            &mutual_url,
+            "--prefix",
+            &target,
+            "--cacert",
+            &ca,
+        ]
+        .iter()
+        .chain(extra)
+        .map(|s| (*s).to_owned())
+        .collect()
+    };
+    let anonymous = run_expect(1, &inspect_mutual(&[]));
+    assert!(
+        anonymous.stderr.contains("--cert FILE --key FILE"),
+        "{}",
+        anonymous.stderr
+    );
+    run_expect(0, &inspect_mutual(&["--cert", &cert, "--key", &key]));
+
+    // A move between the two: the rediss:// target takes the source's CA and certificate.
+    let migrate = |extra: &[&str]| -> Vec<String> {
+        [
+            "migrate",
+            "-q",
+            "--url",
+            &tls_url,
+            "--prefix",
+            &prefix,
+            "--target-url",
+            &mutual_url,
+            "--target-prefix",
+            &target,
+            "--cacert",
+            &ca,
+        ]
+        .iter()
+        .chain(extra)
+        .map(|s| (*s).to_owned())
+        .collect()
+    };
+    // The target's own flags replace the source's: without a certificate it refuses.
+    let own = run_expect(
+        1,
+        &migrate(&["--cert", &cert, "--key", &key, "--target-cacert", &ca]),
+    );
+    assert!(own.stderr.contains("client certificate"), "{}", own.stderr);
+    let moved = run_expect(0, &migrate(&["--cert", &cert, "--key", &key]));
+    assert!(
+        moved.stdout.contains("\nmarker   written\n"),
+        "{}",
+        moved.stdout
+    );
+    let after = run_expect(0, &inspect_mutual(&["--cert", &cert, "--key", &key]));
+    assert!(
+        has_row(&after.stdout, &["items", "0", "3", "0"]),
+        "{}",
+        after.stdout
+    );
 }
 
 #[test]
