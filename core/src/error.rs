@@ -133,6 +133,19 @@ pub enum Error {
         /// What the runner did wrong.
         detail: String,
     },
+    /// The call's plan panicked in its `start` or `resume` (a bug in the plan; the trait is
+    /// public, so perhaps a plan of your own). The call ends with this and the client's other
+    /// calls go on; the panic's message went to the panic hook (stderr by default) as well.
+    #[error("the plan of {operation} panicked: {message}")]
+    PlanPanicked {
+        /// The plan's [`operation`](crate::driver::Plan::operation).
+        operation: &'static str,
+        /// The panic's message.
+        message: String,
+        /// Whether it panicked after it began sending (in a `resume`): what it sent may have
+        /// run.
+        outcome_unknown: bool,
+    },
     /// A reply had a shape the operation does not accept.
     #[error("unexpected reply: {detail}")]
     UnexpectedReply {
@@ -298,6 +311,10 @@ impl Error {
                 | Error::Timeout {
                     outcome_unknown: true
                 }
+                | Error::PlanPanicked {
+                    outcome_unknown: true,
+                    ..
+                }
         )
     }
 
@@ -319,6 +336,7 @@ impl Error {
             Error::Timeout { .. } => "timeout",
             Error::TurnWaitTimedOut { .. } => "turn_wait_timed_out",
             Error::Misuse { .. } => "misuse",
+            Error::PlanPanicked { .. } => "plan_panicked",
             Error::UnexpectedReply { .. } => "unexpected_reply",
             Error::NotHolder { .. } => "not_holder",
             Error::NoHeartbeat { .. } => "no_heartbeat",

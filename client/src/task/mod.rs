@@ -124,10 +124,10 @@ pub(crate) enum Msg<R: Runtime> {
 /// input, then a drain).
 pub(crate) type Hub<R> = Arc<Mutex<SessionTask<R>>>;
 
-/// Locks the hub, even after a panic in another holder. A holder panics only on a bug (a plan
-/// whose `start` or `resume` panics); the panic reaches the task it ran in (a caller, a
-/// reader), and the other calls go on with the session as it was left, rather than all
-/// ending with the client. The results that holder had taken to hand on once it let go of
+/// Locks the hub, even after a panic in another holder. A holder panics only on a bug in the
+/// client (a plan's own panic is caught where it runs, and ends its call with
+/// `Error::PlanPanicked`); the panic reaches the task it ran in (a caller, a reader), and the
+/// other calls go on with the session as it was left, rather than all ending with the client. The results that holder had taken to hand on once it let go of
 /// the hub ([`Deferred`]) go to their callers now, and the lock is cleared of the panic, so
 /// that the next results are handed on as they come and the callers' own paths
 /// ([`inline`]) take the hub again.
@@ -142,10 +142,10 @@ fn lock<R: Runtime>(hub: &Mutex<SessionTask<R>>) -> MutexGuard<'_, SessionTask<R
     })
 }
 
-/// Runs one synchronous step of the session task on the hub. Should it panic (a plan's own
-/// `start` or `resume` that panics, on this task), the session ends first, so that every call
-/// of the lane ends (`Closed`) instead of waiting for a task that is gone, and the panic goes
-/// on.
+/// Runs one synchronous step of the session task on the hub. Should it panic (a bug in the
+/// client: a plan's own panic is caught where it runs), the session ends first, so that every
+/// call of the lane ends (`Closed`) instead of waiting for a task that is gone, and the panic
+/// goes on.
 fn step<R: Runtime, T>(hub: &Mutex<SessionTask<R>>, f: impl FnOnce(&mut SessionTask<R>) -> T) -> T {
     match panic::catch_unwind(AssertUnwindSafe(|| f(&mut lock(hub)))) {
         Ok(done) => done,

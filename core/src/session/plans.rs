@@ -2,7 +2,9 @@
 //! boxed with its caller's waiter: the result goes from the plan to the waiter inside the box,
 //! where both types are known, so it reaches its caller with its type and no downcast.
 
+use std::any::Any;
 use std::fmt;
+use std::panic::{self, AssertUnwindSafe};
 use std::time::Instant;
 
 use crate::error::Error;
@@ -154,6 +156,30 @@ struct Erased<P: Plan, W: Waiters> {
 }
 
 impl<P: Plan, W: Waiters> Erased<P, W> {
+    /// Runs one step of the plan. A panic in it (a bug in the plan, perhaps a plan of the
+    /// user's) ends this call with [`Error::PlanPanicked`] instead of unwinding through the
+    /// session, which would leave the call's op behind, its caller waiting for good, and the
+    /// task it ran on (a caller's, a connection's reader, the session task) gone.
+    fn run(
+        &mut self,
+        began_sending: bool,
+        step: impl FnOnce(&mut P) -> Step<P::Output>,
+    ) -> Step<()> {
+        let plan = &mut self.plan;
+        match panic::catch_unwind(AssertUnwindSafe(|| step(plan))) {
+            Ok(step) => self.erase(step),
+            Err(payload) => {
+                let error = Error::PlanPanicked {
+                    operation: self.summary.operation,
+                    message: panic_message(payload.as_ref()),
+                    outcome_unknown: began_sending,
+                };
+                tracing::error!(%error, "a plan panicked; its call ends with the error");
+                self.erase(Step::Done(Err(error)))
+            }
+        }
+    }
+
     fn erase(&mut self, step: Step<P::Output>) -> Step<()> {
         match step {
             Step::Send(batch) => Step::Send(batch),
@@ -169,18 +195,15 @@ impl<P: Plan, W: Waiters> Erased<P, W> {
 
 impl<P: Plan, W: Waiters> ErasedPlan<W> for Erased<P, W> {
     fn start(&mut self) -> Step<()> {
-        let step = self.plan.start();
-        self.erase(step)
+        self.run(false, P::start)
     }
 
     fn resume(&mut self, replies: Vec<Reply>) -> Step<()> {
-        let step = self.plan.resume(replies);
-        self.erase(step)
+        self.run(true, |plan| plan.resume(replies))
     }
 
     fn resume_one(&mut self, reply: Reply) -> Step<()> {
-        let step = self.plan.resume_one(reply);
-        self.erase(step)
+        self.run(true, |plan| plan.resume_one(reply))
     }
 
     fn fail(&mut self, error: Error) {
@@ -217,4 +240,13 @@ impl<P: Plan, W: Waiters> ErasedPlan<W> for Erased<P, W> {
         summary.outcome = Summary::outcome_of(&result);
         W::deliver_summarized(waiter, result, summary)
     }
+}
+
+/// A panic's message: the `&str` or `String` of `panic!`, else a stand-in.
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|m| (*m).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }

@@ -21,6 +21,7 @@ mod no_credentials_in_logs;
 mod node_churn;
 mod node_route_without_host;
 mod noscript;
+mod plan_panics;
 mod properties;
 mod refresh;
 mod reply_lost;

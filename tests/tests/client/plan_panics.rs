@@ -1,11 +1,11 @@
 //! A plan that panics (a bug in a plan of the user's, whose `start` and `resume` run inside the
-//! client) takes its own call with it and nobody else's. Run on its caller's task, the panic
-//! reaches that task and the lane's other calls go on; run on the session task, the lane's
-//! calls end with an error instead of waiting for a task that is gone.
+//! client) ends its own call with `Error::PlanPanicked` and nobody else's, whichever task ran
+//! it: its caller's (a lone call starts its own plan), a connection's reader (which applies a
+//! lone call's reply), or the session task.
 
 use std::time::Duration;
 
-use botmesh_redis_core::driver::{Plan, Reply, Step};
+use botmesh_redis_core::driver::{Batch, Plan, Reply, Step};
 use botmesh_redis_core::{Access, ClientOptions, Error, Executor, Key, Request, Value};
 use botmesh_redis_tests::conformance::{Client, Runtime};
 use botmesh_redis_tests::{both_drivers, eventually, shared_single, unique_prefix};
@@ -29,6 +29,33 @@ impl Plan for Panics {
     }
 }
 
+/// A plan that sends a `GET` and panics on its reply.
+struct PanicsOnReply(Key);
+
+impl Plan for PanicsOnReply {
+    type Output = ();
+
+    fn operation(&self) -> &'static str {
+        "panics_on_reply"
+    }
+
+    fn start(&mut self) -> Step<()> {
+        Step::Send(Batch::from(get(&self.0)))
+    }
+
+    fn resume(&mut self, _: Vec<Reply>) -> Step<()> {
+        panic!("a bug in reading the reply");
+    }
+}
+
+fn panicked(operation: &'static str, message: &str, outcome_unknown: bool) -> Error {
+    Error::PlanPanicked {
+        operation,
+        message: message.to_owned(),
+        outcome_unknown,
+    }
+}
+
 /// Long enough for any call on a loaded machine, short of a hang.
 const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 
@@ -41,17 +68,43 @@ async fn a_plan_that_panics_on_its_callers_task_leaves_the_other_calls_going<R: 
     let options = ClientOptions::url(shared_single().url()).lanes(1);
     let client = Client::<R>::connect(options).await.unwrap();
     let key = Key::new(unique_prefix("plan-panics"));
-    let caller = {
-        let client = client.clone();
-        tokio::spawn(async move { client.run(Panics).await })
-    };
-    assert!(
-        caller.await.unwrap_err().is_panic(),
-        "the caller's task panics"
+    assert_eq!(
+        client.run(Panics).await,
+        Err(panicked("panics", "a plan's own bug", false))
     );
-    // The lane's next calls, lone or many at once, are answered.
+    assert_lane_goes_on(&client, &key).await;
+    client.close().await;
+}
+
+async fn a_plan_that_panics_on_its_reply_ends_its_call_and_keeps_the_reader<R: Runtime>() {
+    // One lane, idle: a lone call's reply is applied by the connection's reader, which runs
+    // the plan's `resume`. Its caller waited for good before, and the reader was gone.
+    let options = ClientOptions::url(shared_single().url()).lanes(1);
+    let client = Client::<R>::connect(options).await.unwrap();
+    let key = Key::new(unique_prefix("plan-panics-reply"));
     for _ in 0..3 {
-        let answer = tokio::time::timeout(ANSWER_WITHIN, client.call(get(&key))).await;
+        let answer = tokio::time::timeout(ANSWER_WITHIN, client.run(PanicsOnReply(key.clone())));
+        assert_eq!(
+            answer
+                .await
+                .expect("the panicking plan's caller waits forever"),
+            Err(panicked(
+                "panics_on_reply",
+                "a bug in reading the reply",
+                true
+            ))
+        );
+    }
+    let dials = client.stats().dials;
+    assert_lane_goes_on(&client, &key).await;
+    assert_eq!(client.stats().dials, dials, "the connection was not lost");
+    client.close().await;
+}
+
+/// The lane's next calls, lone or many at once, are answered.
+async fn assert_lane_goes_on<R: Runtime>(client: &Client<R>, key: &Key) {
+    for _ in 0..3 {
+        let answer = tokio::time::timeout(ANSWER_WITHIN, client.call(get(key))).await;
         assert_eq!(
             answer.expect("a call after the panic waits forever"),
             Ok(Value::Nil)
@@ -72,10 +125,9 @@ async fn a_plan_that_panics_on_its_callers_task_leaves_the_other_calls_going<R: 
             Ok(Value::Nil)
         );
     }
-    client.close().await;
 }
 
-async fn a_plan_that_panics_on_the_session_task_ends_the_lanes_calls<R: Runtime>() {
+async fn a_plan_that_panics_on_the_session_task_ends_only_its_call<R: Runtime>() {
     // One lane, with a call out that the server holds: the next plan is not alone, so it goes
     // to the session task, which starts it there.
     let options = ClientOptions::url(shared_single().url()).lanes(1);
@@ -99,29 +151,40 @@ async fn a_plan_that_panics_on_the_session_task_ends_the_lanes_calls<R: Runtime>
         let client = client.clone();
         tokio::spawn(async move { client.run(Panics).await })
     };
-    // The session task is gone; every call of its lane ends, none waits for it.
     let ended = tokio::time::timeout(ANSWER_WITHIN, panics).await;
-    assert!(
-        matches!(
-            ended.expect("the panicking plan's caller waits forever"),
-            Ok(Err(Error::Closed))
-        ),
-        "the panicking plan's call ends as the lane's others do"
-    );
-    let held = tokio::time::timeout(ANSWER_WITHIN, held).await;
-    match held.expect("the held call waits forever").unwrap() {
-        Err(Error::Closed | Error::ReplyLost { .. }) => {}
-        other => panic!("the held call ended with {other:?}"),
-    }
-    let after = tokio::time::timeout(ANSWER_WITHIN, client.call(get(&list))).await;
     assert_eq!(
-        after.expect("a later call waits forever"),
-        Err(Error::Closed)
+        ended
+            .expect("the panicking plan's caller waits forever")
+            .unwrap(),
+        Err(panicked("panics", "a plan's own bug", false))
     );
+    // The session goes on: the held call is answered once the list has an element, and later
+    // calls are answered. The whole lane ended with `Closed` before, for good.
+    let push = Request::cmd(Access::Write, "RPUSH")
+        .key(&list)
+        .arg("x")
+        .build()
+        .unwrap();
+    // From another client: the lane's one connection is blocked in the `BLPOP`.
+    let other = Client::<R>::connect(ClientOptions::url(shared_single().url()))
+        .await
+        .unwrap();
+    assert_eq!(other.call(push).await, Ok(Value::Int(1)));
+    other.close().await;
+    let held = tokio::time::timeout(ANSWER_WITHIN, held).await;
+    assert_eq!(
+        held.expect("the held call waits forever").unwrap(),
+        Ok(Value::Array(vec![
+            Value::Bulk(list.to_bytes()),
+            Value::Bulk("x".into())
+        ]))
+    );
+    assert_lane_goes_on(&client, &list).await;
     client.close().await;
 }
 
 both_drivers!(
     a_plan_that_panics_on_its_callers_task_leaves_the_other_calls_going,
-    a_plan_that_panics_on_the_session_task_ends_the_lanes_calls
+    a_plan_that_panics_on_its_reply_ends_its_call_and_keeps_the_reader,
+    a_plan_that_panics_on_the_session_task_ends_only_its_call
 );
