@@ -12,6 +12,8 @@ use bytes::Bytes;
 use teloxide::dispatching::dialogue::{Serializer, Storage};
 use teloxide::types::ChatId;
 
+use crate::turns::WriteInFlight;
+
 /// The future type of teloxide's `Storage` methods.
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -256,18 +258,6 @@ impl<S> DialogueStorage<S> {
     }
 }
 
-/// A write's result; when its outcome is unknown (it may still land), the turn this task holds
-/// for the chat is not given back but left to run out its TTL, so no other replica's update can
-/// be overwritten by it.
-fn in_doubt_if_unknown<T>(chat: ChatId, result: Result<T, Error>) -> Result<T, Error> {
-    if let Err(e) = &result {
-        if e.outcome_unknown() {
-            crate::turns::write_in_doubt(chat);
-        }
-    }
-    result
-}
-
 /// The conversation id of a chat: its id in decimal.
 fn chat_key(ChatId(id): ChatId) -> String {
     id.to_string()
@@ -289,8 +279,11 @@ where
     {
         Box::pin(async move {
             confirm_turn(chat_id).await?;
+            // Until its outcome is known, the turn is not given back: a write whose outcome is
+            // unknown, or whose future is dropped, may still land, over the next replica's.
+            let write = WriteInFlight::begin(chat_id);
             let deleted = self.store.delete_conversation(&chat_key(chat_id)).await;
-            match in_doubt_if_unknown(chat_id, deleted)? {
+            match write.end(deleted)? {
                 true => Ok(()),
                 false => Err(DialogueStorageError::DialogueNotFound),
             }
@@ -313,11 +306,12 @@ where
                 .serialize(&dialogue)
                 .map_err(DialogueStorageError::SerdeError)?;
             confirm_turn(chat_id).await?;
+            let write = WriteInFlight::begin(chat_id);
             let written = self
                 .store
                 .set_conversation(&chat_key(chat_id), Bytes::from(bytes), self.ttl)
                 .await;
-            in_doubt_if_unknown(chat_id, written)?;
+            write.end(written)?;
             Ok(())
         })
     }

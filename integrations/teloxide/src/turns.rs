@@ -57,11 +57,42 @@ pub(crate) async fn confirm_held(chat: ChatId) -> Result<(), Error> {
     }
 }
 
-/// After a write of `chat`'s dialogue failed with an unknown outcome: the turn this task holds
-/// stays held until its TTL runs out instead of being given back (see [`HeldTurn::in_doubt`]).
-pub(crate) fn write_in_doubt(chat: ChatId) {
-    if let Some(held) = held(chat) {
-        held.in_doubt.store(true, Ordering::Relaxed);
+/// A write of `chat`'s dialogue on its way, inside the turn this task holds: until it ends with
+/// a known outcome ([`WriteInFlight::end`]), the turn is in doubt (see [`HeldTurn::in_doubt`]).
+/// A write whose future is dropped (the handler cancelled by a timeout around it, a `select!`,
+/// an aborted task) may still be written and land later, since the client carries a written
+/// call to its end: the turn then runs out its TTL rather than go to another replica, whose
+/// update the late write would overwrite.
+pub(crate) struct WriteInFlight {
+    in_doubt: Option<Arc<AtomicBool>>,
+}
+
+impl WriteInFlight {
+    /// Before a write of `chat`'s dialogue.
+    pub(crate) fn begin(chat: ChatId) -> WriteInFlight {
+        WriteInFlight {
+            in_doubt: held(chat).map(|held| held.in_doubt),
+        }
+    }
+
+    /// The write's result: its turn stays in doubt only when the outcome is unknown.
+    pub(crate) fn end<T>(mut self, result: Result<T, Error>) -> Result<T, Error> {
+        let in_doubt = self.in_doubt.take();
+        if let (Some(flag), Err(e)) = (in_doubt, &result) {
+            if e.outcome_unknown() {
+                flag.store(true, Ordering::Relaxed);
+            }
+        }
+        result
+    }
+}
+
+impl Drop for WriteInFlight {
+    fn drop(&mut self) {
+        // Dropped before `end`: the write's future was dropped, or it panicked.
+        if let Some(flag) = self.in_doubt.take() {
+            flag.store(true, Ordering::Relaxed);
+        }
     }
 }
 
@@ -420,12 +451,55 @@ mod tests {
         a.run(plain, |_| async {}).await.unwrap();
         b.release(&b.acquire(plain).await.unwrap()).await.unwrap();
 
-        a.run(doubtful, |_| async move { write_in_doubt(doubtful) })
-            .await
-            .unwrap();
+        let lost = || Error::ReplyLost {
+            addr: botmesh_redis_tokio::NodeAddr::new("127.0.0.1", 6379),
+            reason: "the connection closed".into(),
+        };
+        a.run(doubtful, |_| async move {
+            let write = WriteInFlight::begin(doubtful);
+            assert!(write.end::<()>(Err(lost())).is_err());
+        })
+        .await
+        .unwrap();
         // Still a's, for its whole TTL: b's wait gives up.
         assert!(matches!(
             b.acquire(doubtful).await,
+            Err(TurnError::Acquire { .. })
+        ));
+    }
+
+    /// A write whose future is dropped may still land: its turn is not given back. One that
+    /// ended, well or with a known failure, leaves the turn to be given back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_dropped_on_its_way_keeps_the_turn() {
+        let (a, b) = two_replicas().await;
+        let (ended, failed, dropped) = (ChatId(5), ChatId(6), ChatId(7));
+        a.run(ended, |_| async move {
+            assert_eq!(WriteInFlight::begin(ended).end(Ok(1)), Ok(1));
+        })
+        .await
+        .unwrap();
+        b.release(&b.acquire(ended).await.unwrap()).await.unwrap();
+        a.run(failed, |_| async move {
+            let refused = Error::NotHolder {
+                what: "turn".into(),
+            };
+            assert!(WriteInFlight::begin(failed)
+                .end::<()>(Err(refused))
+                .is_err());
+        })
+        .await
+        .unwrap();
+        b.release(&b.acquire(failed).await.unwrap()).await.unwrap();
+
+        a.run(
+            dropped,
+            |_| async move { drop(WriteInFlight::begin(dropped)) },
+        )
+        .await
+        .unwrap();
+        assert!(matches!(
+            b.acquire(dropped).await,
             Err(TurnError::Acquire { .. })
         ));
     }
