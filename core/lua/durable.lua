@@ -14,6 +14,9 @@
 --         with the journal
 -- KEYS[9] acked: the instance that acked each done key (hash: key -> instance id), pruned
 --         with done
+-- KEYS[10] window: the longest dedup window in ms that begin and enqueue calls asked for
+--          lately (string; it expires two of its windows after the last call that asked for
+--          it), the age past which journal and done entries are pruned
 -- ARGV[1] operation: begin, forget, enqueue, claim, ack or recover
 -- ARGV[2] the inbound id (begin, forget), outbox key (enqueue, ack) or instance id (claim,
 --         recover)
@@ -55,8 +58,12 @@ local function removal(i, count, remove)
     end
   end
 end
+local unjournal = removal(1, function() return redis.call('ZCARD', KEYS[1]) end,
+  function(id) return redis.call('ZREM', KEYS[1], id) end)
 local unbegin = removal(8, function() return redis.call('HLEN', KEYS[8]) end,
   function(id) return redis.call('HDEL', KEYS[8], id) end)
+local undone = removal(7, function() return redis.call('ZCARD', KEYS[7]) end,
+  function(key) return redis.call('ZREM', KEYS[7], key) end)
 local unack = removal(9, function() return redis.call('HLEN', KEYS[9]) end,
   function(key) return redis.call('HDEL', KEYS[9], key) end)
 local unclaim = removal(5, function() return redis.call('ZCARD', KEYS[5]) end,
@@ -69,9 +76,34 @@ local function in_window(score, cutoff)
   return score and tonumber(score) > cutoff
 end
 
+-- The longest window of the calls lately (read with the other reads, first).
+local function longest_window()
+  return tonumber(redis.call('GET', KEYS[10]) or '0')
+end
+
+-- The bound below which entries are pruned (a `ZRANGEBYSCORE` max, exclusive): the longest
+-- window of the calls lately, not this call's own, so that a replica configured with a
+-- shorter window (or a deploy that shortens it) does not remove the entries the others still
+-- deduplicate against. Writes this call's window when it is the longest (a write: after the
+-- reads, before any removal).
+local function prune_below(window, longest)
+  if window >= longest then
+    redis.call('SET', KEYS[10], window, 'PX', 2 * window)
+    longest = window
+  end
+  return string.format('(%.0f', now - longest)
+end
+
+-- At most this many stale entries go per call: after a quiet spell as long as the window, a
+-- whole window's worth of ids would otherwise go in one call, holding the master that long
+-- (about a second per million ids). Every call adds at most one, so the backlog shrinks.
+local PRUNE_PER_CALL = 100
+
 if op == 'begin' then
   -- Pruning the journal may empty it and begun: the id is looked up, and written, first.
-  local cutoff = now - tonumber(ARGV[3])
+  local window = tonumber(ARGV[3])
+  local cutoff = now - window
+  local longest = longest_window()
   local result = 1
   if in_window(redis.call('ZSCORE', KEYS[1], ARGV[2]), cutoff) then
     result = redis.call('HGET', KEYS[8], ARGV[2]) == ARGV[4] and 2 or 0
@@ -79,10 +111,12 @@ if op == 'begin' then
     redis.call('ZADD', KEYS[1], now, ARGV[2])
     redis.call('HSET', KEYS[8], ARGV[2], ARGV[4])
   end
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff)) do
+  local stale = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', prune_below(window, longest),
+    'LIMIT', 0, PRUNE_PER_CALL)
+  for _, id in ipairs(stale) do
     unbegin(id)
+    unjournal(id)
   end
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff)
   return result
 end
 
@@ -99,18 +133,27 @@ end
 
 if op == 'enqueue' then
   -- Pruning done may empty it and acked: done is read, and the send queued, first.
-  local cutoff = now - tonumber(ARGV[3])
+  local window = tonumber(ARGV[3])
+  local cutoff = now - window
+  local longest = longest_window()
+  local acked = redis.call('ZSCORE', KEYS[7], ARGV[2])
   local result = 0
-  if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 0
-      and not in_window(redis.call('ZSCORE', KEYS[7], ARGV[2]), cutoff) then
+  if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 0 and not in_window(acked, cutoff) then
     redis.call('HSET', KEYS[2], ARGV[2], ARGV[4])
     redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[4]), ARGV[2])
     result = 1
   end
-  for _, key in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', cutoff)) do
-    unack(key)
+  local stale = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', prune_below(window, longest),
+    'LIMIT', 0, PRUNE_PER_CALL)
+  -- A key acked past this call's window but within a longer one is queued again: a new send,
+  -- whose ack is no longer the earlier one's (a done key is in no queue and no claim).
+  if result == 1 and acked then
+    stale[#stale + 1] = ARGV[2]
   end
-  redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', cutoff)
+  for _, key in ipairs(stale) do
+    unack(key)
+    undone(key)
+  end
   return result
 end
 

@@ -486,6 +486,7 @@ const DURABLE_PARTS: &[(&str, &str)] = &[
     ("done", "set"),
     ("begun", "hash"),
     ("acked", "stream"),
+    ("window", "string"),
 ];
 
 /// A generated legacy-layout keyspace: the commands that write it and what a migration of it

@@ -15,8 +15,8 @@ use crate::ttl::ttl_ms;
 use super::held;
 
 /// The durability table's parts, in the script's KEYS order.
-pub const DURABLE_PARTS: [&str; 9] = [
-    "journal", "items", "ready", "seq", "claims", "owners", "done", "begun", "acked",
+pub const DURABLE_PARTS: [&str; 10] = [
+    "journal", "items", "ready", "seq", "claims", "owners", "done", "begun", "acked", "window",
 ];
 
 fn durable_request(ks: &Keyspace, table: &str, args: Vec<Bytes>) -> Result<Request, Error> {

@@ -78,7 +78,9 @@ async fn on_a_cluster() {
         .unwrap();
 
     // The dialogue's master holds writes for a while: A's write stays on its way.
-    let master = cluster.master_for_key(dialogue_key(&prefix, chat.0)).unwrap();
+    let master = cluster
+        .master_for_key(dialogue_key(&prefix, chat.0))
+        .unwrap();
     let mut admin = cluster.conn(master).unwrap();
     assert!(admin
         .cmd(&["CLIENT", "PAUSE", "5000", "WRITE"])

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod durable_retry_after_reply_lost;
+mod durable_windows;
 mod fenced_records;
 mod guards_and_keepers;
 mod lock_fences;
