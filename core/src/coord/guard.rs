@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::executor::Executor;
+use crate::keys::Key;
 use crate::plan::Single;
 
 use super::keeper::{Keeper, Renewal};
@@ -51,16 +52,26 @@ type MakeRenewal = Arc<dyn Fn() -> Result<Single<()>, Error> + Send + Sync>;
 ///
 /// Process-wide rather than per coordinator: two coordinators built for one replica id
 /// campaign as one.
-fn shares() -> &'static Mutex<BTreeMap<String, usize>> {
-    static SHARES: OnceLock<Mutex<BTreeMap<String, usize>>> = OnceLock::new();
+fn shares() -> &'static Mutex<BTreeMap<HoldName, usize>> {
+    static SHARES: OnceLock<Mutex<BTreeMap<HoldName, usize>>> = OnceLock::new();
     SHARES.get_or_init(Mutex::default)
 }
 
+/// What names a hold among the guards of this process: its key (with the prefix), who holds
+/// it, and its term or token. Fields, not one string of them: lease `a` of holder `b c` and
+/// lease `a b` of holder `c` (the same token) would read the same, and share one count.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct HoldName {
+    key: Key,
+    holder: String,
+    number: u64,
+}
+
 /// A guard's place among the guards of its hold (see [`shares`]).
-struct Share(String);
+struct Share(HoldName);
 
 impl Share {
-    fn join(hold: String) -> Share {
+    fn join(hold: HoldName) -> Share {
         let mut shares = shares().lock().unwrap_or_else(|e| e.into_inner());
         *shares.entry(hold.clone()).or_default() += 1;
         Share(hold)
@@ -113,9 +124,14 @@ impl<E: Executor> Hold<E> {
         }
     }
 
-    /// Counts this guard among the guards of the hold named `hold` (see [`shares`]).
-    fn shared(mut self, hold: String) -> Self {
-        self.share = Some(Share::join(hold));
+    /// Counts this guard among the guards of the hold of `key`, held by `holder` in term or
+    /// with token `number` (see [`shares`]).
+    fn shared(mut self, key: Key, holder: &str, number: u64) -> Self {
+        self.share = Some(Share::join(HoldName {
+            key,
+            holder: holder.to_owned(),
+            number,
+        }));
         self
     }
 
@@ -315,7 +331,7 @@ impl<E: Executor> Leadership<E> {
             move || super::leader_renew_in_term(&ks1, &n1, &r1, term, ttl),
             move || super::leader_resign_in_term(&ks2, &n2, &r2, term),
         )
-        .shared(format!("leader {} {replica} {term}", ks.leader(name)));
+        .shared(ks.leader(name), replica, term);
         Leadership {
             name: name.to_owned(),
             term,
@@ -362,7 +378,7 @@ impl<E: Executor> Lease<E> {
             move || super::lease_renew(&ks1, &n1, &h1, token, ttl),
             move || super::lease_release(&ks2, &n2, &h2, token),
         )
-        .shared(format!("lease {} {holder} {token}", ks.lease(name)));
+        .shared(ks.lease(name), holder, token);
         Lease {
             name: name.to_owned(),
             holder: holder.to_owned(),

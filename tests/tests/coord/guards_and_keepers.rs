@@ -151,6 +151,16 @@ async fn guards_of_one_hold_and_of_an_earlier_term<R: Runtime>(target: Target) {
     drop(first);
     second.renew().await.unwrap();
     assert_eq!(second.release().await.unwrap(), Released::Held);
+    // Two holds that read the same with their names joined by spaces (lease `a` of `b c` and
+    // lease `a b` of `c`, both token 1) are two: the first dropped is given back (it counted
+    // as the other's second guard before, and stayed held for its TTL).
+    let spaced = leases.hold("a", "b c", LONG).await.unwrap().unwrap();
+    let joined = leases.hold("a b", "c", LONG).await.unwrap().unwrap();
+    assert_eq!((spaced.token(), joined.token()), (1, 1));
+    drop(spaced);
+    let next = leases.hold("a", "d", LONG).await.unwrap();
+    assert_eq!(next.map(|lease| lease.token()), Some(2));
+    assert_eq!(joined.release().await.unwrap(), Released::Held);
 
     // The term lost: its holder key expires.
     let old = coord
