@@ -44,12 +44,11 @@
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use botmesh_redis_core::driver::session::Submission;
-use botmesh_redis_core::Error;
 
 use crate::task::OneShot;
 use crate::Runtime;
@@ -122,8 +121,8 @@ pub(crate) struct Admission {
     /// Whether calls are counted by node: `share` below `bound`.
     by_node: bool,
     /// Plans in line, over every node's line: while it is 0, calls come and go without the
-    /// lock.
-    lined: AtomicUsize,
+    /// lock. Shared with the lane's metrics, whose `ops_waiting` counts them.
+    lined: Arc<AtomicUsize>,
     handoff: Handoff,
     room: Mutex<Room>,
 }
@@ -198,6 +197,7 @@ impl Admission {
         nodes: usize,
         patience: Duration,
         handoff: Handoff,
+        lined: Arc<AtomicUsize>,
     ) -> Self {
         Admission {
             bound,
@@ -206,7 +206,7 @@ impl Admission {
             out: AtomicUsize::new(0),
             node_out: (0..nodes).map(|_| AtomicUsize::new(0)).collect(),
             by_node: share < bound,
-            lined: AtomicUsize::new(0),
+            lined,
             handoff,
             room: Mutex::new(Room {
                 lines: Vec::new(),
@@ -434,7 +434,7 @@ impl Admission {
             {
                 if let Some(front) = line.parked.pop_front() {
                     expired.push(front.ticket());
-                    refused.push(front.submission);
+                    refused.push(front.submission.waited_since(front.since));
                 }
             }
             if !line.parked.is_empty() && !line.answering(now) {
@@ -450,11 +450,11 @@ impl Admission {
         }
         self.lined.fetch_sub(refused.len() + granted.len(), SeqCst);
         drop(room);
-        for plan in refused {
-            plan.refuse(Error::Timeout {
-                outcome_unknown: false,
-            });
-        }
+        // Past its deadline, a plan goes to the session all the same, holding no room: the
+        // session ends it unwritten with `Timeout`, as it ends a plan whose deadline passed on
+        // any other way, and counts it with the others (metrics, span) where it would be
+        // missing if ended here.
+        self.hand_on(refused);
         self.hand_on(granted);
         next
     }
@@ -601,7 +601,7 @@ mod tests {
     use std::sync::Arc;
 
     use botmesh_redis_core::driver::plan::single;
-    use botmesh_redis_core::{Access, Key, Request, Value};
+    use botmesh_redis_core::{Access, Error, Key, Request, Value};
 
     use super::*;
     use crate::task::Delivery;
@@ -628,7 +628,10 @@ mod tests {
             count.fetch_add(1, Ordering::SeqCst);
             plan.refuse(Error::Closed);
         });
-        (Admission::new(bound, bound, 1, patience, handoff), handed)
+        (
+            Admission::new(bound, bound, 1, patience, handoff, Arc::default()),
+            handed,
+        )
     }
 
     /// The error a plan's result carries, if it came.
@@ -674,7 +677,10 @@ mod tests {
             count.fetch_add(1, Ordering::SeqCst);
             plan.refuse(Error::Closed);
         });
-        (Admission::new(4, 2, 3, patience, handoff), handed)
+        (
+            Admission::new(4, 2, 3, patience, handoff, Arc::default()),
+            handed,
+        )
     }
 
     #[test]
@@ -762,15 +768,12 @@ mod tests {
         let later = Instant::now() + patience;
         assert!(later < parked_at + ANSWERING, "the test ran too slowly");
         assert_eq!(admission.look(later), None);
+        // Handed to the session (which ends them unwritten, as `Timeout`, their deadline
+        // passed): here the room's hand-off ends them at once.
         for result in [&a_result, &b_result] {
-            assert!(matches!(
-                ended(result),
-                Some(Error::Timeout {
-                    outcome_unknown: false
-                })
-            ));
+            assert!(matches!(ended(result), Some(Error::Closed)));
         }
-        assert_eq!(handed.load(Ordering::SeqCst), 0);
+        assert_eq!(handed.load(Ordering::SeqCst), 2);
         // Their calls end: they held no room, so the call in still holds the only one.
         admission.leave(0, 0);
         admission.leave(0, 1);
@@ -931,7 +934,14 @@ mod tests {
         const THREADS: usize = 4;
         const CALLS: usize = 20_000;
         let handoff: Handoff = Box::new(|plan| plan.refuse(Error::Closed));
-        let admission = Arc::new(Admission::new(bound, share, nodes, LONG, handoff));
+        let admission = Arc::new(Admission::new(
+            bound,
+            share,
+            nodes,
+            LONG,
+            handoff,
+            Arc::default(),
+        ));
         let inside = Arc::new(AtomicUsize::new(0));
         let by_node: Arc<[AtomicUsize]> = (0..nodes).map(|_| AtomicUsize::new(0)).collect();
         let threads: Vec<_> = (0..THREADS)
@@ -983,7 +993,7 @@ mod tests {
         // that gave back room in the lane, or one within it that did not, would leave the
         // lane's count off for good (the first wraps it, and every later call parks).
         let handoff: Handoff = Box::new(|plan| plan.refuse(Error::Closed));
-        let admission = Arc::new(Admission::new(4, 2, 2, LONG, handoff));
+        let admission = Arc::new(Admission::new(4, 2, 2, LONG, handoff, Arc::default()));
         admit(&admission, 0);
         admit(&admission, 0);
         let parked_at = Instant::now();

@@ -8,6 +8,7 @@
 //! strings and two atomic updates, with no allocation.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use botmesh_redis_core::driver::session::{Event, Session, Summary, Tally, Waiters};
@@ -30,7 +31,7 @@ pub(crate) const REFRESHES: &str = "botmesh_redis_topology_refreshes_total";
 pub(crate) const RECONNECTS: &str = "botmesh_redis_reconnects_total";
 /// Connections held now, by `node`.
 pub(crate) const CONNECTIONS: &str = "botmesh_redis_connections";
-/// Calls submitted whose result has not come yet.
+/// Calls submitted whose result has not come yet, those parked for room included.
 pub(crate) const OPS_WAITING: &str = "botmesh_redis_ops_waiting";
 
 static METADATA: Metadata<'static> =
@@ -106,7 +107,8 @@ impl Registry {
             r.describe_gauge(
                 OPS_WAITING.into(),
                 Some(Unit::Count),
-                "Calls submitted whose result has not come yet".into(),
+                "Calls submitted whose result has not come yet, parked for room or in the session"
+                    .into(),
             );
         });
     }
@@ -163,12 +165,16 @@ pub(crate) struct Instruments {
     ops_waiting: Gauge,
     /// This lane's share of `ops_waiting`, as last added.
     waiting: usize,
+    /// The lane's calls parked for room (the room's count): part of `ops_waiting`, so that it
+    /// keeps climbing under an overload, where the session holds the room's worth and the
+    /// rest waits in line.
+    lined: Arc<AtomicUsize>,
     reconnects: Counter,
 }
 
 impl Instruments {
     /// Registers the client's fixed series, so that each shows (at zero) from the start.
-    pub(crate) fn new(registry: Registry) -> Self {
+    pub(crate) fn new(registry: Registry, lined: Arc<AtomicUsize>) -> Self {
         registry.describe();
         let events = Event::ALL
             .iter()
@@ -186,6 +192,7 @@ impl Instruments {
             ops: BTreeMap::new(),
             ops_waiting,
             waiting: 0,
+            lined,
             reconnects: registry.counter(RECONNECTS, Vec::new()),
             registry,
         }
@@ -224,7 +231,7 @@ impl Instruments {
             self.seen = *tally;
         }
         // Moved by the difference, not set: each lane of a client adds its own share.
-        let waiting = session.in_flight();
+        let waiting = session.in_flight() + self.lined.load(Ordering::Relaxed);
         if waiting != self.waiting {
             self.ops_waiting
                 .increment(waiting as f64 - self.waiting as f64);

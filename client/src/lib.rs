@@ -91,7 +91,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::io;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
@@ -441,7 +441,10 @@ impl<R: Runtime> Client<R> {
                 let owners = (deployment == Deployment::Cluster).then(|| session.slot_owners());
                 let (closed_tx, closed) = async_channel::bounded(1);
                 let counters = Arc::new(Counters::default());
-                let instruments = instruments::Instruments::new(registry.clone());
+                // Calls parked for room: the room counts them, the metrics show them.
+                let lined = Arc::new(AtomicUsize::new(0));
+                let instruments =
+                    instruments::Instruments::new(registry.clone(), Arc::clone(&lined));
                 let (hub, tx, last_taker) = task::start::<R>(
                     session,
                     closed_tx,
@@ -460,6 +463,7 @@ impl<R: Runtime> Client<R> {
                     nodes,
                     request_timeout,
                     handoff,
+                    lined,
                 ));
                 let keeper = admission::keep::<R>(Arc::clone(&admission));
                 R::spawn_detached(&spawner, counted(&counters, keeper));

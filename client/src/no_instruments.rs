@@ -1,6 +1,9 @@
 //! Without the `metrics` feature: the same calls as `instruments.rs`, which do nothing and
 //! compile away, so the session task has no metrics cost at all.
 
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+
 use botmesh_redis_core::driver::session::{Session, Summary, Waiters};
 use botmesh_redis_core::NodeAddr;
 
@@ -21,7 +24,7 @@ pub(crate) struct ConnGauge;
 pub(crate) struct Instruments;
 
 impl Instruments {
-    pub(crate) fn new(_: Registry) -> Self {
+    pub(crate) fn new(_: Registry, _: Arc<AtomicUsize>) -> Self {
         Instruments
     }
 

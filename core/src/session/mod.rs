@@ -505,6 +505,12 @@ impl<W: Waiters> Session<W> {
             None
         };
         if let Some(error) = refusal {
+            if matches!(error, Error::Timeout { .. }) {
+                self.tally.count(Event::RequestTimeout);
+            }
+            if let Some(since) = held {
+                plan.summary_mut().elapsed = now.saturating_duration_since(since);
+            }
             plan.fail(error);
             self.outputs.push_back(Output::Complete(Completion(plan)));
             return;

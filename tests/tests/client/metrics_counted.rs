@@ -14,14 +14,16 @@ use botmesh_redis_core::{
 };
 use botmesh_redis_tests::conformance::{Client, Runtime};
 use botmesh_redis_tests::{
-    both_drivers, shared_single, unique_prefix, ClusterOptions, RedisCluster,
+    both_drivers, shared_single, unique_prefix, ClusterOptions, RedisCluster, ServerOptions,
+    SingleNode,
 };
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
 /// What a recorder counted so far, by `name{label=value,...}` (labels in key order). A
 /// `DebuggingRecorder` snapshot takes the values out (it resets them), so each reading is
 /// added to the earlier ones: counters and the up-and-down connection gauges add up,
-/// histogram samples gather. (A gauge that is set, `ops_waiting`, is read only once.)
+/// histogram samples gather (`ops_waiting` too is moved by differences, so its readings add up
+/// the same way).
 struct Totals {
     snapshotter: Snapshotter,
     series: BTreeMap<String, DebugValue>,
@@ -188,6 +190,100 @@ async fn a_request_timeout_is_counted_with_its_outcome<R: Runtime>() {
     client.close().await;
 }
 
+/// A call the node takes 200 µs to answer (it spins in a script; a write, so that one written
+/// and not answered in time says its outcome is unknown).
+fn slow_call() -> Request {
+    const SPIN: &str = "local t = redis.call('TIME') \
+        local start = t[1] * 1000000 + t[2] \
+        repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start >= 200 \
+        return 1";
+    Request::cmd(Access::Write, "EVAL")
+        .arg(SPIN)
+        .arg(0u32)
+        .build()
+        .unwrap()
+}
+
+/// Calls parked for room count in `ops_waiting`, and those past their deadline end as
+/// `Timeout`, never sent, and are counted as every other call is: one request of outcome `timeout`, one request timeout, and a latency
+/// of at least the request timeout (they were ended beside the session, and counted nowhere,
+/// before).
+async fn calls_parked_past_their_deadline_are_counted<R: Runtime>() {
+    let _turn = botmesh_redis_tests::exclusive().await;
+    let node = SingleNode::start(ServerOptions::new());
+    let timeout = Duration::from_millis(300);
+    let options = ClientOptions::url(node.url())
+        .request_timeout(timeout)
+        .lanes(1);
+    let (client, mut totals) = recorded::<R>(options).await;
+    // 3,000 calls at 5,000 a second at most: the room (256) fills, the node answers it every
+    // 50 ms, and most of the line is past its deadline before its turn.
+    let calls: Vec<_> = (0..3_000)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { client.call(slow_call()).await })
+        })
+        .collect();
+    // The calls in line are waiting as much as those in the session: `ops_waiting` counts
+    // them, and climbs past the room (it stayed at the room before, whatever the line held).
+    // The gauge moves when the lane's session looks (at each batch of replies, every 50 ms):
+    // read until it passes a thousand, or the line drained.
+    let mut most = 0.0f64;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while most <= 1_000.0 && std::time::Instant::now() < deadline {
+        most = most.max(gauge(totals.read(), "botmesh_redis_ops_waiting{}"));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(
+        most > 1_000.0,
+        "ops_waiting reached {most} at most, {} calls parked so far",
+        client.stats().parked
+    );
+    let (mut answered, mut timed_out) = (0u64, 0u64);
+    for call in calls {
+        match call.await.unwrap() {
+            Ok(value) => {
+                assert_eq!(value, Value::Int(1));
+                answered += 1;
+            }
+            Err(Error::Timeout { .. }) => timed_out += 1,
+            Err(e) => panic!("a slow call ended with {e:?}"),
+        }
+    }
+    let parked = client.stats().parked;
+    assert!(
+        parked > 1_000 && timed_out > 1_000,
+        "{parked} parked, {timed_out} timed out"
+    );
+    let s = totals.read();
+    assert_eq!(
+        counter(s, "botmesh_redis_requests_total{operation=call,outcome=ok}"),
+        answered
+    );
+    assert_eq!(
+        counter(
+            s,
+            "botmesh_redis_requests_total{operation=call,outcome=timeout}"
+        ),
+        timed_out
+    );
+    assert_eq!(
+        counter(s, "botmesh_redis_timeouts_total{kind=request}"),
+        timed_out
+    );
+    let latencies = samples(s, "botmesh_redis_request_duration_seconds{operation=call}");
+    assert_eq!(latencies.len() as u64, answered + timed_out);
+    let at_least_the_timeout = latencies
+        .iter()
+        .filter(|&&l| l >= timeout.as_secs_f64())
+        .count() as u64;
+    assert!(
+        at_least_the_timeout >= timed_out,
+        "{at_least_the_timeout} latencies of the request timeout or more, {timed_out} timeouts"
+    );
+    client.close().await;
+}
+
 /// Moving a slot changes the topology: this file owns a cluster for it. The two drivers' runs
 /// take turns on it, each moving the slot of its own key.
 fn own_cluster() -> &'static RedisCluster {
@@ -249,3 +345,4 @@ both_drivers!(
     a_request_timeout_is_counted_with_its_outcome,
     a_moved_after_a_slot_move_is_one_redirect
 );
+both_drivers!(exclusive: calls_parked_past_their_deadline_are_counted);
