@@ -88,7 +88,7 @@ end
 -- reads, before any removal).
 local function prune_below(window, longest)
   if window >= longest then
-    redis.call('SET', KEYS[10], window, 'PX', 2 * window)
+    redis.call('SET', KEYS[10], string.format('%.0f', window), 'PX', string.format('%.0f', 2 * window))
     longest = window
   end
   return string.format('(%.0f', now - longest)
