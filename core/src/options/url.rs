@@ -49,13 +49,22 @@ pub(crate) fn parse_url_with_port(url: &str, default_port: u16) -> Result<Parsed
         Some((a, p)) => (a, p),
         None => (rest, ""),
     };
-    if !(path.is_empty() || path == "0") {
-        return Err(bad("only database 0 is supported"));
-    }
     let (userinfo, hostport) = match authority.rsplit_once('@') {
         Some((u, h)) => (Some(u), h),
         None => (None, authority),
     };
+    // A query (`?password=..`, `?ssl_cert_reqs=..`, other clients' forms) was read as part of
+    // the host or the port, and so printed in logs and errors. Not quoted: it may hold a
+    // password.
+    if hostport.contains(['?', '#']) || path.contains(['?', '#']) {
+        return Err(bad(
+            "a query or fragment (after ? or #) is not read: give credentials in the user-info \
+             (redis://user:password@host) or as options, TLS with rediss:// or ClientOptions::tls",
+        ));
+    }
+    if !(path.is_empty() || path == "0") {
+        return Err(bad("only database 0 is supported"));
+    }
     let auth = userinfo
         .map(user_info)
         .transpose()
@@ -186,6 +195,11 @@ fn decode(text: &str, what: &str) -> Result<String, String> {
 /// holds). A password with an unencoded `@` still goes whole: everything before the last `@`
 /// is hidden.
 pub fn redact_url(url: &str) -> String {
+    // A fragment after the host may hold anything; one before the last `@` is a password's.
+    let host_from = url.rfind('@').unwrap_or(0);
+    if let Some(at) = url[host_from..].find('#') {
+        return format!("{}#<redacted>", redact_url(&url[..host_from + at]));
+    }
     let (scheme, rest) = match url.split_once("://") {
         Some((s @ ("rediss" | "unix" | "redis+unix"), rest)) => (Some(s), rest),
         // Text before `://` that is no scheme of ours may be anything, a password included.
@@ -290,6 +304,26 @@ mod tests {
             );
         }
         assert_eq!(parse_url("[::1]").unwrap().target, tcp("::1", 6379));
+    }
+
+    /// A query was read as part of the host (`h?password=..` dialled as a host of that name,
+    /// printed in logs) or of the port (its text quoted in the error).
+    #[test]
+    fn a_query_is_refused_without_quoting_it() {
+        for url in [
+            "redis://h?password=s3cret",
+            "redis://h:6379?password=s3cret",
+            "redis://h/0?password=s3cret",
+            "rediss://u:p@h:1#s3cret",
+            "h:1?password=s3cret",
+        ] {
+            let e = parse_url(url).unwrap_err();
+            assert!(!e.to_string().contains("s3cret"), "{url}: {e}");
+            assert!(e.to_string().contains("query or fragment"), "{url}: {e}");
+        }
+        // A password with a `?` in the user-info is still the password.
+        let p = parse_url("redis://:pa?ss@h:1").unwrap();
+        assert_eq!(p.auth.unwrap().password, "pa?ss");
     }
 
     #[test]
