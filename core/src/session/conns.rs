@@ -86,6 +86,9 @@ pub(super) struct Conn {
     pub(super) check_at: Option<Instant>,
     /// Subscribed to `+switch-master` on a sentinel: what arrives unasked is a message.
     pub(super) subscriber: bool,
+    /// Takes no more requests ([`Session::retire`]): closed once the replies of those written
+    /// on it are in.
+    pub(super) retired: bool,
 }
 
 /// Why a connection is dropped; decides what its requests become.
@@ -259,6 +262,7 @@ impl<W: Waiters> Session<W> {
                 outbox: Vec::new(),
                 check_at: None,
                 subscriber: false,
+                retired: false,
             },
         );
         self.nodes.bind_conn(node, conn);
@@ -397,6 +401,58 @@ impl<W: Waiters> Session<W> {
         // that refuses `SUBSCRIBE` had a question and a new subscription ten times a second.
         if !c.subscriber {
             self.refresh_soon(now);
+        }
+    }
+
+    /// A plain single node answered as a replica (`READONLY`, `MASTERDOWN`): a managed
+    /// service's endpoint, a Kubernetes Service or any name that a failover moved to the new
+    /// master is looked up again only when it is dialled, and a connection open to the old
+    /// master would be answered `READONLY` until the process restarts. The connection takes no
+    /// more requests (the next ones dial the address again, its retries among them) and closes
+    /// once the replies of those written on it are in (the replica refuses writes unrun).
+    pub(super) fn retire(&mut self, now: Instant, conn: ConnId) {
+        if !matches!(self.config.endpoints, Endpoints::Single(_)) {
+            return;
+        }
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.retired {
+            return;
+        }
+        c.retired = true;
+        let node = c.node;
+        let queued = std::mem::take(&mut c.outbox);
+        self.nodes.unbind_conn(node, conn);
+        self.dirty.remove(&conn);
+        tracing::warn!(
+            node = %self.nodes[node],
+            "the node answered as a replica: its address is dialled again for the next \
+             requests, and this connection closes once its replies are in"
+        );
+        for queued in queued {
+            match queued {
+                Queued::Request { req, .. } => self.to_dispatch.push_back(req),
+                // `WAIT` counts its own connection's writes: on another it would vouch for
+                // nothing.
+                Queued::Wait { req } => self.finish_granted(req, Value::Nil),
+                // No refresh round asks a plain single node.
+                Queued::Topology(_) | Queued::Sentinel(_) => {}
+            }
+        }
+        self.close_if_retired(now, conn);
+    }
+
+    /// Closes a retired connection ([`Session::retire`]) once nothing written on it awaits a
+    /// reply.
+    pub(super) fn close_if_retired(&mut self, now: Instant, conn: ConnId) {
+        if self
+            .conns
+            .get(&conn)
+            .is_some_and(|c| c.retired && c.in_flight.is_empty())
+        {
+            let reason = "retired: the node answered as a replica".to_owned();
+            self.drop_conn(now, conn, Loss::Lost(reason));
         }
     }
 

@@ -65,7 +65,13 @@ impl<W: Waiters> Session<W> {
             },
             Pending::Request { req, asking } => match frame {
                 Ok(value) => self.on_value(req, (conn, node), asking, value),
-                Err(error) => self.on_error(now, req, node, asking, error),
+                Err(error) => {
+                    let replica = matches!(error.code(), "READONLY" | "MASTERDOWN");
+                    self.on_error(now, req, node, asking, error);
+                    if replica {
+                        self.retire(now, conn);
+                    }
+                }
             },
             Pending::Wait { req } => {
                 let wait = match frame {
@@ -75,6 +81,7 @@ impl<W: Waiters> Session<W> {
                 self.finish_granted(req, wait);
             }
         }
+        self.close_if_retired(now, conn);
     }
 
     /// The handshake's `AUTH` or `PING` was answered: the connection is ready, unless a

@@ -423,6 +423,7 @@ impl<W: Waiters> Session<W> {
                 outbox: Vec::new(),
                 check_at: None,
                 subscriber: true,
+                retired: false,
             },
         );
         self.sentinels.subscriber = Some(conn);

@@ -24,6 +24,7 @@ mod noscript;
 mod plan_panics;
 mod properties;
 mod refresh;
+mod replica_answers;
 mod reply_lost;
 mod retry_table;
 mod sentinel;

@@ -13,4 +13,5 @@ mod reply_lost_after_write;
 mod scan_unknown_endpoints;
 mod script_routed_to_owner;
 mod scripts_in_a_migrating_slot;
+mod single_node_name_moved;
 mod slot_function_agrees_with_server;
