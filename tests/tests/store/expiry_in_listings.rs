@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use botmesh_redis_core::keys::RecordKind;
 use botmesh_redis_core::Store;
-use botmesh_redis_core::{Executor, Layout, Limit};
+use botmesh_redis_core::{Access, Executor, Layout, Limit, Request};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::Runtime;
 use botmesh_redis_tests::eventually;
@@ -124,9 +124,60 @@ async fn user_entries_expire<E: Executor>(store: &Store<E>) {
         .is_empty());
 }
 
+/// The server's clock in ms.
+async fn server_ms<E: Executor>(exec: &E) -> u64 {
+    let time = Request::cmd(Access::Read, "TIME").build().unwrap();
+    let parts = exec.call(time).await.unwrap().into_array().unwrap();
+    let seconds = u64::try_from(parts[0].as_i64().unwrap()).unwrap();
+    let micros = u64::try_from(parts[1].as_i64().unwrap()).unwrap();
+    seconds * 1000 + micros / 1000
+}
+
+/// Every write drops up to 10 expired members of its index: a bot that writes expiring
+/// entries under new ids and never lists them kept every member for good before (the keys
+/// expired, their members stayed).
+async fn writes_prune_what_expired<E: Executor>(store: &Store<E>) {
+    let user = "u";
+    let Some(index) = store.keyspace().user_index(user) else {
+        panic!("the cluster layout indexes user data");
+    };
+    for i in 0..200 {
+        store
+            .set_user_data(
+                user,
+                "seen",
+                &format!("m{i}"),
+                "1".into(),
+                Some(Duration::from_millis(1)),
+            )
+            .await
+            .unwrap();
+    }
+    let from = server_ms(store.executor()).await;
+    eventually(BOUND, "2 ms of server time", || async {
+        (server_ms(store.executor()).await > from + 2).then_some(())
+    })
+    .await;
+    let expired = zmembers(store.executor(), &index).await.len();
+    for k in 1..=25 {
+        store
+            .set_user_data(user, "kept", &format!("k{k}"), "1".into(), None)
+            .await
+            .unwrap();
+        assert_eq!(
+            zmembers(store.executor(), &index).await.len(),
+            expired.saturating_sub(10 * k) + k,
+            "after {k} writes, of {expired} expired members"
+        );
+    }
+}
+
 async fn run_all<R: Runtime>(setup: Setup) {
     checkpoints_expire(&setup.store::<R>("st-exp-cp").await).await;
     user_entries_expire(&setup.store::<R>("st-exp-ud").await).await;
+    if setup.layout() == Layout::Cluster {
+        writes_prune_what_expired(&setup.store::<R>("st-exp-prune").await).await;
+    }
 }
 
 both_drivers!(run_all {
