@@ -4,7 +4,8 @@
 -- KEYS[2..] the message items, one per id of ARGV, in the same order
 -- ARGV[1..] the message ids
 -- Returns an array of {id, time in ms, payload}, in ARGV order, for the ids that are in the log
--- and have an item; the others are left out.
+-- and have an item; the others are left out. The time is the score's floor, as `message_page`
+-- gives it (a log another program wrote may score 1000.5).
 local log = KEYS[1]
 local out = {}
 for i = 1, #ARGV do
@@ -12,7 +13,7 @@ for i = 1, #ARGV do
   if score then
     local payload = redis.call('GET', KEYS[i + 1])
     if payload then
-      out[#out + 1] = {ARGV[i], tonumber(score), payload}
+      out[#out + 1] = {ARGV[i], math.floor(tonumber(score)), payload}
     end
   end
 end

@@ -8,6 +8,10 @@
 -- ARGV[5] the page size, at least 1
 -- Returns {more, id, time, id, time, ...}: more is 1 when the range holds messages after the
 -- page, then up to ARGV[5] ids with their times in ms.
+-- A message's time is its score's floor: this client writes whole numbers, but a log another
+-- program wrote, copied as it is by a migration, may hold 1000.5. Its cursor says 1000 then,
+-- and a message is its cursor's when the floors agree: compared to the score itself, the
+-- cursor never matched, and the next page started again at the same message, for good.
 local log = KEYS[1]
 local limit = tonumber(ARGV[5])
 
@@ -34,13 +38,13 @@ if ARGV[3] ~= '' then
   local time, id = ARGV[3], ARGV[4]
   local rank
   local score = redis.call('ZSCORE', log, id)
-  if score and tonumber(score) == tonumber(time) then
+  if score and math.floor(tonumber(score)) == tonumber(time) then
     rank = redis.call('ZRANK', log, id) + 1
   else
-    -- The cursor's message is gone or has moved: search the members of its time, which are
-    -- ordered by id, for the first one after it.
+    -- The cursor's message is gone or has moved: search the members of its millisecond,
+    -- which are ordered by id (when their scores are whole), for the first one after it.
     local lo = redis.call('ZCOUNT', log, '-inf', '(' .. time)
-    local hi = lo + redis.call('ZCOUNT', log, time, time)
+    local hi = lo + redis.call('ZCOUNT', log, time, '(' .. string.format('%.0f', tonumber(time) + 1))
     while lo < hi do
       local mid = math.floor((lo + hi) / 2)
       local member = redis.call('ZRANGE', log, mid, mid)[1]
@@ -61,7 +65,7 @@ local rows = redis.call('ZRANGE', log, start, start + limit, 'WITHSCORES')
 local out = {0}
 local taken = 0
 for i = 1, #rows, 2 do
-  local time = tonumber(rows[i + 1])
+  local time = math.floor(tonumber(rows[i + 1]))
   if ARGV[2] ~= '+inf' and time > tonumber(ARGV[2]) then
     break
   end

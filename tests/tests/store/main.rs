@@ -7,6 +7,7 @@
 
 mod delete_chat;
 mod expiry_in_listings;
+mod foreign_scores;
 mod listing_during_slot_migration;
 mod operations;
 mod start_guard;
