@@ -179,14 +179,26 @@ pub fn schedule_list(
     limit: Limit,
 ) -> Result<ListSchedules, Error> {
     let limit = limit.items();
+    // Each bucket's first `limit + 1` ids after the cursor (its index scores every id 0, so
+    // it lists in byte order): the page's ids are among them, and one more says whether
+    // another page follows. Each page read every id of every bucket before, so listing every
+    // schedule cost its count squared over the page size.
+    let min = match after {
+        Some(after) => format!("({}", after.0),
+        None => "-".to_owned(),
+    };
     let indexes = ks
         .record_indexes(RecordKind::Schedule)
         .iter()
         .map(|index| {
             Request::cmd(Access::Read, "ZRANGE")
                 .key(index)
-                .arg("0")
-                .arg("-1")
+                .arg(min.as_str())
+                .arg("+")
+                .arg("BYLEX")
+                .arg("LIMIT")
+                .arg(0u32)
+                .arg(limit + 1)
                 .build()
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -205,6 +217,7 @@ pub fn schedule_list(
         ids: Vec::new(),
         next: 0,
         found: Vec::new(),
+        beyond: false,
     })
 }
 
@@ -222,6 +235,9 @@ pub struct ListSchedules {
     ids: Vec<String>,
     next: usize,
     found: Vec<(String, Schedule)>,
+    /// The indexes hold ids past those read (cluster layout): the next page starts after the
+    /// last id read, found or not.
+    beyond: bool,
 }
 
 /// Records read per step of a listing.
@@ -238,9 +254,29 @@ impl ListSchedules {
         self.read_next()
     }
 
+    /// The indexes' ids (cluster layout), each bucket's first `limit + 1` after the cursor:
+    /// the first `limit` of them merged are the page's candidates, and any past them means
+    /// another page.
+    fn got_indexed_ids(&mut self, ids: Vec<String>) -> Step<SchedulePage> {
+        let mut ids = ids;
+        ids.sort();
+        ids.dedup();
+        self.beyond = ids.len() > self.limit;
+        ids.truncate(self.limit);
+        self.got_ids(ids)
+    }
+
     fn read_next(&mut self) -> Step<SchedulePage> {
         if self.next >= self.ids.len() || self.found.len() >= self.limit {
             let mut schedules = std::mem::take(&mut self.found);
+            if self.beyond {
+                // A candidate found deleted since is skipped, not read again.
+                let next = self.ids.last().map(|id| ScheduleCursor(id.clone()));
+                return Step::Done(Ok(SchedulePage {
+                    items: schedules,
+                    next,
+                }));
+            }
             // Ids left unread, or read past the page, mean another page may follow.
             let more = schedules.len() > self.limit || self.next < self.ids.len();
             schedules.truncate(self.limit);
@@ -331,7 +367,7 @@ impl Plan for ListSchedules {
                     Err(e) => return Step::Done(Err(e)),
                 }
             }
-            return self.got_ids(ids);
+            return self.got_indexed_ids(ids);
         }
         self.got_records(replies)
     }
