@@ -95,6 +95,31 @@ fn a_json_file_for_one_node() {
 }
 
 #[test]
+fn idle_probes_are_set_or_turned_off() {
+    let probe = |json: &str| {
+        let config: ClientConfig = serde_json::from_str(json).unwrap();
+        config
+            .into_options()
+            .unwrap()
+            .to_config(1)
+            .unwrap()
+            .idle_probe
+    };
+    assert_eq!(
+        probe(r#"{ "url": "redis://h:1" }"#),
+        Some(Duration::from_secs(30))
+    );
+    assert_eq!(
+        probe(r#"{ "url": "redis://h:1", "idle_probe_ms": 1500 }"#),
+        Some(Duration::from_millis(1500))
+    );
+    assert_eq!(
+        probe(r#"{ "url": "redis://h:1", "idle_probe_ms": 0 }"#),
+        None
+    );
+}
+
+#[test]
 fn layouts_read_by_name() {
     for (text, layout) in [
         ("\"legacy\"", Layout::Legacy),

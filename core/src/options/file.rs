@@ -68,6 +68,8 @@ pub struct ClientConfig {
     pub request_timeout_ms: Option<u64>,
     /// [`ClientOptions::response_timeout`] in ms.
     pub response_timeout_ms: Option<u64>,
+    /// [`ClientOptions::idle_probe`] in ms; 0 turns the probes off.
+    pub idle_probe_ms: Option<u64>,
     /// [`ClientOptions::stall_refresh`] in ms.
     pub stall_refresh_ms: Option<u64>,
     /// [`ClientOptions::refresh_interval`] in ms.
@@ -226,6 +228,7 @@ impl fmt::Debug for ClientConfig {
             .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("request_timeout_ms", &self.request_timeout_ms)
             .field("response_timeout_ms", &self.response_timeout_ms)
+            .field("idle_probe_ms", &self.idle_probe_ms)
             .field("stall_refresh_ms", &self.stall_refresh_ms)
             .field("refresh_interval_ms", &self.refresh_interval_ms)
             .field("tls", &self.tls)
@@ -284,6 +287,11 @@ impl ClientConfig {
         }
         if let Some(d) = millis("response_timeout_ms", self.response_timeout_ms)? {
             options = options.response_timeout(d);
+        }
+        match self.idle_probe_ms {
+            Some(0) => options = options.idle_probe(None),
+            Some(ms) => options = options.idle_probe(Some(Duration::from_millis(ms))),
+            None => {}
         }
         if let Some(d) = millis("stall_refresh_ms", self.stall_refresh_ms)? {
             options = options.stall_refresh(d);

@@ -241,6 +241,15 @@ impl ClientOptions {
         self
     }
 
+    /// A connection idle this long is sent a `PING`, whose answer the response timeout awaits
+    /// (default 30 s; `None`: never): a connection the peer dropped without a word (a host
+    /// gone, a NAT or load balancer that forgot it) is closed within the probe and the response
+    /// timeout of going quiet, rather than found dead by the first write after the pause.
+    pub fn idle_probe(mut self, every: Option<Duration>) -> Self {
+        self.config.idle_probe = every;
+        self
+    }
+
     /// A cluster connection (or a Sentinel deployment's master connection) whose oldest
     /// request has had no reply this long asks for a topology refresh (or the sentinels), again
     /// after each such wait, without closing (default 1 s): a replaced master's late answers

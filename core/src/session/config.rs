@@ -112,6 +112,11 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// A connection whose oldest request waits this long for a reply is closed (default 5 s).
     pub response_timeout: Duration,
+    /// A connection idle this long is sent a `PING` (default 30 s; `None`: never), whose
+    /// answer the response timeout awaits: one the peer dropped without a word (a host gone,
+    /// a NAT or a load balancer that forgot it) is closed then, not found dead by the first
+    /// write after the pause, which would end as `ReplyLost` though it may never have arrived.
+    pub idle_probe: Option<Duration>,
     /// A cluster connection whose oldest request waits this long asks for a topology refresh
     /// (a Sentinel deployment's master connection: a question to the sentinels), and again
     /// after each such wait, without closing (default 1 s): a master stopped past the node
@@ -145,6 +150,7 @@ impl fmt::Debug for Config {
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
+            .field("idle_probe", &self.idle_probe)
             .field("stall_refresh", &self.stall_refresh)
             .field("refresh_interval", &self.refresh_interval)
             .field("address_map", &self.address_map.is_some())
@@ -162,6 +168,7 @@ impl Config {
             request_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(5),
+            idle_probe: Some(Duration::from_secs(30)),
             stall_refresh: Duration::from_secs(1),
             refresh_interval: Duration::from_secs(5),
             refresh_min_interval: Duration::from_millis(100),

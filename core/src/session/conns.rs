@@ -41,6 +41,9 @@ pub(super) enum Pending {
     Role,
     /// `SUBSCRIBE +switch-master`, after the handshake of a sentinel's subscriber connection.
     Subscribe,
+    /// The `PING` of an idle connection ([`Config::idle_probe`](super::Config::idle_probe)):
+    /// any answer will do.
+    Probe,
     Topology(u64),
     /// `SENTINEL MASTER` of a round.
     Sentinel(u64),
@@ -63,6 +66,8 @@ pub(super) enum Queued {
     },
     Topology(u64),
     Sentinel(u64),
+    /// The `PING` of an idle connection.
+    Probe,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -77,6 +82,8 @@ pub(super) struct Conn {
     pub(super) node: NodeId,
     pub(super) state: ConnState,
     pub(super) opened: Instant,
+    /// When it was last written to: it is idle since.
+    pub(super) last_write: Instant,
     /// Replies decoded from the bytes given to the session ([`Session::handle_read_buf`]).
     pub(super) decoder: ReplyDecoder,
     /// Written and unanswered, in wire order, each with the time it was written.
@@ -209,6 +216,10 @@ impl<W: Waiters> Session<W> {
                         c.in_flight.push_back((pending, now));
                     }
                 }
+                Queued::Probe => {
+                    encode_args(vec![Bytes::from_static(b"PING")], buf);
+                    c.in_flight.push_back((Pending::Probe, now));
+                }
                 question @ (Queued::Topology(_) | Queued::Sentinel(_)) => {
                     let endpoints = &self.config.endpoints;
                     let running = self.refresh.running.then_some(self.refresh.round);
@@ -219,6 +230,9 @@ impl<W: Waiters> Session<W> {
             }
         }
         let bytes = (!buf.is_empty()).then(|| buf.split().freeze());
+        if bytes.is_some() {
+            c.last_write = now;
+        }
         self.end_unwritten(now, given_up);
         let bytes = bytes?;
         if was_idle {
@@ -257,6 +271,7 @@ impl<W: Waiters> Session<W> {
                 node,
                 state: ConnState::Connecting,
                 opened: now,
+                last_write: now,
                 decoder: self.reply_decoder(),
                 in_flight: VecDeque::new(),
                 outbox: Vec::new(),
@@ -379,7 +394,11 @@ impl<W: Waiters> Session<W> {
                 }
                 // The request was answered, its WAIT was not: replication unknown.
                 Pending::Wait { req } => self.finish_granted(req, Value::Nil),
-                Pending::Asking | Pending::Handshake | Pending::Role | Pending::Subscribe => {}
+                Pending::Asking
+                | Pending::Handshake
+                | Pending::Role
+                | Pending::Subscribe
+                | Pending::Probe => {}
             }
         }
         for queued in c.outbox {
@@ -394,6 +413,7 @@ impl<W: Waiters> Session<W> {
                 Queued::Sentinel(round) => {
                     self.on_sentinel_answer(now, round, c.node, Err(not_sent.clone()))
                 }
+                Queued::Probe => {}
             }
         }
         // A node that went away may have been failed over: the map is suspect. Not so a
@@ -436,8 +456,8 @@ impl<W: Waiters> Session<W> {
                 // `WAIT` counts its own connection's writes: on another it would vouch for
                 // nothing.
                 Queued::Wait { req } => self.finish_granted(req, Value::Nil),
-                // No refresh round asks a plain single node.
-                Queued::Topology(_) | Queued::Sentinel(_) => {}
+                // No refresh round asks a plain single node; a probe is the old connection's.
+                Queued::Topology(_) | Queued::Sentinel(_) | Queued::Probe => {}
             }
         }
         self.close_if_retired(now, conn);
@@ -491,7 +511,7 @@ impl<W: Waiters> Session<W> {
         let (due, written) = if c.state == ConnState::Ready {
             match c.in_flight.front() {
                 Some(&(_, written)) => (after(written, response_timeout), Some(written)),
-                None => return,
+                None => return self.probe_if_idle(now, conn),
             }
         } else {
             (after(c.opened, connect_timeout), None)
@@ -525,6 +545,31 @@ impl<W: Waiters> Session<W> {
             let reason = format!("no reply within {response_timeout:?}");
             self.drop_conn(now, conn, Loss::Lost(reason));
         }
+    }
+
+    /// A ready connection with nothing in flight: once idle for the probe's interval it is
+    /// sent a `PING` (the response timeout then awaits its answer, and closes it without
+    /// one); before, its check looks again then. A sentinel's subscriber is left alone: an
+    /// answer could not be told from a message.
+    fn probe_if_idle(&mut self, now: Instant, conn: ConnId) {
+        let Some(every) = self.config.idle_probe else {
+            return;
+        };
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.subscriber || c.retired {
+            return;
+        }
+        let Some(at) = after(c.last_write, every) else {
+            return;
+        };
+        if now < at {
+            self.schedule_check(conn, at);
+            return;
+        }
+        c.outbox.push(Queued::Probe);
+        self.dirty.insert(conn);
     }
 
     /// Whether `node`'s connection is open and past its handshake.

@@ -35,7 +35,7 @@ impl<W: Waiters> Session<W> {
             return;
         };
         match pending {
-            Pending::Asking => {}
+            Pending::Asking | Pending::Probe => {}
             Pending::Handshake => match frame {
                 Ok(_) => self.handshake_answered(conn),
                 Err(e) => match handshake(&e, self.auth_for(node).is_some()) {

@@ -418,6 +418,7 @@ impl<W: Waiters> Session<W> {
                 node: sentinel,
                 state: ConnState::Connecting,
                 opened: now,
+                last_write: now,
                 decoder: self.reply_decoder(),
                 in_flight: Default::default(),
                 outbox: Vec::new(),

@@ -16,6 +16,7 @@ mod dead_node;
 mod decoding;
 mod failover;
 mod handshake;
+mod idle_probe;
 mod moved;
 mod no_credentials_in_logs;
 mod node_churn;

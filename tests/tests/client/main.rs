@@ -19,6 +19,7 @@ mod examples_run;
 mod given_up;
 mod handshake_refusals_are_retried;
 mod harness_starts_real_servers;
+mod idle_probe;
 mod inline;
 mod lanes;
 mod many_requests_one_connection;
