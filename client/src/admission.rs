@@ -434,7 +434,7 @@ impl Admission {
             {
                 if let Some(front) = line.parked.pop_front() {
                     expired.push(front.ticket());
-                    refused.push(front.submission.waited_since(front.since));
+                    refused.push(front.submission.waited_since(front.since).expired());
                 }
             }
             if !line.parked.is_empty() && !line.answering(now) {

@@ -15,8 +15,8 @@
 -- KEYS[9] acked: the instance that acked each done key (hash: key -> instance id), pruned
 --         with done
 -- KEYS[10] window: the longest dedup window in ms that begin and enqueue calls asked for
---          lately (string; it expires two of its windows after the last call that asked for
---          it), the age past which journal and done entries are pruned
+--          lately (string; it expires one to two of its windows after the last call that
+--          asked for it), the age past which journal and done entries are pruned
 -- ARGV[1] operation: begin, forget, enqueue, claim, ack or recover
 -- ARGV[2] the inbound id (begin, forget), outbox key (enqueue, ack) or instance id (claim,
 --         recover)
@@ -76,19 +76,22 @@ local function in_window(score, cutoff)
   return score and tonumber(score) > cutoff
 end
 
--- The longest window of the calls lately (read with the other reads, first).
+-- The longest window of the calls lately, and how long it is kept still (read with the other
+-- reads, first).
 local function longest_window()
-  return tonumber(redis.call('GET', KEYS[10]) or '0')
+  return tonumber(redis.call('GET', KEYS[10]) or '0'), redis.call('PTTL', KEYS[10])
 end
 
 -- The bound below which entries are pruned (a `ZRANGEBYSCORE` max, exclusive): the longest
 -- window of the calls lately, not this call's own, so that a replica configured with a
 -- shorter window (or a deploy that shortens it) does not remove the entries the others still
--- deduplicate against. Writes this call's window when it is the longest (a write: after the
--- reads, before any removal).
-local function prune_below(window, longest)
-  if window >= longest then
-    redis.call('SET', KEYS[10], string.format('%.0f', window), 'PX', string.format('%.0f', 2 * window))
+-- deduplicate against. Writes this call's window when it is longer, or as long and kept for
+-- less than one more window (a write: after the reads, before any removal; not at every call,
+-- which would replicate a write each time).
+local function prune_below(window, longest, kept)
+  if window > longest or (window == longest and kept < window) then
+    local text, ttl = string.format('%.0f', window), string.format('%.0f', 2 * window)
+    redis.call('SET', KEYS[10], text, 'PX', ttl)
     longest = window
   end
   return string.format('(%.0f', now - longest)
@@ -103,7 +106,7 @@ if op == 'begin' then
   -- Pruning the journal may empty it and begun: the id is looked up, and written, first.
   local window = tonumber(ARGV[3])
   local cutoff = now - window
-  local longest = longest_window()
+  local longest, kept = longest_window()
   local result = 1
   if in_window(redis.call('ZSCORE', KEYS[1], ARGV[2]), cutoff) then
     result = redis.call('HGET', KEYS[8], ARGV[2]) == ARGV[4] and 2 or 0
@@ -111,7 +114,7 @@ if op == 'begin' then
     redis.call('ZADD', KEYS[1], now, ARGV[2])
     redis.call('HSET', KEYS[8], ARGV[2], ARGV[4])
   end
-  local stale = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', prune_below(window, longest),
+  local stale = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', prune_below(window, longest, kept),
     'LIMIT', 0, PRUNE_PER_CALL)
   for _, id in ipairs(stale) do
     unbegin(id)
@@ -135,7 +138,7 @@ if op == 'enqueue' then
   -- Pruning done may empty it and acked: done is read, and the send queued, first.
   local window = tonumber(ARGV[3])
   local cutoff = now - window
-  local longest = longest_window()
+  local longest, kept = longest_window()
   local acked = redis.call('ZSCORE', KEYS[7], ARGV[2])
   local result = 0
   if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 0 and not in_window(acked, cutoff) then
@@ -143,7 +146,7 @@ if op == 'enqueue' then
     redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[4]), ARGV[2])
     result = 1
   end
-  local stale = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', prune_below(window, longest),
+  local stale = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', prune_below(window, longest, kept),
     'LIMIT', 0, PRUNE_PER_CALL)
   -- A key acked past this call's window but within a longer one is queued again: a new send,
   -- whose ack is no longer the earlier one's (a done key is in no queue and no claim).

@@ -44,7 +44,8 @@ if ARGV[3] ~= '' then
     -- The cursor's message is gone or has moved: search the members of its millisecond,
     -- which are ordered by id (when their scores are whole), for the first one after it.
     local lo = redis.call('ZCOUNT', log, '-inf', '(' .. time)
-    local hi = lo + redis.call('ZCOUNT', log, time, '(' .. string.format('%.0f', tonumber(time) + 1))
+    local next_ms = string.format('(%.0f', tonumber(time) + 1)
+    local hi = lo + redis.call('ZCOUNT', log, time, next_ms)
     while lo < hi do
       local mid = math.floor((lo + hi) / 2)
       local member = redis.call('ZRANGE', log, mid, mid)[1]

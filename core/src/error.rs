@@ -142,7 +142,7 @@ pub enum Error {
         operation: &'static str,
         /// The panic's message.
         message: String,
-        /// Whether it panicked after it began sending (in a `resume`): what it sent may have
+        /// Whether it panicked after a request of it was written: what it wrote may have
         /// run.
         outcome_unknown: bool,
     },

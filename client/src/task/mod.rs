@@ -124,13 +124,13 @@ pub(crate) enum Msg<R: Runtime> {
 /// input, then a drain).
 pub(crate) type Hub<R> = Arc<Mutex<SessionTask<R>>>;
 
-/// Locks the hub, even after a panic in another holder. A holder panics only on a bug in the
-/// client (a plan's own panic is caught where it runs, and ends its call with
-/// `Error::PlanPanicked`); the panic reaches the task it ran in (a caller, a reader), and the
-/// other calls go on with the session as it was left, rather than all ending with the client. The results that holder had taken to hand on once it let go of
-/// the hub ([`Deferred`]) go to their callers now, and the lock is cleared of the panic, so
-/// that the next results are handed on as they come and the callers' own paths
-/// ([`inline`]) take the hub again.
+/// Locks the hub, even after a panic in another holder. A holder panics only on a bug in the client
+/// (a plan's own panic is caught where it runs, and ends its call with `Error::PlanPanicked`); the
+/// panic reaches the task it ran in (a caller, a reader), and the other calls go on with the
+/// session as it was left, rather than all ending with the client. The results that holder had
+/// taken to hand on once it let go of the hub ([`Deferred`]) go to their callers now, and the lock
+/// is cleared of the panic, so that the next results are handed on as they come and the callers'
+/// own paths ([`inline`]) take the hub again.
 fn lock<R: Runtime>(hub: &Mutex<SessionTask<R>>) -> MutexGuard<'_, SessionTask<R>> {
     hub.lock().unwrap_or_else(|poisoned| {
         hub.clear_poison();

@@ -2,7 +2,7 @@
 //! deadlines, and what its loss means for the requests it carried.
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
@@ -97,6 +97,11 @@ pub(super) struct Conn {
     /// on it are in.
     pub(super) retired: bool,
 }
+
+/// How often at most a single node's connection is retired for answering as a replica: a
+/// failover that moved the node's name is followed within it, and a client pointed at a replica
+/// on purpose dials again once a second while its writes are refused, not at each one.
+pub(super) const RETIRE_EVERY: Duration = Duration::from_secs(1);
 
 /// Why a connection is dropped; decides what its requests become.
 #[derive(Debug)]
@@ -424,7 +429,8 @@ impl<W: Waiters> Session<W> {
         }
     }
 
-    /// A plain single node answered as a replica (`READONLY`, `MASTERDOWN`): a managed
+    /// A plain single node answered as a replica (`READONLY`, `MASTERDOWN`), at most once a
+    /// second ([`RETIRE_EVERY`]): a managed
     /// service's endpoint, a Kubernetes Service or any name that a failover moved to the new
     /// master is looked up again only when it is dialled, and a connection open to the old
     /// master would be answered `READONLY` until the process restarts. The connection takes no
@@ -440,6 +446,14 @@ impl<W: Waiters> Session<W> {
         if c.retired {
             return;
         }
+        if self
+            .last_retire
+            .and_then(|at| after(at, RETIRE_EVERY))
+            .is_some_and(|next| now < next)
+        {
+            return;
+        }
+        self.last_retire = Some(now);
         c.retired = true;
         let node = c.node;
         let queued = std::mem::take(&mut c.outbox);

@@ -301,6 +301,10 @@ pub struct Session<W: Waiters> {
     map_loaded: bool,
     conns: BTreeMap<ConnId, Conn>,
     next_conn: u64,
+    /// When a single node's connection was last retired for answering as a replica
+    /// ([`Session::retire`]): at most one a second, so a client pointed at a replica on
+    /// purpose does not dial again at every refused write.
+    last_retire: Option<Instant>,
     ops: Ops<W>,
     /// Drained request-state vectors of finished plans, for the next ones (a vector a call
     /// saved, out of a dozen allocations a `GET` costs).
@@ -351,6 +355,7 @@ impl<W: Waiters> Session<W> {
             map_loaded: false,
             conns: BTreeMap::new(),
             next_conn: 1,
+            last_retire: None,
             ops: Ops::default(),
             spare_reqs: Vec::new(),
             next_attempt: 1,
@@ -495,9 +500,11 @@ impl<W: Waiters> Session<W> {
             Some(Error::Closed)
         } else if plan.abandoned() {
             Some(plans::given_up())
-        } else if held.is_some_and(|since| {
-            after(since, self.config.request_timeout).is_some_and(|due| due <= now)
-        }) {
+        } else if *plan.expired()
+            || held.is_some_and(|since| {
+                after(since, self.config.request_timeout).is_some_and(|due| due <= now)
+            })
+        {
             Some(Error::Timeout {
                 outcome_unknown: false,
             })

@@ -195,13 +195,15 @@ impl<W: Waiters> Session<W> {
         // room); later batches count from their own step.
         let (mut step, from) = match input {
             Input::Start => (op.plan.start(), op.submitted),
-            Input::Replies(replies) => (op.plan.resume(replies), now),
-            Input::Reply(reply) => (op.plan.resume_one(reply), now),
+            Input::Replies(replies) => (op.plan.resume(replies, op.written), now),
+            Input::Reply(reply) => (op.plan.resume_one(reply, op.written), now),
         };
         // A plan that sends empty batches forever would spin here; it gets a bounded number.
         for _ in 0..1024 {
             match step {
-                Step::Send(batch) if batch.is_empty() => step = op.plan.resume(Vec::new()),
+                Step::Send(batch) if batch.is_empty() => {
+                    step = op.plan.resume(Vec::new(), op.written)
+                }
                 Step::Send(batch) => {
                     let first = self.next_attempt;
                     self.next_attempt += batch.len() as u64;

@@ -78,6 +78,7 @@ impl<W: Waiters> Submission<W> {
             output: None,
             summary,
             since: None,
+            expired: false,
         }))
     }
 
@@ -91,8 +92,17 @@ impl<W: Waiters> Submission<W> {
         self
     }
 
-    /// Ends the plan without running it: `error` goes to its waiter. For a driver that holds
-    /// plans back before the session (a caller parked for room until its deadline passed).
+    /// The call's deadline passed before it reached the session (a driver held it back: a
+    /// caller parked for room past its request timeout): the session ends it unwritten with
+    /// `Timeout { outcome_unknown: false }` and counts it as every call, whatever its own
+    /// clock says (it may read the clock before the driver did).
+    pub fn expired(mut self) -> Self {
+        *self.0.expired() = true;
+        self
+    }
+
+    /// Ends the plan without running it, beside the session: `error` goes to its waiter, and
+    /// the session counts nothing of it ([`Submission::expired`] ends a call in the session).
     pub fn refuse(self, error: Error) -> W::Delivered {
         let mut plan = self.0;
         plan.fail(error);
@@ -131,8 +141,9 @@ impl<W: Waiters> fmt::Debug for Completion<W> {
 /// A plan with its output type erased and its waiter beside it.
 pub(super) trait ErasedPlan<W: Waiters>: Send {
     fn start(&mut self) -> Step<()>;
-    fn resume(&mut self, replies: Vec<Reply>) -> Step<()>;
-    fn resume_one(&mut self, reply: Reply) -> Step<()>;
+    /// `written`: a request of the plan was written (a panic then leaves its outcome unknown).
+    fn resume(&mut self, replies: Vec<Reply>, written: bool) -> Step<()>;
+    fn resume_one(&mut self, reply: Reply, written: bool) -> Step<()>;
     /// Ends the plan with `error` unless it already has a result.
     fn fail(&mut self, error: Error);
     fn summary(&self) -> &Summary;
@@ -144,6 +155,8 @@ pub(super) trait ErasedPlan<W: Waiters>: Send {
     /// the box rather than beside it: a submission moves through a driver's channels, and at
     /// two words it moves without a call to `memcpy`.
     fn since(&mut self) -> &mut Option<Instant>;
+    /// Whether its deadline passed before the session ([`Submission::expired`]).
+    fn expired(&mut self) -> &mut bool;
     fn deliver(self: Box<Self>) -> W::Delivered;
 }
 
@@ -153,11 +166,13 @@ struct Erased<P: Plan, W: Waiters> {
     output: Option<Result<P::Output, Error>>,
     summary: Summary,
     since: Option<Instant>,
+    expired: bool,
 }
 
 impl<P: Plan, W: Waiters> Erased<P, W> {
-    /// Runs one step of the plan. A panic in it (a bug in the plan, perhaps a plan of the
-    /// user's) ends this call with [`Error::PlanPanicked`] instead of unwinding through the
+    /// Runs one step of the plan (`began_sending`: a request of it was written). A panic in it
+    /// (a bug in the plan, perhaps a plan of the user's) ends this call with
+    /// [`Error::PlanPanicked`] instead of unwinding through the
     /// session, which would leave the call's op behind, its caller waiting for good, and the
     /// task it ran on (a caller's, a connection's reader, the session task) gone.
     fn run(
@@ -198,12 +213,12 @@ impl<P: Plan, W: Waiters> ErasedPlan<W> for Erased<P, W> {
         self.run(false, P::start)
     }
 
-    fn resume(&mut self, replies: Vec<Reply>) -> Step<()> {
-        self.run(true, |plan| plan.resume(replies))
+    fn resume(&mut self, replies: Vec<Reply>, written: bool) -> Step<()> {
+        self.run(written, |plan| plan.resume(replies))
     }
 
-    fn resume_one(&mut self, reply: Reply) -> Step<()> {
-        self.run(true, |plan| plan.resume_one(reply))
+    fn resume_one(&mut self, reply: Reply, written: bool) -> Step<()> {
+        self.run(written, |plan| plan.resume_one(reply))
     }
 
     fn fail(&mut self, error: Error) {
@@ -217,6 +232,10 @@ impl<P: Plan, W: Waiters> ErasedPlan<W> for Erased<P, W> {
 
     fn since(&mut self) -> &mut Option<Instant> {
         &mut self.since
+    }
+
+    fn expired(&mut self) -> &mut bool {
+        &mut self.expired
     }
 
     fn abandoned(&self) -> bool {

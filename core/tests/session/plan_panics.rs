@@ -3,6 +3,8 @@
 //! on. The panic unwound through the session before, leaving the op behind with its caller's
 //! waiter, so that caller waited for good.
 
+use std::time::Duration;
+
 use crate::support::cluster;
 use botmesh_redis_core::driver::{Batch, Plan, Reply, Step};
 use botmesh_redis_core::testing::{get, set};
@@ -61,4 +63,39 @@ fn a_panicking_plan_ends_its_own_call_and_no_other() {
         assert_eq!(summary.outcome, "plan_panicked");
     }
     assert_eq!(h.run_one(get(&key)), Ok(Value::from("v")));
+}
+
+/// Waits before it sends anything, and panics when resumed after the wait.
+struct WaitsThenPanics;
+
+impl Plan for WaitsThenPanics {
+    type Output = ();
+
+    fn operation(&self) -> &'static str {
+        "waits_then_panics"
+    }
+
+    fn start(&mut self) -> Step<()> {
+        Step::Wait(Duration::from_millis(5))
+    }
+
+    fn resume(&mut self, _: Vec<Reply>) -> Step<()> {
+        panic!("after the wait");
+    }
+}
+
+/// A panic after a wait, with nothing of the plan written, has a known outcome.
+#[test]
+fn a_panic_before_anything_was_written_has_a_known_outcome() {
+    let mut h = cluster();
+    let ticket = h.submit(WaitsThenPanics);
+    assert_eq!(
+        h.wait_for(&ticket),
+        Err(Error::PlanPanicked {
+            operation: "waits_then_panics",
+            message: "after the wait".into(),
+            outcome_unknown: false,
+        })
+    );
+    assert_eq!(h.session.in_flight(), 0);
 }

@@ -39,3 +39,35 @@ fn a_single_node_that_answers_as_a_replica_is_dialled_again() {
     assert_eq!(h.run_one(incr("n")), Ok(Value::Int(3)));
     assert_eq!(h.connects_to(&node), 2, "the new connection stays");
 }
+
+/// A client pointed at a replica on purpose (or a node whose `MASTERDOWN` lasts) dials again
+/// at most once a second while its writes are refused, not at every refusal.
+#[test]
+fn a_node_that_stays_a_replica_is_dialled_again_once_a_second() {
+    let sim = SimCluster::single();
+    let node = sim.master(0);
+    let mut h = Harness::new(start(), sim, Config::single(node.clone()));
+    assert_eq!(h.run_one(incr("n")), Ok(Value::Int(1)));
+    h.sim.add_rule(
+        Rule::error("READONLY You can't write against a read only replica.")
+            .on(&node)
+            .commands(&["INCR"]),
+    );
+    let t0 = h.elapsed();
+    let write = h.submit_batch(vec![incr("n")]);
+    let refused = h.wait_for(&write).unwrap();
+    assert!(
+        matches!(
+            &refused[..],
+            [Err(botmesh_redis_core::Error::RetriesExhausted { .. })]
+        ),
+        "{refused:?}"
+    );
+    let seconds = (h.elapsed() - t0).as_secs();
+    // The first connection, and one a second after its first refusal at most.
+    let dials = h.connects_to(&node);
+    assert!(
+        dials >= 2 && dials as u64 <= 2 + seconds,
+        "{dials} dials in {seconds} s of refusals"
+    );
+}

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use botmesh_redis_core::driver::session::Config;
+use botmesh_redis_core::driver::session::{Config, Event};
 use botmesh_redis_core::driver::Reply;
 use botmesh_redis_core::testing::sim::{ConnectMode, Harness, Rule, SimCluster};
 use botmesh_redis_core::testing::{get, incr, set, start, Batch};
@@ -120,6 +120,33 @@ fn a_call_whose_deadline_passed_before_the_session_is_refused_unwritten() {
         "a call past its deadline was written"
     );
     assert_eq!(h.run_one(get(&key)), Ok(Value::from("1")));
+}
+
+/// A call its driver found past its deadline is refused unwritten, counted as a request
+/// timeout with its time, even when the session's clock (read before the driver's) says it
+/// still had some: the driver handed it on because its deadline passed, and written now it
+/// could only end as a timeout whose outcome is unknown.
+#[test]
+fn a_call_its_driver_found_expired_is_refused_unwritten_whatever_the_clock() {
+    let mut h = cluster_with(|c| c.request_timeout = Duration::from_secs(1));
+    let a = h.sim.master(0);
+    let key = h.sim.keys_on(&a, 1).remove(0);
+    h.run_one(set(&key, "1")).unwrap();
+    let before = h.written_to(&a);
+    let timeouts = h.session.tally().get(Event::RequestTimeout);
+    // Held 999 ms by the session's clock, its deadline 1 ms away.
+    let late = h.submit_expired(Batch::new(vec![incr(&key)]), Duration::from_millis(999));
+    assert_eq!(
+        h.wait_for(&late),
+        Err(Error::Timeout {
+            outcome_unknown: false
+        })
+    );
+    assert_eq!(h.written_to(&a), before, "an expired call was written");
+    assert_eq!(h.session.tally().get(Event::RequestTimeout), timeouts + 1);
+    let summary = h.summary(&late).expect("a summary of the expired call");
+    assert_eq!(summary.elapsed, Duration::from_millis(999));
+    assert_eq!(summary.outcome, "timeout");
 }
 
 #[test]

@@ -204,10 +204,10 @@ fn slow_call() -> Request {
         .unwrap()
 }
 
-/// Calls parked for room count in `ops_waiting`, and those past their deadline end as
-/// `Timeout`, never sent, and are counted as every other call is: one request of outcome `timeout`, one request timeout, and a latency
-/// of at least the request timeout (they were ended beside the session, and counted nowhere,
-/// before).
+/// Calls parked for room count in `ops_waiting`, and those past their deadline end as `Timeout`,
+/// never sent, and are counted as every other call is: one request of outcome `timeout`, one
+/// request timeout, and a latency of at least the request timeout (they were ended beside the
+/// session, and counted nowhere, before).
 async fn calls_parked_past_their_deadline_are_counted<R: Runtime>() {
     let _turn = botmesh_redis_tests::exclusive().await;
     let node = SingleNode::start(ServerOptions::new());

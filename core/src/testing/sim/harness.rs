@@ -207,14 +207,30 @@ impl Harness {
     /// Submits a plan now whose call waited `waited` before it reached the session (a driver
     /// held it back for room: [`Submission::waited_since`]); its ticket.
     pub fn submit_waited<P: Plan>(&mut self, plan: P, waited: Duration) -> Ticket<P::Output> {
+        let since = self.now - waited;
+        self.submit_with(plan, |submission| match waited.is_zero() {
+            true => submission,
+            false => submission.waited_since(since),
+        })
+    }
+
+    /// Submits a plan whose driver found its deadline passed before the session
+    /// ([`Submission::expired`]), having held it `waited`; its ticket.
+    pub fn submit_expired<P: Plan>(&mut self, plan: P, waited: Duration) -> Ticket<P::Output> {
+        let since = self.now - waited;
+        self.submit_with(plan, |submission| submission.waited_since(since).expired())
+    }
+
+    fn submit_with<P: Plan>(
+        &mut self,
+        plan: P,
+        shape: impl FnOnce(Submission<Tickets>) -> Submission<Tickets>,
+    ) -> Ticket<P::Output> {
         let token = Token(self.next_token);
         self.next_token += 1;
         self.log(format!("{:>8?} submit {token:?}", self.elapsed()));
         let ticket = Ticket::new(token);
-        let mut submission = Submission::new(plan, ticket.clone());
-        if !waited.is_zero() {
-            submission = submission.waited_since(self.now - waited);
-        }
+        let submission = shape(Submission::new(plan, ticket.clone()));
         self.session.submit_boxed(self.now, submission);
         self.drain();
         ticket
