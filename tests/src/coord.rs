@@ -123,13 +123,13 @@ pub async fn start_heartbeat<R: Runtime>(
 
 /// Runs one plain command on `key` and returns its reply (the test reads and writes keys
 /// directly: an observer, or an operator, not a participant).
-pub async fn key_cmd<R: Runtime>(
-    client: &Client<R>,
+pub async fn key_cmd<E: botmesh_redis_core::Executor>(
+    client: &E,
     name: &'static str,
     key: &botmesh_redis_core::Key,
     args: &[&str],
 ) -> botmesh_redis_core::Value {
-    use botmesh_redis_core::{Access, Executor, Request};
+    use botmesh_redis_core::{Access, Request};
     let mut request = Request::cmd(Access::Write, name).key(key);
     for arg in args {
         request = request.arg(arg.to_string());
@@ -148,8 +148,8 @@ pub async fn exists<R: Runtime>(client: &Client<R>, key: &botmesh_redis_core::Ke
 }
 
 /// The server's clock in ms (`TIME` on any master; the test servers share the machine's clock).
-pub async fn server_ms<R: Runtime>(client: &Client<R>) -> u64 {
-    use botmesh_redis_core::{Access, Executor, Request};
+pub async fn server_ms<E: botmesh_redis_core::Executor>(client: &E) -> u64 {
+    use botmesh_redis_core::{Access, Request};
     let reply = client
         .call(Request::cmd(Access::Read, "TIME").build().unwrap())
         .await

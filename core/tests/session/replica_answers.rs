@@ -7,22 +7,30 @@
 use botmesh_redis_core::driver::session::Config;
 use botmesh_redis_core::testing::sim::{Harness, Rule, SimCluster};
 use botmesh_redis_core::testing::{get, incr, start};
-use botmesh_redis_core::Value;
+use botmesh_redis_core::{NodeAddr, Value};
 
-#[test]
-fn a_single_node_that_answers_as_a_replica_is_dialled_again() {
+/// A single node with one write answered, whose next `INCR`s (`times` of them, or all) are
+/// answered `READONLY`.
+fn demoted(times: Option<u32>) -> (Harness, NodeAddr) {
     let sim = SimCluster::single();
     let node = sim.master(0);
     let mut h = Harness::new(start(), sim, Config::single(node.clone()));
     assert_eq!(h.run_one(incr("n")), Ok(Value::Int(1)));
+    let rule = Rule::error("READONLY You can't write against a read only replica.")
+        .on(&node)
+        .commands(&["INCR"]);
+    h.sim.add_rule(match times {
+        Some(n) => rule.times(n),
+        None => rule,
+    });
+    (h, node)
+}
+
+#[test]
+fn a_single_node_that_answers_as_a_replica_is_dialled_again() {
     // The first write after the failover meets the demoted node; a read written behind it on
     // the same connection is still answered there.
-    h.sim.add_rule(
-        Rule::error("READONLY You can't write against a read only replica.")
-            .on(&node)
-            .commands(&["INCR"])
-            .times(1),
-    );
+    let (mut h, node) = demoted(Some(1));
     let write = h.submit_batch(vec![incr("n")]);
     let read = h.submit_batch(vec![get("n")]);
     assert_eq!(h.wait_for(&read), Ok(vec![Ok(Value::from("1"))]));
@@ -44,15 +52,7 @@ fn a_single_node_that_answers_as_a_replica_is_dialled_again() {
 /// at most once a second while its writes are refused, not at every refusal.
 #[test]
 fn a_node_that_stays_a_replica_is_dialled_again_once_a_second() {
-    let sim = SimCluster::single();
-    let node = sim.master(0);
-    let mut h = Harness::new(start(), sim, Config::single(node.clone()));
-    assert_eq!(h.run_one(incr("n")), Ok(Value::Int(1)));
-    h.sim.add_rule(
-        Rule::error("READONLY You can't write against a read only replica.")
-            .on(&node)
-            .commands(&["INCR"]),
-    );
+    let (mut h, node) = demoted(None);
     let t0 = h.elapsed();
     let write = h.submit_batch(vec![incr("n")]);
     let refused = h.wait_for(&write).unwrap();

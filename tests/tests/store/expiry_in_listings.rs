@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use botmesh_redis_core::keys::RecordKind;
 use botmesh_redis_core::Store;
-use botmesh_redis_core::{Access, Executor, Layout, Limit, Request};
+use botmesh_redis_core::{Executor, Layout, Limit};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::Runtime;
+use botmesh_redis_tests::coord::server_ms;
 use botmesh_redis_tests::eventually;
 use botmesh_redis_tests::store::{zmembers, Setup};
 
@@ -122,15 +123,6 @@ async fn user_entries_expire<E: Executor>(store: &Store<E>) {
         .unwrap()
         .items
         .is_empty());
-}
-
-/// The server's clock in ms.
-async fn server_ms<E: Executor>(exec: &E) -> u64 {
-    let time = Request::cmd(Access::Read, "TIME").build().unwrap();
-    let parts = exec.call(time).await.unwrap().into_array().unwrap();
-    let seconds = u64::try_from(parts[0].as_i64().unwrap()).unwrap();
-    let micros = u64::try_from(parts[1].as_i64().unwrap()).unwrap();
-    seconds * 1000 + micros / 1000
 }
 
 /// Every write drops up to 10 expired members of its index: a bot that writes expiring

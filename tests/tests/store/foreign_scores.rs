@@ -3,27 +3,18 @@
 //! listed at its score's floor, and its cursor leads past it: compared with the score itself,
 //! the cursor never matched, and every next page started again at the same message.
 
-use botmesh_redis_core::{Access, Executor, Limit, MessageCursor, Request, Store};
+use botmesh_redis_core::{Executor, Limit, MessageCursor, Store};
 use botmesh_redis_tests::both_drivers;
 use botmesh_redis_tests::conformance::Runtime;
+use botmesh_redis_tests::coord::key_cmd;
 use botmesh_redis_tests::store::Setup;
 
 /// Writes message `id` of `chat` at `score`, as another program would.
 async fn foreign_message<E: Executor>(store: &Store<E>, chat: &str, id: &str, score: &str) {
-    let ks = store.keyspace();
-    let zadd = Request::cmd(Access::Write, "ZADD")
-        .key(ks.message_log(chat))
-        .arg(score.to_owned())
-        .arg(id.to_owned())
-        .build()
-        .unwrap();
-    store.executor().call(zadd).await.unwrap();
-    let set = Request::cmd(Access::Write, "SET")
-        .key(ks.message_item(chat, id))
-        .arg(format!("{id}@{score}"))
-        .build()
-        .unwrap();
-    store.executor().call(set).await.unwrap();
+    let (ks, exec) = (store.keyspace(), store.executor());
+    key_cmd(exec, "ZADD", &ks.message_log(chat), &[score, id]).await;
+    let item = format!("{id}@{score}");
+    key_cmd(exec, "SET", &ks.message_item(chat, id), &[item.as_str()]).await;
 }
 
 /// Every page of `chat`, `limit` at a time, as (id, time): at most 20 pages.
